@@ -1,0 +1,213 @@
+// Package errs declares every error Meridian returns to a client, once, and
+// maps each one once to a ZooKeeper error code and a gRPC status code.
+//
+// Errors are values compared with errors.Is. Every package returns these
+// values (possibly wrapped with fmt.Errorf("...: %w", err)); only the API edges
+// (gRPC, ZooKeeper protocol) translate them, through ZKCode/GRPCStatus here and
+// nowhere else.
+package errs
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Error is a Meridian error with a stable ZooKeeper code and message.
+type Error struct {
+	// ZK is the ZooKeeper error code (org.apache.zookeeper.KeeperException.Code).
+	ZK int32
+	// GRPC is the gRPC status code used by the native API.
+	GRPC codes.Code
+	// Msg is the stable, unique message; the Go client maps it back to the value.
+	Msg string
+}
+
+func (e *Error) Error() string { return "meridian: " + e.Msg }
+
+// ZooKeeper error codes used below.
+const (
+	zkOK                    = 0
+	zkSystemError           = -1
+	zkRuntimeInconsistency  = -2
+	zkDataInconsistency     = -3
+	zkConnectionLoss        = -4
+	zkMarshallingError      = -5
+	zkUnimplemented         = -6
+	zkOperationTimeout      = -7
+	zkBadArguments          = -8
+	zkUnknownSession        = -12
+	zkNoNode                = -101
+	zkNoAuth                = -102
+	zkBadVersion            = -103
+	zkNoChildrenForEphemera = -108
+	zkNodeExists            = -110
+	zkNotEmpty              = -111
+	zkSessionExpired        = -112
+	zkInvalidACL            = -114
+	zkAuthFailed            = -115
+	zkSessionMoved          = -118
+	zkNotReadOnly           = -119
+	zkNoWatcher             = -121
+	zkRequestTimeout        = -122
+	zkReconfigDisabled      = -123
+	zkQuotaExceeded         = -125
+	zkThrottled             = -127
+)
+
+var (
+	// Data tree errors (ZooKeeper semantics).
+	ErrNoNode                  = &Error{zkNoNode, codes.NotFound, "node does not exist"}
+	ErrNodeExists              = &Error{zkNodeExists, codes.AlreadyExists, "node already exists"}
+	ErrBadVersion              = &Error{zkBadVersion, codes.FailedPrecondition, "version does not match"}
+	ErrNotEmpty                = &Error{zkNotEmpty, codes.FailedPrecondition, "node has children"}
+	ErrNoChildrenForEphemerals = &Error{zkNoChildrenForEphemera, codes.FailedPrecondition, "ephemeral nodes may not have children"}
+	ErrBadArguments            = &Error{zkBadArguments, codes.InvalidArgument, "bad arguments"}
+	ErrInvalidPath             = &Error{zkBadArguments, codes.InvalidArgument, "invalid path"}
+	ErrDataTooLarge            = &Error{zkBadArguments, codes.InvalidArgument, "data exceeds 1048575 bytes"}
+	ErrInvalidACL              = &Error{zkInvalidACL, codes.InvalidArgument, "invalid ACL"}
+	ErrNoAuth                  = &Error{zkNoAuth, codes.PermissionDenied, "not authorized"}
+	ErrAuthFailed              = &Error{zkAuthFailed, codes.Unauthenticated, "authentication failed"}
+	ErrRuntimeInconsistency    = &Error{zkRuntimeInconsistency, codes.Aborted, "operation not attempted: an earlier operation in the multi failed"}
+	ErrUnimplemented           = &Error{zkUnimplemented, codes.Unimplemented, "operation not implemented"}
+	ErrNoWatcher               = &Error{zkNoWatcher, codes.NotFound, "no such watcher"}
+	ErrQuotaExceeded           = &Error{zkQuotaExceeded, codes.ResourceExhausted, "quota exceeded"}
+	ErrReconfigDisabled        = &Error{zkReconfigDisabled, codes.Unimplemented, "dynamic reconfiguration is not supported"}
+
+	// Session errors.
+	ErrSessionExpired = &Error{zkSessionExpired, codes.FailedPrecondition, "session expired"}
+	ErrUnknownSession = &Error{zkUnknownSession, codes.NotFound, "unknown session"}
+	ErrSessionMoved   = &Error{zkSessionMoved, codes.FailedPrecondition, "session moved to another server"}
+
+	// Cluster and transport errors. The outcome of a write that fails with
+	// ErrNotLeader or ErrUnavailable is known: it was not applied. The outcome
+	// of one that fails with ErrTimeout or ErrOutcomeUnknown is not.
+	ErrNotLeader         = &Error{zkConnectionLoss, codes.Unavailable, "no leader; proposal not accepted"}
+	ErrUnavailable       = &Error{zkConnectionLoss, codes.Unavailable, "server unavailable"}
+	ErrTimeout           = &Error{zkOperationTimeout, codes.DeadlineExceeded, "operation timed out; outcome unknown"}
+	ErrOutcomeUnknown    = &Error{zkConnectionLoss, codes.Unavailable, "leader changed; outcome unknown"}
+	ErrStopped           = &Error{zkConnectionLoss, codes.Unavailable, "server stopped"}
+	ErrConnectionLoss    = &Error{zkConnectionLoss, codes.Unavailable, "connection lost; outcome unknown"}
+	ErrRequestTooLarge   = &Error{zkMarshallingError, codes.ResourceExhausted, "request exceeds the size limit"}
+	ErrThrottled         = &Error{zkThrottled, codes.ResourceExhausted, "too many requests; back off and retry"}
+	ErrTooManyWatches    = &Error{zkThrottled, codes.ResourceExhausted, "too many watches for this session"}
+	ErrNotReadOnly       = &Error{zkNotReadOnly, codes.FailedPrecondition, "server is read-only"}
+	ErrSystem            = &Error{zkSystemError, codes.Internal, "internal error"}
+	ErrMarshalling       = &Error{zkMarshallingError, codes.InvalidArgument, "malformed request"}
+	ErrDataInconsistency = &Error{zkDataInconsistency, codes.DataLoss, "data inconsistency"}
+	ErrRequestTimeout    = &Error{zkRequestTimeout, codes.DeadlineExceeded, "request timed out"}
+)
+
+// all lists every declared error, for the reverse mappings.
+var all = []*Error{
+	ErrNoNode, ErrNodeExists, ErrBadVersion, ErrNotEmpty, ErrNoChildrenForEphemerals,
+	ErrBadArguments, ErrInvalidPath, ErrDataTooLarge, ErrInvalidACL, ErrNoAuth, ErrAuthFailed,
+	ErrRuntimeInconsistency, ErrUnimplemented, ErrNoWatcher, ErrQuotaExceeded, ErrReconfigDisabled,
+	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved,
+	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
+	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,
+	ErrRequestTimeout,
+}
+
+var byMsg = func() map[string]*Error {
+	m := make(map[string]*Error, len(all))
+	for _, e := range all {
+		if _, dup := m[e.Msg]; dup {
+			panic("errs: duplicate message " + e.Msg)
+		}
+		m[e.Msg] = e
+	}
+	return m
+}()
+
+// byZK maps a ZooKeeper code to the canonical error for it (the first declared).
+var byZK = func() map[int32]*Error {
+	m := make(map[int32]*Error, len(all))
+	for _, e := range all {
+		if _, ok := m[e.ZK]; !ok {
+			m[e.ZK] = e
+		}
+	}
+	return m
+}()
+
+// ZKCode maps err to a ZooKeeper error code; nil maps to 0 (ZOK).
+func ZKCode(err error) int32 {
+	if err == nil {
+		return zkOK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.ZK
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return zkOperationTimeout
+	case errors.Is(err, context.Canceled):
+		return zkConnectionLoss
+	}
+	return zkSystemError
+}
+
+// FromZKCode returns the error for a ZooKeeper code, nil for 0.
+func FromZKCode(code int32) error {
+	if code == zkOK {
+		return nil
+	}
+	if e, ok := byZK[code]; ok {
+		return e
+	}
+	return ErrSystem
+}
+
+// GRPCStatus converts err to a gRPC status error; nil stays nil.
+func GRPCStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return status.Error(e.GRPC, e.Msg)
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Err()
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, ErrTimeout.Msg)
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// FromGRPC maps a gRPC error received by a client back to the declared value
+// when it is one of ours; otherwise it returns err unchanged.
+func FromGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	if e, ok := byMsg[s.Message()]; ok {
+		return e
+	}
+	switch s.Code() {
+	case codes.Unavailable:
+		return ErrConnectionLoss
+	case codes.DeadlineExceeded:
+		return ErrTimeout
+	}
+	return err
+}
+
+// Retryable reports whether a request that failed with err definitely did not
+// take effect and may be sent again (to this or another server).
+func Retryable(err error) bool {
+	return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrUnavailable) ||
+		errors.Is(err, ErrStopped) || errors.Is(err, ErrThrottled)
+}
