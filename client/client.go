@@ -1,0 +1,397 @@
+// Package client is Meridian's Go client for the native gRPC API.
+//
+// A Client holds one session. It talks to one server at a time, chosen from
+// its endpoint list; when that server fails it moves to the next one and
+// re-attaches the same session (waiting until the new server has caught up
+// with everything the client has seen), then re-registers its watches, which
+// fire at once for nodes that changed while it was away. Any server accepts
+// writes (followers forward them to the leader through raft).
+//
+// Errors are the typed values of internal/errs re-exported here (ErrNoNode,
+// ErrBadVersion, ...), compare them with errors.Is. A write that fails with
+// ErrConnectionLoss or ErrTimeout may or may not have been applied, exactly as
+// with ZooKeeper.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+// Errors, re-exported for callers.
+var (
+	ErrNoNode                  = errs.ErrNoNode
+	ErrNodeExists              = errs.ErrNodeExists
+	ErrBadVersion              = errs.ErrBadVersion
+	ErrNotEmpty                = errs.ErrNotEmpty
+	ErrNoChildrenForEphemerals = errs.ErrNoChildrenForEphemerals
+	ErrInvalidPath             = errs.ErrInvalidPath
+	ErrDataTooLarge            = errs.ErrDataTooLarge
+	ErrSessionExpired          = errs.ErrSessionExpired
+	ErrConnectionLoss          = errs.ErrConnectionLoss
+	ErrTimeout                 = errs.ErrTimeout
+	ErrNotLeader               = errs.ErrNotLeader
+	ErrNoAuth                  = errs.ErrNoAuth
+	ErrClosed                  = errors.New("meridian: client closed")
+)
+
+// Stat is a znode's metadata (ZooKeeper's Stat).
+type Stat = pb.Stat
+
+// Consistency of reads.
+type Consistency int
+
+const (
+	// Linearizable reads reflect every write committed before they started
+	// (one ReadIndex round to the leader, shared among concurrent reads).
+	Linearizable Consistency = iota
+	// Sequential reads are served by the connected server from its local
+	// state, never older than anything this client has already seen.
+	Sequential
+)
+
+// Config configures a Client.
+type Config struct {
+	Endpoints      []string      // gRPC addresses of the servers
+	SessionTimeout time.Duration // requested; the server clamps it (default 10s)
+	DialTimeout    time.Duration // per endpoint (default 3s)
+	RequestTimeout time.Duration // default for calls whose ctx has no deadline (default 10s)
+	Consistency    Consistency   // default read consistency
+	Logger         *slog.Logger
+}
+
+// Client is a session with a Meridian cluster. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+
+	mu struct {
+		sync.Mutex
+		conn     *grpc.ClientConn
+		api      pb.MeridianClient
+		endpoint int // index into cfg.Endpoints
+		gen      uint64
+		session  int64
+		password []byte
+		timeout  time.Duration
+		lastZxid int64
+		expired  bool
+		closed   bool
+	}
+	watches *watchRegistry
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New connects to the first reachable endpoint and opens a session.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("meridian client: no endpoints")
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 3 * time.Second
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, watches: newWatchRegistry(), stop: make(chan struct{})}
+	c.mu.endpoint = -1
+	var lastErr error
+	for attempt := 0; attempt < 2*len(cfg.Endpoints); attempt++ {
+		api, gen, err := c.connectNext(ctx)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+		resp, err := api.CreateSession(rctx, &pb.CreateSessionRequest{TimeoutMs: int32(cfg.SessionTimeout.Milliseconds())})
+		cancel()
+		if err != nil {
+			lastErr = errs.FromGRPC(err)
+			c.dropConn(gen)
+			if ctx.Err() != nil {
+				break
+			}
+			time.Sleep(backoff(attempt))
+			continue
+		}
+		c.mu.Lock()
+		c.mu.session, c.mu.password = resp.GetSessionId(), resp.GetPassword()
+		c.mu.timeout = time.Duration(resp.GetTimeoutMs()) * time.Millisecond
+		c.observe(resp.GetHeader())
+		c.mu.Unlock()
+		c.wg.Add(2)
+		go c.keepAlive()
+		go c.watchLoop()
+		return c, nil
+	}
+	return nil, fmt.Errorf("meridian client: could not open a session: %w", lastErr)
+}
+
+func backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 5)
+	return min(d, time.Second)
+}
+
+// connectNext dials the next endpoint in order.
+func (c *Client) connectNext(ctx context.Context) (pb.MeridianClient, uint64, error) {
+	c.mu.Lock()
+	c.mu.endpoint = (c.mu.endpoint + 1) % len(c.cfg.Endpoints)
+	addr := c.cfg.Endpoints[c.mu.endpoint]
+	c.mu.Unlock()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
+	if err != nil {
+		return nil, 0, err
+	}
+	// Probe: a Status call proves the endpoint answers.
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	api := pb.NewMeridianClient(conn)
+	if _, err := api.Status(pctx, &pb.StatusRequest{}, grpc.WaitForReady(true)); err != nil {
+		conn.Close()
+		return nil, 0, fmt.Errorf("%s: %w", addr, errs.FromGRPC(err))
+	}
+	c.mu.Lock()
+	if c.mu.conn != nil {
+		c.mu.conn.Close()
+	}
+	c.mu.conn, c.mu.api = conn, api
+	c.mu.gen++
+	gen := c.mu.gen
+	c.mu.Unlock()
+	c.log.Debug("connected", "endpoint", addr)
+	return api, gen, nil
+}
+
+func (c *Client) dropConn(gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.gen == gen && c.mu.conn != nil {
+		c.mu.conn.Close()
+		c.mu.conn, c.mu.api = nil, nil
+	}
+}
+
+// observe records the highest zxid seen. Caller holds c.mu.
+func (c *Client) observe(h *pb.Header) {
+	if h != nil && h.GetZxid() > c.mu.lastZxid {
+		c.mu.lastZxid = h.GetZxid()
+	}
+}
+
+// SessionID returns the session's id.
+func (c *Client) SessionID() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.session
+}
+
+// SessionTimeout returns the negotiated session timeout.
+func (c *Client) SessionTimeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.timeout
+}
+
+// LastZxid returns the highest zxid this client has seen.
+func (c *Client) LastZxid() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.lastZxid
+}
+
+// Endpoint returns the address of the server currently in use.
+func (c *Client) Endpoint() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.endpoint < 0 {
+		return ""
+	}
+	return c.cfg.Endpoints[c.mu.endpoint]
+}
+
+// Close closes the session (its ephemerals are deleted) and the connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.closed = true
+	expired := c.mu.expired
+	c.mu.Unlock()
+	var err error
+	if !expired {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+		err = c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+			r, err := api.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: sid})
+			return r.GetHeader(), err
+		})
+		cancel()
+	}
+	close(c.stop)
+	c.mu.Lock()
+	if c.mu.conn != nil {
+		c.mu.conn.Close()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	c.watches.closeAll(EventSessionClosed)
+	return err
+}
+
+// call runs one RPC against the current server, failing over on connection
+// errors. Reads (idempotent) are retried on another server; writes are
+// retried only when the error proves they were not applied.
+func (c *Client) call(ctx context.Context, write bool, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		defer cancel()
+	}
+	for attempt := 0; ; attempt++ {
+		c.mu.Lock()
+		api, gen, sid, expired := c.mu.api, c.mu.gen, c.mu.session, c.mu.expired
+		c.mu.Unlock()
+		if expired {
+			return ErrSessionExpired
+		}
+		if api == nil {
+			if err := c.reconnect(ctx, gen); err != nil {
+				return err
+			}
+			continue
+		}
+		h, err := fn(ctx, api, sid)
+		if err == nil {
+			c.mu.Lock()
+			c.observe(h)
+			c.mu.Unlock()
+			return nil
+		}
+		err = errs.FromGRPC(err)
+		switch {
+		case errors.Is(err, ErrSessionExpired):
+			c.markExpired()
+			return err
+		case errors.Is(err, ErrConnectionLoss):
+			// The server is gone; move on. A write's outcome is unknown.
+			c.dropConn(gen)
+			if write {
+				return err
+			}
+		case errs.Retryable(err):
+			// Not applied (no leader yet, throttled): wait and retry.
+		default:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff(attempt)):
+		}
+	}
+}
+
+// reconnect moves the session to the next reachable server.
+func (c *Client) reconnect(ctx context.Context, gen uint64) error {
+	c.mu.Lock()
+	if c.mu.gen != gen && c.mu.api != nil {
+		c.mu.Unlock()
+		return nil // someone else already reconnected
+	}
+	closed := c.mu.closed && c.mu.session == 0
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	var lastErr error
+	for attempt := 0; attempt < 2*len(c.cfg.Endpoints); attempt++ {
+		if ctx.Err() != nil {
+			break
+		}
+		api, ngen, err := c.connectNext(ctx)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		c.mu.Lock()
+		sid, pw, last := c.mu.session, c.mu.password, c.mu.lastZxid
+		c.mu.Unlock()
+		_, err = api.AttachSession(ctx, &pb.AttachSessionRequest{SessionId: sid, Password: pw, LastZxid: last})
+		if err == nil {
+			return nil
+		}
+		err = errs.FromGRPC(err)
+		if errors.Is(err, ErrSessionExpired) {
+			c.markExpired()
+			return err
+		}
+		lastErr = err
+		c.dropConn(ngen)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff(attempt)):
+		}
+	}
+	if lastErr == nil {
+		lastErr = ctx.Err()
+	}
+	return fmt.Errorf("%w: %v", ErrConnectionLoss, lastErr)
+}
+
+func (c *Client) markExpired() {
+	c.mu.Lock()
+	already := c.mu.expired
+	c.mu.expired = true
+	c.mu.Unlock()
+	if !already {
+		c.log.Warn("session expired", "session", c.SessionID())
+		c.watches.closeAll(EventSessionExpired)
+	}
+}
+
+// keepAlive pings the current server three times per session timeout.
+func (c *Client) keepAlive() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		every := c.mu.timeout / 3
+		c.mu.Unlock()
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(every):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+			r, err := api.KeepAlive(ctx, &pb.KeepAliveRequest{SessionId: sid})
+			return r.GetHeader(), err
+		})
+		cancel()
+		if errors.Is(err, ErrSessionExpired) {
+			return
+		}
+		if err != nil {
+			c.log.Debug("keepalive failed", "err", err)
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package client
+
+import (
+	"context"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+)
+
+// CreateMode is ZooKeeper's create mode.
+type CreateMode = pb.CreateMode
+
+const (
+	Persistent                  = pb.CreateMode_PERSISTENT
+	Ephemeral                   = pb.CreateMode_EPHEMERAL
+	PersistentSequential        = pb.CreateMode_PERSISTENT_SEQUENTIAL
+	EphemeralSequential         = pb.CreateMode_EPHEMERAL_SEQUENTIAL
+	Container                   = pb.CreateMode_CONTAINER
+	PersistentWithTTL           = pb.CreateMode_PERSISTENT_WITH_TTL
+	PersistentSequentialWithTTL = pb.CreateMode_PERSISTENT_SEQUENTIAL_WITH_TTL
+)
+
+// AnyVersion matches any version in Set, Delete and Check.
+const AnyVersion int32 = -1
+
+// ACL is one access-control entry; an empty list means world:anyone, all permissions.
+type ACL = pb.ACL
+
+// CreateOptions configure Create.
+type CreateOptions struct {
+	Mode CreateMode
+	TTL  int64 // milliseconds, for the TTL modes
+	ACL  []*ACL
+}
+
+// Create creates path with data and returns the created path (with the
+// sequence suffix for sequential modes).
+func (c *Client) Create(ctx context.Context, path string, data []byte, opts CreateOptions) (string, *Stat, error) {
+	var resp *pb.CreateResponse
+	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.Create(ctx, &pb.CreateRequest{SessionId: sid, Path: path, Data: data, Acl: opts.ACL, Mode: opts.Mode, TtlMs: opts.TTL})
+		return resp.GetHeader(), err
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return resp.GetPath(), resp.GetStat(), nil
+}
+
+func optVersion(v int32) *int32 {
+	if v < 0 {
+		return nil
+	}
+	return &v
+}
+
+// Delete deletes path if its version matches (AnyVersion for any).
+func (c *Client) Delete(ctx context.Context, path string, version int32) error {
+	return c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+		r, err := api.Delete(ctx, &pb.DeleteRequest{SessionId: sid, Path: path, Version: optVersion(version)})
+		return r.GetHeader(), err
+	})
+}
+
+// Set replaces path's data if its version matches (AnyVersion for any).
+func (c *Client) Set(ctx context.Context, path string, data []byte, version int32) (*Stat, error) {
+	var resp *pb.SetDataResponse
+	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.SetData(ctx, &pb.SetDataRequest{SessionId: sid, Path: path, Data: data, Version: optVersion(version)})
+		return resp.GetHeader(), err
+	})
+	return resp.GetStat(), err
+}
+
+// SetACL replaces path's ACL if its ACL version matches (AnyVersion for any).
+func (c *Client) SetACL(ctx context.Context, path string, acl []*ACL, aversion int32) (*Stat, error) {
+	var resp *pb.SetACLResponse
+	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.SetACL(ctx, &pb.SetACLRequest{SessionId: sid, Path: path, Acl: acl, Aversion: optVersion(aversion)})
+		return resp.GetHeader(), err
+	})
+	return resp.GetStat(), err
+}
+
+// ReadOption tunes one read.
+type ReadOption func(*pb.ReadRequest)
+
+// WithConsistency overrides the client's default read consistency.
+func WithConsistency(cons Consistency) ReadOption {
+	return func(r *pb.ReadRequest) {
+		if cons == Sequential {
+			r.Consistency = pb.Consistency_SEQUENTIAL
+		} else {
+			r.Consistency = pb.Consistency_LINEARIZABLE
+		}
+	}
+}
+
+func (c *Client) readReq(path string, watch bool, opts []ReadOption) *pb.ReadRequest {
+	r := &pb.ReadRequest{Path: path, Watch: watch}
+	WithConsistency(c.cfg.Consistency)(r)
+	for _, o := range opts {
+		o(r)
+	}
+	r.MinZxid = c.LastZxid()
+	return r
+}
+
+func (c *Client) get(ctx context.Context, path string, w *watchReg, opts []ReadOption) ([]byte, *Stat, error) {
+	var resp *pb.GetDataResponse
+	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		req := c.readReq(path, w != nil, opts)
+		req.SessionId = sid
+		resp, err = api.GetData(ctx, req)
+		return resp.GetHeader(), err
+	})
+	if err != nil {
+		c.watches.cancel(w)
+		return nil, nil, err
+	}
+	return resp.GetData(), resp.GetStat(), nil
+}
+
+// Get returns path's data and stat.
+func (c *Client) Get(ctx context.Context, path string, opts ...ReadOption) ([]byte, *Stat, error) {
+	return c.get(ctx, path, nil, opts)
+}
+
+// GetW is Get plus a one-shot watch on the node's data (fires on change or delete).
+func (c *Client) GetW(ctx context.Context, path string, opts ...ReadOption) ([]byte, *Stat, <-chan Event, error) {
+	w := c.watches.add(path, kindData)
+	data, st, err := c.get(ctx, path, w, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return data, st, w.ch, nil
+}
+
+func (c *Client) exists(ctx context.Context, path string, w *watchReg, opts []ReadOption) (bool, *Stat, error) {
+	var resp *pb.ExistsResponse
+	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		req := c.readReq(path, w != nil, opts)
+		req.SessionId = sid
+		resp, err = api.Exists(ctx, req)
+		return resp.GetHeader(), err
+	})
+	if err != nil {
+		c.watches.cancel(w)
+		return false, nil, err
+	}
+	return resp.GetExists(), resp.GetStat(), nil
+}
+
+// Exists reports whether path exists, with its stat when it does.
+func (c *Client) Exists(ctx context.Context, path string, opts ...ReadOption) (bool, *Stat, error) {
+	return c.exists(ctx, path, nil, opts)
+}
+
+// ExistsW is Exists plus a one-shot watch that fires when the node is
+// created, changed or deleted.
+func (c *Client) ExistsW(ctx context.Context, path string, opts ...ReadOption) (bool, *Stat, <-chan Event, error) {
+	w := c.watches.add(path, kindExist)
+	ok, st, err := c.exists(ctx, path, w, opts)
+	if err != nil {
+		return false, nil, nil, err
+	}
+	return ok, st, w.ch, nil
+}
+
+func (c *Client) children(ctx context.Context, path string, w *watchReg, opts []ReadOption) ([]string, *Stat, error) {
+	var resp *pb.GetChildrenResponse
+	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		req := c.readReq(path, w != nil, opts)
+		req.SessionId = sid
+		resp, err = api.GetChildren(ctx, req)
+		return resp.GetHeader(), err
+	})
+	if err != nil {
+		c.watches.cancel(w)
+		return nil, nil, err
+	}
+	return resp.GetChildren(), resp.GetStat(), nil
+}
+
+// Children returns the sorted child names of path.
+func (c *Client) Children(ctx context.Context, path string, opts ...ReadOption) ([]string, *Stat, error) {
+	return c.children(ctx, path, nil, opts)
+}
+
+// ChildrenW is Children plus a one-shot watch on the child list (fires on a
+// child created or deleted, or the node deleted).
+func (c *Client) ChildrenW(ctx context.Context, path string, opts ...ReadOption) ([]string, *Stat, <-chan Event, error) {
+	w := c.watches.add(path, kindChild)
+	kids, st, err := c.children(ctx, path, w, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return kids, st, w.ch, nil
+}
+
+// GetACL returns path's ACL and stat.
+func (c *Client) GetACL(ctx context.Context, path string, opts ...ReadOption) ([]*ACL, *Stat, error) {
+	var resp *pb.GetACLResponse
+	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		req := c.readReq(path, false, opts)
+		resp, err = api.GetACL(ctx, req)
+		return resp.GetHeader(), err
+	})
+	return resp.GetAcl(), resp.GetStat(), err
+}
+
+// Sync waits until the connected server has applied every write committed
+// before the call, so the next sequential read is linearizable.
+func (c *Client) Sync(ctx context.Context) error {
+	return c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+		r, err := api.Sync(ctx, &pb.SyncRequest{})
+		return r.GetHeader(), err
+	})
+}
+
+// Op is one operation of a Multi; build them with CreateOp, DeleteOp, SetOp, CheckOp.
+type Op = pb.Op
+
+func CreateOp(path string, data []byte, opts CreateOptions) *Op {
+	return &pb.Op{Op: &pb.Op_Create{Create: &pb.CreateRequest{Path: path, Data: data, Acl: opts.ACL, Mode: opts.Mode, TtlMs: opts.TTL}}}
+}
+func DeleteOp(path string, version int32) *Op {
+	return &pb.Op{Op: &pb.Op_Delete{Delete: &pb.DeleteRequest{Path: path, Version: optVersion(version)}}}
+}
+func SetOp(path string, data []byte, version int32) *Op {
+	return &pb.Op{Op: &pb.Op_SetData{SetData: &pb.SetDataRequest{Path: path, Data: data, Version: optVersion(version)}}}
+}
+func CheckOp(path string, version int32) *Op {
+	return &pb.Op{Op: &pb.Op_Check{Check: &pb.CheckOp{Path: path, Version: optVersion(version)}}}
+}
+
+// OpResult is one operation's outcome in a Multi.
+type OpResult = pb.OpResult
+
+// Multi applies ops atomically: all or none. On failure it returns the
+// failing op's error together with the per-op results.
+func (c *Client) Multi(ctx context.Context, ops ...*Op) ([]*OpResult, error) {
+	var resp *pb.MultiResponse
+	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.Multi(ctx, &pb.MultiRequest{SessionId: sid, Ops: ops})
+		return resp.GetHeader(), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if resp.GetErrorCode() != 0 {
+		return resp.GetResults(), zkError(resp.GetErrorCode())
+	}
+	return resp.GetResults(), nil
+}
+
+// Status returns the connected server's view of the cluster.
+func (c *Client) Status(ctx context.Context) (*pb.StatusResponse, error) {
+	var resp *pb.StatusResponse
+	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.Status(ctx, &pb.StatusRequest{})
+		return resp.GetHeader(), err
+	})
+	return resp, err
+}
+
+// TransferLeader asks the cluster to move leadership to member id.
+func (c *Client) TransferLeader(ctx context.Context, id uint64) error {
+	return c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+		r, err := api.TransferLeader(ctx, &pb.TransferLeaderRequest{TargetId: id})
+		return r.GetHeader(), err
+	})
+}

@@ -1,0 +1,318 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+func zkError(code int32) error { return errs.FromZKCode(code) }
+
+// EventType says what happened; node events use ZooKeeper's codes.
+type EventType int32
+
+const (
+	EventNodeCreated         EventType = 1
+	EventNodeDeleted         EventType = 2
+	EventNodeDataChanged     EventType = 3
+	EventNodeChildrenChanged EventType = 4
+	// EventSessionExpired: the session is gone; no more events will come.
+	EventSessionExpired EventType = -112
+	// EventSessionClosed: the client was closed.
+	EventSessionClosed EventType = -1000
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventNodeCreated:
+		return "NodeCreated"
+	case EventNodeDeleted:
+		return "NodeDeleted"
+	case EventNodeDataChanged:
+		return "NodeDataChanged"
+	case EventNodeChildrenChanged:
+		return "NodeChildrenChanged"
+	case EventSessionExpired:
+		return "SessionExpired"
+	case EventSessionClosed:
+		return "SessionClosed"
+	}
+	return "Unknown"
+}
+
+// Event is a watch notification. Zxid is the change's zxid, or -1 when the
+// event was synthesized on re-registration after a reconnect.
+type Event struct {
+	Type EventType
+	Path string
+	Zxid int64
+}
+
+type watchKind int
+
+const (
+	kindData watchKind = iota
+	kindExist
+	kindChild
+	kindPersistent
+	kindRecursive
+)
+
+type watchReg struct {
+	path string
+	kind watchKind
+	ch   chan Event
+}
+
+// watchRegistry maps the client's watches to their channels. One-shot
+// watches get a channel that receives one event and is closed; persistent
+// ones a buffered channel that stays open until removed or the session ends.
+type watchRegistry struct {
+	mu   sync.Mutex
+	regs map[*watchReg]struct{}
+}
+
+func newWatchRegistry() *watchRegistry { return &watchRegistry{regs: map[*watchReg]struct{}{}} }
+
+func (r *watchRegistry) add(path string, k watchKind) *watchReg {
+	size := 1
+	if k >= kindPersistent {
+		size = 1024
+	}
+	w := &watchReg{path: path, kind: k, ch: make(chan Event, size)}
+	r.mu.Lock()
+	r.regs[w] = struct{}{}
+	r.mu.Unlock()
+	return w
+}
+
+func (r *watchRegistry) cancel(w *watchReg) {
+	if w == nil {
+		return
+	}
+	r.mu.Lock()
+	_, ok := r.regs[w]
+	delete(r.regs, w)
+	r.mu.Unlock()
+	if ok {
+		close(w.ch)
+	}
+}
+
+func matches(w *watchReg, ev Event) bool {
+	switch w.kind {
+	case kindData, kindExist:
+		return w.path == ev.Path && ev.Type != EventNodeChildrenChanged
+	case kindChild:
+		return w.path == ev.Path && (ev.Type == EventNodeChildrenChanged || ev.Type == EventNodeDeleted)
+	case kindPersistent:
+		return w.path == ev.Path
+	case kindRecursive:
+		return ev.Type != EventNodeChildrenChanged && (w.path == ev.Path || w.path == "/" ||
+			strings.HasPrefix(ev.Path, w.path+"/"))
+	}
+	return false
+}
+
+// dispatch delivers ev to every matching watch. Persistent watch channels
+// apply backpressure: a consumer that stops reading stalls event delivery.
+func (r *watchRegistry) dispatch(ev Event, stop <-chan struct{}) {
+	r.mu.Lock()
+	var fire []*watchReg
+	for w := range r.regs {
+		if matches(w, ev) {
+			fire = append(fire, w)
+			if w.kind < kindPersistent {
+				delete(r.regs, w)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range fire {
+		if w.kind < kindPersistent {
+			w.ch <- ev
+			close(w.ch)
+			continue
+		}
+		select {
+		case w.ch <- ev:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// lists returns the paths to re-register, per kind.
+func (r *watchRegistry) lists() (data, exist, child, persistent, recursive []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.regs {
+		switch w.kind {
+		case kindData:
+			data = append(data, w.path)
+		case kindExist:
+			exist = append(exist, w.path)
+		case kindChild:
+			child = append(child, w.path)
+		case kindPersistent:
+			persistent = append(persistent, w.path)
+		case kindRecursive:
+			recursive = append(recursive, w.path)
+		}
+	}
+	return
+}
+
+func (r *watchRegistry) closeAll(t EventType) {
+	r.mu.Lock()
+	regs := r.regs
+	r.regs = map[*watchReg]struct{}{}
+	r.mu.Unlock()
+	for w := range regs {
+		select {
+		case w.ch <- Event{Type: t}:
+		default:
+		}
+		close(w.ch)
+	}
+}
+
+// AddWatch adds a persistent watch on path (recursive: on its whole subtree,
+// without child-list events, as ZooKeeper 3.6's addWatch). Events arrive on
+// the returned channel until remove is called or the session ends.
+func (c *Client) AddWatch(ctx context.Context, path string, recursive bool) (<-chan Event, func(), error) {
+	k, mode := kindPersistent, pb.WatchMode_PERSISTENT_WATCH
+	if recursive {
+		k, mode = kindRecursive, pb.WatchMode_PERSISTENT_RECURSIVE_WATCH
+	}
+	w := c.watches.add(path, k)
+	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+		r, err := api.AddWatch(ctx, &pb.AddWatchRequest{SessionId: sid, Path: path, Mode: mode})
+		return r.GetHeader(), err
+	})
+	if err != nil {
+		c.watches.cancel(w)
+		return nil, nil, err
+	}
+	remove := func() {
+		c.watches.cancel(w)
+		// Tell the server only when no other local watch still needs the path.
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+		defer cancel()
+		_ = c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+			if c.watches.has(path, k) {
+				return nil, nil
+			}
+			r, err := api.RemoveWatches(ctx, &pb.RemoveWatchesRequest{SessionId: sid, Path: path, Type: pb.WatcherType_WATCHER_ANY})
+			if errors.Is(errs.FromGRPC(err), errs.ErrNoWatcher) {
+				err = nil
+			}
+			return r.GetHeader(), err
+		})
+	}
+	return w.ch, remove, nil
+}
+
+func (r *watchRegistry) has(path string, k watchKind) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.regs {
+		if w.path == path && w.kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// watchLoop keeps one watch stream open to the current server and dispatches
+// its events. After a reconnect it re-registers every watch relative to the
+// last zxid seen, so changes made meanwhile fire at once.
+func (c *Client) watchLoop() {
+	defer c.wg.Done()
+	first := true
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		c.mu.Lock()
+		api, gen, sid, last, expired := c.mu.api, c.mu.gen, c.mu.session, c.mu.lastZxid, c.mu.expired
+		c.mu.Unlock()
+		if expired {
+			return
+		}
+		if api == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+			c.reconnect(ctx, gen)
+			cancel()
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(backoff(attempt)):
+			}
+			continue
+		}
+		req := &pb.WatchRequest{SessionId: sid, RelativeZxid: last}
+		if !first {
+			req.Data, req.Exist, req.Child, req.Persistent, req.PersistentRecursive = c.watches.lists()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-c.stop:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		stream, err := api.Watch(ctx, req)
+		if err == nil {
+			err = c.readStream(stream)
+			if err == nil {
+				first = false
+			}
+		}
+		cancel()
+		err = errs.FromGRPC(err)
+		if errors.Is(err, ErrSessionExpired) {
+			c.markExpired()
+			return
+		}
+		if errors.Is(err, ErrConnectionLoss) {
+			c.dropConn(gen)
+		}
+		first = false
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(backoff(attempt)):
+		}
+	}
+}
+
+func (c *Client) readStream(stream pb.Meridian_WatchClient) error {
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if ev.GetSessionExpired() {
+			return ErrSessionExpired
+		}
+		if ev.GetReady() {
+			continue
+		}
+		e := Event{Type: EventType(ev.GetType()), Path: ev.GetPath(), Zxid: ev.GetZxid()}
+		c.mu.Lock()
+		if e.Zxid > c.mu.lastZxid {
+			c.mu.lastZxid = e.Zxid
+		}
+		c.mu.Unlock()
+		c.watches.dispatch(e, c.stop)
+	}
+}

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+var (
+	flagEndpoints string
+	flagOutput    string
+	flagTimeout   time.Duration
+	flagSeq       bool
+)
+
+func addClientCommands(root *cobra.Command) {
+	pf := root.PersistentFlags()
+	pf.StringVar(&flagEndpoints, "endpoints", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003", "comma-separated gRPC endpoints")
+	pf.StringVarP(&flagOutput, "output", "o", "text", "output format: text or json")
+	pf.DurationVar(&flagTimeout, "timeout", 10*time.Second, "per-command timeout")
+	pf.BoolVar(&flagSeq, "sequential", false, "reads: serve from the connected server's local state (ZooKeeper-style) instead of linearizable")
+
+	var ephemeral, sequential, container bool
+	var ttl time.Duration
+	create := &cobra.Command{
+		Use:   "create PATH [DATA]",
+		Short: "Create a znode",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode := client.Persistent
+			switch {
+			case container:
+				mode = client.Container
+			case ttl > 0 && sequential:
+				mode = client.PersistentSequentialWithTTL
+			case ttl > 0:
+				mode = client.PersistentWithTTL
+			case ephemeral && sequential:
+				mode = client.EphemeralSequential
+			case ephemeral:
+				mode = client.Ephemeral
+			case sequential:
+				mode = client.PersistentSequential
+			}
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				path, st, err := c.Create(ctx, args[0], dataArg(args, 1), client.CreateOptions{Mode: mode, TTL: ttl.Milliseconds()})
+				if err != nil {
+					return err
+				}
+				if ephemeral {
+					fmt.Fprintln(os.Stderr, "note: an ephemeral node is deleted when this command's session closes")
+				}
+				return output(map[string]any{"path": path, "stat": st}, func() { fmt.Println(path) })
+			})
+		},
+	}
+	create.Flags().BoolVarP(&ephemeral, "ephemeral", "e", false, "ephemeral (lives as long as the session)")
+	create.Flags().BoolVarP(&sequential, "sequential", "s", false, "append a monotonic sequence number")
+	create.Flags().BoolVarP(&container, "container", "c", false, "container node (removed once its last child goes)")
+	create.Flags().DurationVar(&ttl, "ttl", 0, "TTL node: removed if unchanged and childless for this long")
+
+	get := &cobra.Command{
+		Use: "get PATH", Short: "Print a znode's data", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				data, st, err := c.Get(ctx, args[0], readOpt())
+				if err != nil {
+					return err
+				}
+				return output(map[string]any{"data": string(data), "stat": st}, func() { fmt.Println(string(data)) })
+			})
+		},
+	}
+
+	var version int32
+	set := &cobra.Command{
+		Use: "set PATH DATA", Short: "Replace a znode's data", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				st, err := c.Set(ctx, args[0], []byte(args[1]), version)
+				if err != nil {
+					return err
+				}
+				return output(st, func() { printStat(st) })
+			})
+		},
+	}
+	set.Flags().Int32Var(&version, "version", -1, "expected version (-1: any)")
+
+	var rmVersion int32
+	rm := &cobra.Command{
+		Use: "rm PATH", Short: "Delete a znode", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				return c.Delete(ctx, args[0], rmVersion)
+			})
+		},
+	}
+	rm.Flags().Int32Var(&rmVersion, "version", -1, "expected version (-1: any)")
+
+	ls := &cobra.Command{
+		Use: "ls PATH", Short: "List a znode's children", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				kids, _, err := c.Children(ctx, args[0], readOpt())
+				if err != nil {
+					return err
+				}
+				return output(kids, func() {
+					for _, k := range kids {
+						fmt.Println(k)
+					}
+				})
+			})
+		},
+	}
+
+	stat := &cobra.Command{
+		Use: "stat PATH", Short: "Print a znode's Stat", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				ok, st, err := c.Exists(ctx, args[0], readOpt())
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errs.ErrNoNode
+				}
+				return output(st, func() { printStat(st) })
+			})
+		},
+	}
+
+	var recursive bool
+	watchCmd := &cobra.Command{
+		Use:   "watch PATH",
+		Short: "Print changes to a znode (-r: its whole subtree) until Ctrl-C",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), flagTimeout)
+			ch, _, err := c.AddWatch(ctx, args[0], recursive)
+			cancel()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "watching %s (recursive=%v) via %s; Ctrl-C to stop\n", args[0], recursive, c.Endpoint())
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			for {
+				select {
+				case <-sig:
+					return nil
+				case ev, ok := <-ch:
+					if !ok {
+						return fmt.Errorf("watch ended")
+					}
+					if err := output(map[string]any{"type": ev.Type.String(), "path": ev.Path, "zxid": ev.Zxid},
+						func() { fmt.Printf("%s %s zxid=%d\n", ev.Type, ev.Path, ev.Zxid) }); err != nil {
+						return err
+					}
+					if ev.Type == client.EventSessionExpired {
+						return errs.ErrSessionExpired
+					}
+				}
+			}
+		},
+	}
+	watchCmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "watch the whole subtree")
+
+	status := &cobra.Command{
+		Use: "status", Short: "Show every endpoint's view of the cluster",
+		RunE: func(cmd *cobra.Command, args []string) error { return statusAll() },
+	}
+
+	leader := &cobra.Command{Use: "leader", Short: "Leadership commands"}
+	leader.AddCommand(&cobra.Command{
+		Use: "transfer MEMBER_ID", Short: "Move leadership to a member", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil {
+				return err
+			}
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				return c.TransferLeader(ctx, id)
+			})
+		},
+	})
+	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader)
+}
+
+func dataArg(args []string, i int) []byte {
+	if len(args) > i {
+		return []byte(args[i])
+	}
+	return nil
+}
+
+func readOpt() client.ReadOption {
+	if flagSeq {
+		return client.WithConsistency(client.Sequential)
+	}
+	return client.WithConsistency(client.Linearizable)
+}
+
+func endpoints() []string {
+	var out []string
+	for _, e := range strings.Split(flagEndpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func dial() (*client.Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), flagTimeout)
+	defer cancel()
+	return client.New(ctx, client.Config{Endpoints: endpoints(), RequestTimeout: flagTimeout, SessionTimeout: 10 * time.Second})
+}
+
+func withClient(fn func(context.Context, *client.Client) error) error {
+	c, err := dial()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), flagTimeout)
+	defer cancel()
+	err = fn(ctx, c)
+	if cerr := c.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return err
+}
+
+func output(v any, text func()) error {
+	if flagOutput == "json" {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	text()
+	return nil
+}
+
+func printStat(st *client.Stat) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 1, ' ', 0)
+	fmt.Fprintf(w, "czxid\t%d\nmzxid\t%d\nctime\t%s\nmtime\t%s\nversion\t%d\ncversion\t%d\naversion\t%d\nephemeralOwner\t0x%x\ndataLength\t%d\nnumChildren\t%d\npzxid\t%d\n",
+		st.GetCzxid(), st.GetMzxid(), time.UnixMilli(st.GetCtime()).UTC().Format(time.RFC3339Nano),
+		time.UnixMilli(st.GetMtime()).UTC().Format(time.RFC3339Nano), st.GetVersion(), st.GetCversion(),
+		st.GetAversion(), st.GetEphemeralOwner(), st.GetDataLength(), st.GetNumChildren(), st.GetPzxid())
+	w.Flush()
+}
+
+// statusAll asks every endpoint directly (no session) so a down member shows as such.
+func statusAll() error {
+	type row struct {
+		Endpoint string             `json:"endpoint"`
+		Error    string             `json:"error,omitempty"`
+		Status   *pb.StatusResponse `json:"status,omitempty"`
+	}
+	var rows []row
+	for _, ep := range endpoints() {
+		r := row{Endpoint: ep}
+		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			r.Status, err = pb.NewMeridianClient(conn).Status(ctx, &pb.StatusRequest{})
+			cancel()
+			conn.Close()
+		}
+		if err != nil {
+			r.Error = errs.FromGRPC(err).Error()
+		}
+		rows = append(rows, r)
+	}
+	return output(rows, func() {
+		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "ENDPOINT\tMEMBER\tROLE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tZNODES\tSESSIONS\tWATCHES")
+		for _, r := range rows {
+			if r.Status == nil {
+				fmt.Fprintf(w, "%s\t-\tdown\t-\t-\t-\t-\t-\t-\t-\t(%s)\n", r.Endpoint, r.Error)
+				continue
+			}
+			s := r.Status
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", r.Endpoint, s.GetMemberId(), s.GetRole(),
+				s.GetLeaderId(), s.GetTerm(), s.GetCommitIndex(), s.GetAppliedIndex(), s.GetZnodes(), s.GetSessions(), s.GetWatches())
+		}
+		w.Flush()
+	})
+}

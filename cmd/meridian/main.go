@@ -1,0 +1,25 @@
+// Command meridian is Meridian's single binary: the server, a local
+// development cluster, and a client CLI for the native API.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "meridian",
+		Short:         "Meridian: a coordination service built for wide-area round trips",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serverCmd(), devCmd())
+	addClientCommands(root)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}

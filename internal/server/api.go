@@ -1,0 +1,449 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/session"
+	"github.com/meridian-coord/meridian/internal/tree"
+	"github.com/meridian-coord/meridian/internal/watch"
+)
+
+// api implements the native gRPC service. Each method translates, calls the
+// server, and maps errors once through errs.GRPCStatus.
+type api struct {
+	pb.UnimplementedMeridianServer
+	s *Server
+}
+
+func (a *api) header(zxid uint64) *pb.Header {
+	st := a.s.rep.Status()
+	if zxid == 0 {
+		zxid = a.s.appliedIndex()
+	}
+	return &pb.Header{Zxid: int64(zxid), MemberId: a.s.cfg.ID, LeaderId: st.Leader, Term: st.Term}
+}
+
+func (a *api) done(method string, err error) error {
+	a.s.metrics.requests.WithLabelValues(method, codeLabel(err)).Inc()
+	return errs.GRPCStatus(err)
+}
+
+func codeLabel(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return status.Code(errs.GRPCStatus(err)).String()
+}
+
+func version(v *int32) int32 {
+	if v == nil {
+		return -1
+	}
+	return *v
+}
+
+func toStat(st tree.Stat) *pb.Stat {
+	return &pb.Stat{
+		Czxid: st.Czxid, Mzxid: st.Mzxid, Ctime: st.Ctime, Mtime: st.Mtime,
+		Version: st.Version, Cversion: st.Cversion, Aversion: st.Aversion,
+		EphemeralOwner: st.EphemeralOwner, DataLength: st.DataLength,
+		NumChildren: st.NumChildren, Pzxid: st.Pzxid,
+	}
+}
+
+func fromACL(in []*pb.ACL) []tree.ACL {
+	if len(in) == 0 {
+		return tree.OpenACL
+	}
+	out := make([]tree.ACL, len(in))
+	for i, a := range in {
+		out[i] = tree.ACL{Perms: a.GetPerms(), ID: tree.ID{Scheme: a.GetScheme(), ID: a.GetId()}}
+	}
+	return out
+}
+
+func toACL(in []tree.ACL) []*pb.ACL {
+	out := make([]*pb.ACL, len(in))
+	for i, a := range in {
+		out[i] = &pb.ACL{Perms: a.Perms, Scheme: a.ID.Scheme, Id: a.ID.ID}
+	}
+	return out
+}
+
+func createOp(r *pb.CreateRequest) tree.Op {
+	return tree.Op{Type: tree.OpCreate, Path: r.GetPath(), Data: r.GetData(), ACL: fromACL(r.GetAcl()),
+		Mode: tree.CreateMode(r.GetMode()), TTLMs: r.GetTtlMs()}
+}
+
+// write proposes a single-op command and returns its op result.
+func (a *api) write(ctx context.Context, session int64, op tree.Op) (tree.OpResult, uint64, error) {
+	res, idx, err := a.s.propose(ctx, &tree.Command{Session: session, Op: op})
+	if err != nil {
+		return tree.OpResult{}, 0, err
+	}
+	if res.Err != nil {
+		return tree.OpResult{}, idx, res.Err
+	}
+	return res.Op, idx, nil
+}
+
+func (a *api) Create(ctx context.Context, r *pb.CreateRequest) (*pb.CreateResponse, error) {
+	res, idx, err := a.write(ctx, r.GetSessionId(), createOp(r))
+	if err != nil {
+		return nil, a.done("Create", err)
+	}
+	return &pb.CreateResponse{Header: a.header(idx), Path: res.Path, Stat: toStat(res.Stat)}, a.done("Create", nil)
+}
+
+func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteResponse, error) {
+	_, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpDelete, Path: r.GetPath(), Version: version(r.Version)})
+	if err != nil {
+		return nil, a.done("Delete", err)
+	}
+	return &pb.DeleteResponse{Header: a.header(idx)}, a.done("Delete", nil)
+}
+
+func (a *api) SetData(ctx context.Context, r *pb.SetDataRequest) (*pb.SetDataResponse, error) {
+	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetData, Path: r.GetPath(), Data: r.GetData(), Version: version(r.Version)})
+	if err != nil {
+		return nil, a.done("SetData", err)
+	}
+	return &pb.SetDataResponse{Header: a.header(idx), Stat: toStat(res.Stat)}, a.done("SetData", nil)
+}
+
+func (a *api) SetACL(ctx context.Context, r *pb.SetACLRequest) (*pb.SetACLResponse, error) {
+	if len(r.GetAcl()) == 0 {
+		return nil, a.done("SetACL", errs.ErrInvalidACL)
+	}
+	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetACL, Path: r.GetPath(), ACL: fromACL(r.GetAcl()), Version: version(r.Aversion)})
+	if err != nil {
+		return nil, a.done("SetACL", err)
+	}
+	return &pb.SetACLResponse{Header: a.header(idx), Stat: toStat(res.Stat)}, a.done("SetACL", nil)
+}
+
+func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse, error) {
+	if len(r.GetOps()) > tree.MaxMultiOps {
+		return nil, a.done("Multi", errs.ErrRequestTooLarge)
+	}
+	ops := make([]tree.Op, 0, len(r.GetOps()))
+	for _, o := range r.GetOps() {
+		switch x := o.GetOp().(type) {
+		case *pb.Op_Create:
+			ops = append(ops, createOp(x.Create))
+		case *pb.Op_Delete:
+			ops = append(ops, tree.Op{Type: tree.OpDelete, Path: x.Delete.GetPath(), Version: version(x.Delete.Version)})
+		case *pb.Op_SetData:
+			ops = append(ops, tree.Op{Type: tree.OpSetData, Path: x.SetData.GetPath(), Data: x.SetData.GetData(), Version: version(x.SetData.Version)})
+		case *pb.Op_Check:
+			ops = append(ops, tree.Op{Type: tree.OpCheck, Path: x.Check.GetPath(), Version: version(x.Check.Version)})
+		default:
+			return nil, a.done("Multi", errs.ErrBadArguments)
+		}
+	}
+	res, idx, err := a.s.propose(ctx, &tree.Command{Session: r.GetSessionId(), Op: tree.Op{Type: tree.OpMulti}, Ops: ops})
+	if err != nil {
+		return nil, a.done("Multi", err)
+	}
+	out := &pb.MultiResponse{Header: a.header(idx), ErrorCode: errs.ZKCode(res.Err)}
+	for _, r := range res.Multi {
+		or := &pb.OpResult{ErrorCode: errs.ZKCode(r.Err), Path: r.Path}
+		if r.Err != nil {
+			or.Error = r.Err.Error()
+		}
+		if r.Type == tree.OpCreate || r.Type == tree.OpSetData {
+			or.Stat = toStat(r.Stat)
+		}
+		out.Results = append(out.Results, or)
+	}
+	return out, a.done("Multi", nil)
+}
+
+// read runs fn under the tree's read lock after the consistency barrier, and
+// registers a watch of kind k for the session if asked (and fn succeeded, or
+// for exists, whatever it returned).
+func (a *api) read(ctx context.Context, r *pb.ReadRequest, k watch.Kind, fn func(t *tree.Tree) error) (uint64, error) {
+	if r.GetWatch() && r.GetSessionId() == 0 {
+		return 0, errs.ErrBadArguments
+	}
+	if err := tree.ValidatePath(r.GetPath(), false); err != nil {
+		return 0, err
+	}
+	if err := a.s.readBarrier(ctx, r.GetConsistency() == pb.Consistency_LINEARIZABLE, r.GetMinZxid()); err != nil {
+		return 0, err
+	}
+	a.s.mu.RLock()
+	defer a.s.mu.RUnlock()
+	if r.GetWatch() {
+		if _, ok := a.s.mu.tree.Session(r.GetSessionId()); !ok {
+			return 0, errs.ErrSessionExpired
+		}
+	}
+	err := fn(a.s.mu.tree)
+	if r.GetWatch() && (err == nil || (k == watch.KindExist && errors.Is(err, errs.ErrNoNode))) {
+		h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
+		if werr := a.s.watches.Add(h, r.GetPath(), k); werr != nil {
+			return 0, werr
+		}
+	}
+	return a.s.mu.applied, err
+}
+
+func (a *api) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataResponse, error) {
+	var data []byte
+	var st tree.Stat
+	idx, err := a.read(ctx, r, watch.KindData, func(t *tree.Tree) (err error) {
+		data, st, err = t.Get(r.GetPath())
+		return err
+	})
+	if err != nil {
+		return nil, a.done("GetData", err)
+	}
+	return &pb.GetDataResponse{Header: a.header(idx), Data: data, Stat: toStat(st)}, a.done("GetData", nil)
+}
+
+func (a *api) Exists(ctx context.Context, r *pb.ReadRequest) (*pb.ExistsResponse, error) {
+	var st tree.Stat
+	idx, err := a.read(ctx, r, watch.KindExist, func(t *tree.Tree) (err error) {
+		st, err = t.Exists(r.GetPath())
+		return err
+	})
+	if errors.Is(err, errs.ErrNoNode) {
+		return &pb.ExistsResponse{Header: a.header(idx), Exists: false}, a.done("Exists", nil)
+	}
+	if err != nil {
+		return nil, a.done("Exists", err)
+	}
+	return &pb.ExistsResponse{Header: a.header(idx), Exists: true, Stat: toStat(st)}, a.done("Exists", nil)
+}
+
+func (a *api) GetChildren(ctx context.Context, r *pb.ReadRequest) (*pb.GetChildrenResponse, error) {
+	var kids []string
+	var st tree.Stat
+	idx, err := a.read(ctx, r, watch.KindChild, func(t *tree.Tree) (err error) {
+		kids, st, err = t.Children(r.GetPath())
+		return err
+	})
+	if err != nil {
+		return nil, a.done("GetChildren", err)
+	}
+	return &pb.GetChildrenResponse{Header: a.header(idx), Children: kids, Stat: toStat(st)}, a.done("GetChildren", nil)
+}
+
+func (a *api) GetACL(ctx context.Context, r *pb.ReadRequest) (*pb.GetACLResponse, error) {
+	if r.GetWatch() {
+		return nil, a.done("GetACL", errs.ErrBadArguments)
+	}
+	var acl []tree.ACL
+	var st tree.Stat
+	idx, err := a.read(ctx, r, watch.KindData, func(t *tree.Tree) (err error) {
+		acl, st, err = t.GetACL(r.GetPath())
+		return err
+	})
+	if err != nil {
+		return nil, a.done("GetACL", err)
+	}
+	return &pb.GetACLResponse{Header: a.header(idx), Acl: toACL(acl), Stat: toStat(st)}, a.done("GetACL", nil)
+}
+
+func (a *api) Sync(ctx context.Context, r *pb.SyncRequest) (*pb.SyncResponse, error) {
+	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+		return nil, a.done("Sync", err)
+	}
+	return &pb.SyncResponse{Header: a.header(0)}, a.done("Sync", nil)
+}
+
+// ---- sessions ----
+
+func (a *api) CreateSession(ctx context.Context, r *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
+	timeout := session.Negotiate(time.Duration(r.GetTimeoutMs())*time.Millisecond, a.s.cfg.sessionTick())
+	pw := make([]byte, 16)
+	if _, err := rand.Read(pw); err != nil {
+		return nil, a.done("CreateSession", err)
+	}
+	res, idx, err := a.s.propose(ctx, &tree.Command{Op: tree.Op{Type: tree.OpCreateSession}, TimeoutMs: int32(timeout.Milliseconds()), Password: pw})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, a.done("CreateSession", err)
+	}
+	return &pb.CreateSessionResponse{Header: a.header(idx), SessionId: res.SessionID, TimeoutMs: int32(timeout.Milliseconds()), Password: pw}, a.done("CreateSession", nil)
+}
+
+func (a *api) liveSession(id int64) (tree.SessionInfo, error) {
+	a.s.mu.RLock()
+	si, ok := a.s.mu.tree.Session(id)
+	a.s.mu.RUnlock()
+	if !ok {
+		return si, errs.ErrSessionExpired
+	}
+	return si, nil
+}
+
+func (a *api) KeepAlive(ctx context.Context, r *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
+	si, err := a.liveSession(r.GetSessionId())
+	if err != nil {
+		return nil, a.done("KeepAlive", err)
+	}
+	a.s.touch(si.ID)
+	return &pb.KeepAliveResponse{Header: a.header(0), TimeoutMs: si.TimeoutMs}, a.done("KeepAlive", nil)
+}
+
+func (a *api) CloseSession(ctx context.Context, r *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
+	res, idx, err := a.s.propose(ctx, &tree.Command{Session: r.GetSessionId(), Op: tree.Op{Type: tree.OpCloseSession}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, a.done("CloseSession", err)
+	}
+	return &pb.CloseSessionResponse{Header: a.header(idx)}, a.done("CloseSession", nil)
+}
+
+func (a *api) AttachSession(ctx context.Context, r *pb.AttachSessionRequest) (*pb.AttachSessionResponse, error) {
+	// A server behind the client's last seen zxid must not serve it stale
+	// data: wait until it has caught up (bounded by the request timeout).
+	if err := a.s.readBarrier(ctx, false, r.GetLastZxid()); err != nil {
+		return nil, a.done("AttachSession", err)
+	}
+	si, err := a.liveSession(r.GetSessionId())
+	if err == nil && subtle.ConstantTimeCompare(si.Password, r.GetPassword()) != 1 {
+		err = errs.ErrSessionExpired
+	}
+	if err != nil {
+		return nil, a.done("AttachSession", err)
+	}
+	a.s.touch(si.ID)
+	return &pb.AttachSessionResponse{Header: a.header(0), TimeoutMs: si.TimeoutMs}, a.done("AttachSession", nil)
+}
+
+// ---- watches ----
+
+// treeReader lets the watch manager inspect the tree under our read lock.
+type treeReader struct{ t *tree.Tree }
+
+func (r treeReader) Exists(path string) (tree.Stat, error) { return r.t.Exists(path) }
+
+func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
+	if _, err := a.liveSession(r.GetSessionId()); err != nil {
+		return a.done("Watch", err)
+	}
+	h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
+	gen := h.attach()
+	if n := len(r.GetData()) + len(r.GetExist()) + len(r.GetChild()) + len(r.GetPersistent()) + len(r.GetPersistentRecursive()); n > 0 {
+		if n > a.s.cfg.MaxWatchesPerSession {
+			return a.done("Watch", errs.ErrTooManyWatches)
+		}
+		a.s.mu.RLock()
+		a.s.watches.SetWatches(h, r.GetRelativeZxid(), treeReader{a.s.mu.tree},
+			r.GetData(), r.GetExist(), r.GetChild(), r.GetPersistent(), r.GetPersistentRecursive())
+		a.s.mu.RUnlock()
+	}
+	if err := stream.Send(&pb.WatchEvent{Ready: true}); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	for {
+		evs, overflow, done, expired, replaced := h.take(gen)
+		if replaced {
+			return status.Error(codes.Aborted, "watch stream replaced by a newer one")
+		}
+		for _, ev := range evs {
+			if err := stream.Send(&pb.WatchEvent{Type: pb.EventType(ev.Type), Path: ev.Path, Zxid: ev.Zxid}); err != nil {
+				return err
+			}
+		}
+		switch {
+		case expired:
+			stream.Send(&pb.WatchEvent{SessionExpired: true})
+			return nil
+		case done:
+			return a.done("Watch", errs.ErrStopped)
+		case overflow:
+			a.s.watches.RemoveAll(h)
+			return a.done("Watch", errs.ErrTooManyWatches)
+		}
+		select {
+		case <-h.signal:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (a *api) AddWatch(ctx context.Context, r *pb.AddWatchRequest) (*pb.AddWatchResponse, error) {
+	if err := tree.ValidatePath(r.GetPath(), false); err != nil {
+		return nil, a.done("AddWatch", err)
+	}
+	if _, err := a.liveSession(r.GetSessionId()); err != nil {
+		return nil, a.done("AddWatch", err)
+	}
+	k := watch.KindPersistent
+	if r.GetMode() == pb.WatchMode_PERSISTENT_RECURSIVE_WATCH {
+		k = watch.KindPersistentRecursive
+	}
+	h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
+	if err := a.s.watches.Add(h, r.GetPath(), k); err != nil {
+		return nil, a.done("AddWatch", err)
+	}
+	return &pb.AddWatchResponse{Header: a.header(0)}, a.done("AddWatch", nil)
+}
+
+func (a *api) RemoveWatches(ctx context.Context, r *pb.RemoveWatchesRequest) (*pb.RemoveWatchesResponse, error) {
+	h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
+	if err := a.s.watches.Remove(h, r.GetPath(), watch.KindFromWatcherType(int32(r.GetType()))); err != nil {
+		return nil, a.done("RemoveWatches", err)
+	}
+	return &pb.RemoveWatchesResponse{Header: a.header(0)}, a.done("RemoveWatches", nil)
+}
+
+// ---- cluster ----
+
+func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := a.s.rep.Status()
+	a.s.mu.RLock()
+	nodes, sessions := a.s.mu.tree.NodeCount(), len(a.s.mu.tree.Sessions())
+	a.s.mu.RUnlock()
+	out := &pb.StatusResponse{
+		Header: a.header(0), MemberId: a.s.cfg.ID, LeaderId: st.Leader, Term: st.Term,
+		CommitIndex: st.Commit, AppliedIndex: st.Applied, Role: st.Role, SnapshotIndex: st.SnapshotIndex,
+		Sessions: int64(sessions), Znodes: int64(nodes), Watches: int64(a.s.watches.Count()), Version: Version,
+	}
+	for _, m := range a.s.cfg.Members {
+		out.Members = append(out.Members, &pb.Member{Id: m.ID, Region: m.Region, Zone: m.Zone,
+			PeerAddr: m.Peer, GrpcAddr: m.GRPC, ZkAddr: m.ZK, HttpAddr: m.HTTP, MatchIndex: st.Progress[m.ID]})
+	}
+	return out, a.done("Status", nil)
+}
+
+func (a *api) TransferLeader(ctx context.Context, r *pb.TransferLeaderRequest) (*pb.TransferLeaderResponse, error) {
+	known := false
+	for _, m := range a.s.cfg.Members {
+		known = known || m.ID == r.GetTargetId()
+	}
+	if !known {
+		return nil, a.done("TransferLeader", errs.ErrBadArguments)
+	}
+	ctx, cancel := a.s.withTimeout(ctx)
+	defer cancel()
+	if err := a.s.rep.TransferLeadership(ctx, r.GetTargetId()); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = errs.ErrTimeout
+		}
+		return nil, a.done("TransferLeader", err)
+	}
+	return &pb.TransferLeaderResponse{Header: a.header(0)}, a.done("TransferLeader", nil)
+}
+
+var _ = bytes.Equal

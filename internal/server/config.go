@@ -1,0 +1,169 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Member describes one voter of the cluster: where it is and how to reach it.
+// Regions and zones are part of the configuration from day one; the placement
+// and read-routing features use them.
+type Member struct {
+	ID     uint64 `yaml:"id"`
+	Region string `yaml:"region"`
+	Zone   string `yaml:"zone"`
+	Peer   string `yaml:"peer"` // raft transport address
+	GRPC   string `yaml:"grpc"` // native API address
+	ZK     string `yaml:"zk,omitempty"`
+	HTTP   string `yaml:"http,omitempty"`
+}
+
+// Config is one server's configuration (YAML).
+type Config struct {
+	ID      uint64   `yaml:"id"`
+	DataDir string   `yaml:"data_dir"`
+	Members []Member `yaml:"members"`
+
+	// Listen addresses; empty ones default to this member's entry in Members.
+	ListenGRPC string `yaml:"listen_grpc,omitempty"`
+	ListenHTTP string `yaml:"listen_http,omitempty"`
+	ListenPeer string `yaml:"listen_peer,omitempty"`
+
+	TickMs           int `yaml:"tick_ms"`            // raft tick (default 100)
+	ElectionTicks    int `yaml:"election_ticks"`     // default 10
+	HeartbeatTicks   int `yaml:"heartbeat_ticks"`    // default 1
+	SessionTickMs    int `yaml:"session_tick_ms"`    // ZooKeeper tickTime: timeouts clamp to [2,20] ticks (default 2000)
+	SnapshotEntries  int `yaml:"snapshot_entries"`   // default 10000
+	RequestTimeoutMs int `yaml:"request_timeout_ms"` // default 10000: longest a write or read barrier may wait
+
+	// Limits.
+	MaxWatchesPerSession int `yaml:"max_watches_per_session"` // default 100000
+	MaxQueuedEvents      int `yaml:"max_queued_events"`       // per session stream, default 10000
+	MaxSessions          int `yaml:"max_sessions"`            // default 100000
+
+	LogLevel string `yaml:"log_level"` // debug, info, warn, error
+}
+
+// LoadConfig reads and validates a YAML config file.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	var c Config
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := c.Normalize(); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Self returns this server's Member entry.
+func (c *Config) Self() Member {
+	for _, m := range c.Members {
+		if m.ID == c.ID {
+			return m
+		}
+	}
+	return Member{}
+}
+
+// Normalize fills defaults and validates.
+func (c *Config) Normalize() error {
+	if c.ID == 0 {
+		return fmt.Errorf("id must be > 0")
+	}
+	if len(c.Members) == 0 {
+		return fmt.Errorf("members must list every voter, including this one")
+	}
+	seen := map[uint64]bool{}
+	for _, m := range c.Members {
+		if m.ID == 0 || seen[m.ID] {
+			return fmt.Errorf("member ids must be unique and > 0 (got %d)", m.ID)
+		}
+		seen[m.ID] = true
+		if m.Peer == "" || m.GRPC == "" {
+			return fmt.Errorf("member %d needs peer and grpc addresses", m.ID)
+		}
+	}
+	if !seen[c.ID] {
+		return fmt.Errorf("id %d is not among members", c.ID)
+	}
+	if c.DataDir == "" {
+		return fmt.Errorf("data_dir is required")
+	}
+	self := c.Self()
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&c.ListenGRPC, self.GRPC)
+	def(&c.ListenHTTP, self.HTTP)
+	def(&c.ListenPeer, self.Peer)
+	defInt := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defInt(&c.TickMs, 100)
+	defInt(&c.ElectionTicks, 10)
+	defInt(&c.HeartbeatTicks, 1)
+	defInt(&c.SessionTickMs, 2000)
+	defInt(&c.SnapshotEntries, 10000)
+	defInt(&c.RequestTimeoutMs, 10000)
+	defInt(&c.MaxWatchesPerSession, 100000)
+	defInt(&c.MaxQueuedEvents, 10000)
+	defInt(&c.MaxSessions, 100000)
+	if c.ElectionTicks <= c.HeartbeatTicks {
+		return fmt.Errorf("election_ticks (%d) must exceed heartbeat_ticks (%d)", c.ElectionTicks, c.HeartbeatTicks)
+	}
+	return nil
+}
+
+func (c *Config) tick() time.Duration { return time.Duration(c.TickMs) * time.Millisecond }
+func (c *Config) sessionTick() time.Duration {
+	return time.Duration(c.SessionTickMs) * time.Millisecond
+}
+func (c *Config) requestTimeout() time.Duration {
+	return time.Duration(c.RequestTimeoutMs) * time.Millisecond
+}
+
+// Ports of node i (1-based) in a local cluster; base shifts them all.
+func DevPorts(i, base int) (zk, grpc, http, peer int) {
+	return 2180 + base + i, 7000 + base + i, 8080 + base + i, 9000 + base + i
+}
+
+// DevConfigs returns the configs of an n-node local cluster under dir.
+func DevConfigs(n, base int, dir string) []Config {
+	members := make([]Member, n)
+	for i := 1; i <= n; i++ {
+		zk, g, h, p := DevPorts(i, base)
+		members[i-1] = Member{
+			ID: uint64(i), Region: "local", Zone: fmt.Sprintf("z%d", i),
+			Peer: fmt.Sprintf("127.0.0.1:%d", p), GRPC: fmt.Sprintf("127.0.0.1:%d", g),
+			ZK: fmt.Sprintf("127.0.0.1:%d", zk), HTTP: fmt.Sprintf("127.0.0.1:%d", h),
+		}
+	}
+	out := make([]Config, n)
+	for i := 1; i <= n; i++ {
+		out[i-1] = Config{ID: uint64(i), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Members: members}
+		_ = out[i-1].Normalize()
+	}
+	return out
+}
+
+// WriteFile writes c as YAML.
+func (c Config) WriteFile(path string) error {
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

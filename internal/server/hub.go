@@ -1,0 +1,117 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/meridian-coord/meridian/internal/tree"
+)
+
+// hub is a session's watch sink on this server. The watch manager calls
+// Notify from apply (never blocking); the session's Watch stream drains it.
+// The queue is bounded: on overflow the hub drops its watches and ends the
+// stream, and the client re-registers them with a relative zxid, which fires
+// every watch whose node changed meanwhile (ZooKeeper's setWatches recovery).
+type hub struct {
+	session int64
+	max     int
+
+	mu       sync.Mutex
+	queue    []tree.Event
+	signal   chan struct{} // capacity 1: "queue changed"
+	gen      uint64        // bumped when a new stream takes over
+	overflow bool
+	done     bool
+	expired  bool
+}
+
+func newHub(session int64, max int) *hub {
+	return &hub{session: session, max: max, signal: make(chan struct{}, 1)}
+}
+
+// Notify implements watch.Watcher.
+func (h *hub) Notify(ev tree.Event) {
+	h.mu.Lock()
+	if h.done || h.overflow {
+		h.mu.Unlock()
+		return
+	}
+	if len(h.queue) >= h.max {
+		h.overflow = true
+		h.queue = nil
+	} else {
+		h.queue = append(h.queue, ev)
+	}
+	h.mu.Unlock()
+	h.wake()
+}
+
+func (h *hub) wake() {
+	select {
+	case h.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued events, or why the stream must end.
+func (h *hub) take(gen uint64) (evs []tree.Event, overflow, done, expired, replaced bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gen != gen {
+		return nil, false, false, false, true
+	}
+	evs, h.queue = h.queue, nil
+	return evs, h.overflow, h.done, h.expired, false
+}
+
+// attach makes a new stream the hub's only reader and clears an overflow.
+func (h *hub) attach() uint64 {
+	h.mu.Lock()
+	h.gen++
+	g := h.gen
+	h.overflow = false
+	h.mu.Unlock()
+	h.wake()
+	return g
+}
+
+func (h *hub) end(expired bool) {
+	h.mu.Lock()
+	h.done = true
+	h.expired = expired
+	h.mu.Unlock()
+	h.wake()
+}
+
+// hubs maps live sessions to their hub on this server.
+type hubs struct {
+	mu sync.Mutex
+	m  map[int64]*hub
+}
+
+func (hs *hubs) get(session int64, max int) *hub {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	h, ok := hs.m[session]
+	if !ok {
+		h = newHub(session, max)
+		hs.m[session] = h
+	}
+	return h
+}
+
+func (hs *hubs) remove(session int64) *hub {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	h := hs.m[session]
+	delete(hs.m, session)
+	return h
+}
+
+func (hs *hubs) closeAll() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for id, h := range hs.m {
+		h.end(false)
+		delete(hs.m, id)
+	}
+}

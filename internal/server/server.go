@@ -1,0 +1,501 @@
+// Package server wires one Meridian server together: the replicated data tree
+// (tree on replica), sessions, watches, and the APIs (native gRPC, HTTP
+// metrics and health).
+//
+// Data flows one way: request → proposal → raft → apply → result and watch
+// events → connections. The server decides nothing itself that must be the
+// same on every replica; that happens in tree.Apply. What it does decide, on
+// the leader only, is *when* to propose time-driven commands (session expiry,
+// TTL/container reaping), stamping its wall clock into them.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/replica"
+	"github.com/meridian-coord/meridian/internal/session"
+	"github.com/meridian-coord/meridian/internal/tree"
+	"github.com/meridian-coord/meridian/internal/watch"
+)
+
+// Version is reported by Status and the CLI.
+const Version = "0.1.0-dev"
+
+// Server is one member of a Meridian cluster.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	// mu guards the tree and appliedIndex. Apply takes it for writing and
+	// triggers watches while holding it, so a read that registers a watch sees
+	// either the state before a change (and is notified of it) or after it.
+	mu struct {
+		sync.RWMutex
+		tree    *tree.Tree
+		applied uint64
+	}
+
+	rep      *replica.Replica
+	watches  *watch.Manager
+	tracker  *session.Tracker
+	touches  *session.Batcher
+	waiters  waiters
+	hubs     hubs
+	idPrefix uint64
+	idSeq    atomic.Uint64
+
+	grpc   *grpc.Server
+	http   *http.Server
+	lnGRPC net.Listener
+	lnHTTP net.Listener
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// New opens the server's storage and replica and binds its listeners. Call
+// Serve to start answering requests.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Normalize(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("member", cfg.ID)
+	s := &Server{
+		cfg:     cfg,
+		log:     log,
+		metrics: newMetrics(),
+		watches: watch.NewManager(cfg.MaxWatchesPerSession),
+		tracker: session.NewTracker(realClock{}),
+		touches: session.NewBatcher(cfg.MaxSessions),
+		stop:    make(chan struct{}),
+	}
+	s.mu.tree = tree.New()
+	s.waiters.m = make(map[uint64]chan applied)
+	s.hubs.m = make(map[int64]*hub)
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, err
+	}
+	// Proposal ids: member id in the top byte, a random start so ids from
+	// before a restart (still in the log) never match a new waiter.
+	s.idPrefix = cfg.ID << 56
+	s.idSeq.Store(binary.BigEndian.Uint64(seed[:]) >> 8 & (1<<55 - 1))
+
+	peers := make([]replica.Peer, 0, len(cfg.Members))
+	for _, m := range cfg.Members {
+		peers = append(peers, replica.Peer{ID: m.ID, Addr: m.Peer})
+	}
+	rep, err := replica.Open(replica.Config{
+		ID:              cfg.ID,
+		Peers:           peers,
+		ListenAddr:      cfg.ListenPeer,
+		DataDir:         cfg.DataDir,
+		TickInterval:    cfg.tick(),
+		ElectionTicks:   cfg.ElectionTicks,
+		HeartbeatTicks:  cfg.HeartbeatTicks,
+		SnapshotEntries: uint64(cfg.SnapshotEntries),
+		CatchUpEntries:  uint64(cfg.SnapshotEntries / 2),
+		Logger:          log.With("component", "raft"),
+		OnLeaderChange:  s.onLeaderChange,
+		OnSideMessage:   s.onSideMessage,
+	}, (*stateMachine)(s))
+	if err != nil {
+		return nil, fmt.Errorf("open replica: %w", err)
+	}
+	s.rep = rep
+
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes))
+	meridianpb.RegisterMeridianServer(s.grpc, &api{s: s})
+	if s.lnGRPC, err = net.Listen("tcp", cfg.ListenGRPC); err != nil {
+		rep.Close()
+		return nil, fmt.Errorf("listen grpc: %w", err)
+	}
+	if cfg.ListenHTTP != "" {
+		if s.lnHTTP, err = net.Listen("tcp", cfg.ListenHTTP); err != nil {
+			s.lnGRPC.Close()
+			rep.Close()
+			return nil, fmt.Errorf("listen http: %w", err)
+		}
+		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	}
+	return s, nil
+}
+
+// Serve starts the listeners and the leader duties; it returns immediately.
+func (s *Server) Serve() {
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(s.lnGRPC); err != nil {
+			s.log.Error("grpc serve", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.duties()
+	}()
+	if s.http != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.http.Serve(s.lnHTTP); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("http serve", "err", err)
+			}
+		}()
+	}
+	s.log.Info("serving", "grpc", s.lnGRPC.Addr().String(), "peer", s.cfg.ListenPeer)
+}
+
+// GRPCAddr is the bound native API address.
+func (s *Server) GRPCAddr() string { return s.lnGRPC.Addr().String() }
+
+// Replica exposes the consensus group (status, leader transfer) to tests and tools.
+func (s *Server) Replica() *replica.Replica { return s.rep }
+
+// Close stops the server; pending requests fail with errs.ErrStopped.
+func (s *Server) Close() error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.hubs.closeAll()
+		stopped := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			s.grpc.Stop()
+		}
+		if s.http != nil {
+			s.http.Close()
+		}
+		err = s.rep.Close()
+		s.wg.Wait()
+	})
+	return err
+}
+
+// ---- state machine adapter (called by the replica's raft loop) ----
+
+type stateMachine Server
+
+func (sm *stateMachine) Apply(index, term uint64, data []byte) {
+	s := (*Server)(sm)
+	start := time.Now()
+	cmd, err := tree.DecodeCommand(data)
+	if err != nil {
+		// Every replica decodes the same bytes the same way, so skipping is
+		// deterministic; the proposer validated what it encoded.
+		s.log.Error("undecodable log entry skipped", "index", index, "err", err)
+		s.mu.Lock()
+		s.mu.applied = index
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	res, events := s.mu.tree.Apply(index, cmd)
+	s.mu.applied = index
+	for _, ev := range events {
+		s.watches.Trigger(ev)
+	}
+	s.mu.Unlock()
+
+	switch cmd.Op.Type {
+	case tree.OpCreateSession:
+		if res.Err == nil {
+			s.tracker.Add(res.SessionID, time.Duration(cmd.TimeoutMs)*time.Millisecond)
+		}
+	case tree.OpCloseSession:
+		s.endSession(cmd.Session, false)
+	case tree.OpExpire:
+		for _, id := range cmd.Sessions {
+			s.endSession(id, true)
+		}
+	}
+	s.metrics.applyDuration.Observe(time.Since(start).Seconds())
+	s.waiters.deliver(cmd.ID, applied{index: index, res: res})
+}
+
+func (sm *stateMachine) Snapshot() ([]byte, error) {
+	s := (*Server)(sm)
+	var buf bytes.Buffer
+	s.mu.RLock()
+	err := s.mu.tree.Snapshot(&buf)
+	s.mu.RUnlock()
+	return buf.Bytes(), err
+}
+
+func (sm *stateMachine) Restore(index uint64, data []byte) error {
+	s := (*Server)(sm)
+	t, err := tree.Restore(bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.mu.tree = t
+	s.mu.applied = index
+	sessions := t.Sessions()
+	s.mu.Unlock()
+	live := make(map[int64]time.Duration, len(sessions))
+	for _, si := range sessions {
+		live[si.ID] = time.Duration(si.TimeoutMs) * time.Millisecond
+	}
+	s.tracker.ResetAll(live)
+	return nil
+}
+
+// endSession forgets a closed or expired session on this server.
+func (s *Server) endSession(id int64, expired bool) {
+	s.tracker.Remove(id)
+	if h := s.hubs.remove(id); h != nil {
+		s.watches.RemoveAll(h)
+		h.end(expired)
+	}
+}
+
+// ---- proposals ----
+
+type applied struct {
+	index uint64
+	res   tree.Result
+}
+
+// waiters hands apply results back to the requests that proposed them.
+type waiters struct {
+	mu sync.Mutex
+	m  map[uint64]chan applied
+}
+
+func (w *waiters) add(id uint64) chan applied {
+	ch := make(chan applied, 1)
+	w.mu.Lock()
+	w.m[id] = ch
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *waiters) remove(id uint64) {
+	w.mu.Lock()
+	delete(w.m, id)
+	w.mu.Unlock()
+}
+
+func (w *waiters) deliver(id uint64, a applied) {
+	w.mu.Lock()
+	ch, ok := w.m[id]
+	delete(w.m, id)
+	w.mu.Unlock()
+	if ok {
+		ch <- a
+	}
+}
+
+func (s *Server) nextID() uint64 {
+	return s.idPrefix | (s.idSeq.Add(1) & (1<<56 - 1))
+}
+
+// propose commits cmd and waits until this server has applied it.
+func (s *Server) propose(ctx context.Context, cmd *tree.Command) (tree.Result, uint64, error) {
+	cmd.ID = s.nextID()
+	cmd.TimeMs = time.Now().UnixMilli()
+	data, err := tree.EncodeCommand(cmd)
+	if err != nil {
+		return tree.Result{}, 0, err
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	ch := s.waiters.add(cmd.ID)
+	defer s.waiters.remove(cmd.ID)
+	if err := s.rep.Propose(ctx, data); err != nil {
+		s.metrics.proposals.WithLabelValues("rejected").Inc()
+		return tree.Result{}, 0, err
+	}
+	select {
+	case a := <-ch:
+		s.metrics.proposals.WithLabelValues("applied").Inc()
+		return a.res, a.index, nil
+	case <-ctx.Done():
+		s.metrics.proposals.WithLabelValues("timeout").Inc()
+		return tree.Result{}, 0, errs.ErrTimeout
+	case <-s.stop:
+		return tree.Result{}, 0, errs.ErrStopped
+	}
+}
+
+// proposeAsync hands a leader-duty command to raft without waiting for it.
+func (s *Server) proposeAsync(cmd *tree.Command) error {
+	cmd.ID = s.nextID()
+	cmd.TimeMs = time.Now().UnixMilli()
+	data, err := tree.EncodeCommand(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
+	defer cancel()
+	return s.rep.Propose(ctx, data)
+}
+
+func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.cfg.requestTimeout())
+}
+
+// ---- reads ----
+
+// readBarrier makes the next local read linearizable (linear) or at least as
+// fresh as minZxid (sequential, ZooKeeper semantics).
+func (s *Server) readBarrier(ctx context.Context, linear bool, minZxid int64) error {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	if linear {
+		_, err := s.rep.ReadIndex(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return errs.ErrTimeout
+		}
+		return err
+	}
+	if minZxid > 0 && uint64(minZxid) > s.appliedIndex() {
+		if err := s.rep.WaitApplied(ctx, uint64(minZxid)); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return errs.ErrTimeout
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) appliedIndex() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.mu.applied
+}
+
+// ---- leader duties: session expiry, reaping, keepalive forwarding ----
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (s *Server) onLeaderChange(leader, term uint64) {
+	s.metrics.leaderChanges.Inc()
+	if leader == s.cfg.ID {
+		s.metrics.isLeader.Set(1)
+	} else {
+		s.metrics.isLeader.Set(0)
+	}
+	s.log.Info("leader changed", "leader", leader, "term", term)
+}
+
+func (s *Server) onSideMessage(from uint64, payload []byte) {
+	ids, err := session.DecodeTouches(payload)
+	if err != nil {
+		s.log.Warn("bad keepalive batch", "from", from, "err", err)
+		return
+	}
+	s.tracker.TouchBatch(ids)
+}
+
+// touch records a keepalive: locally on the leader, batched to it otherwise.
+func (s *Server) touch(id int64) {
+	if s.rep.IsLeader() {
+		s.tracker.Touch(id)
+		return
+	}
+	s.touches.Touch(id)
+}
+
+func (s *Server) duties() {
+	t := time.NewTicker(s.cfg.tick())
+	defer t.Stop()
+	var leaderTerm uint64
+	var lastReap time.Time
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if ids := s.touches.Flush(); len(ids) > 0 {
+			if err := s.rep.SendToLeader(session.EncodeTouches(ids)); err != nil {
+				s.log.Debug("keepalive forward failed", "err", err)
+			}
+		}
+		st := s.rep.Status()
+		s.updateGauges(st)
+		if st.Leader != s.cfg.ID {
+			leaderTerm = 0
+			continue
+		}
+		if leaderTerm != st.Term {
+			// A new leader cannot know when followers last heard from each
+			// client, so every live session gets a fresh full timeout.
+			leaderTerm = st.Term
+			s.resetSessions()
+			continue
+		}
+		if ids := s.tracker.Expired(tree.MaxExpireBatch); len(ids) > 0 {
+			s.tracker.MarkPending(ids)
+			s.log.Info("expiring sessions", "count", len(ids))
+			if err := s.proposeAsync(&tree.Command{Op: tree.Op{Type: tree.OpExpire}, Sessions: ids}); err != nil {
+				s.log.Warn("propose expire", "err", err)
+			}
+		}
+		now := time.Now()
+		if now.Sub(lastReap) >= time.Second {
+			s.mu.RLock()
+			need := s.mu.tree.NeedsReap(now.UnixMilli())
+			s.mu.RUnlock()
+			if need {
+				lastReap = now
+				if err := s.proposeAsync(&tree.Command{Op: tree.Op{Type: tree.OpReap}}); err != nil {
+					s.log.Warn("propose reap", "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (s *Server) resetSessions() {
+	s.mu.RLock()
+	sessions := s.mu.tree.Sessions()
+	s.mu.RUnlock()
+	live := make(map[int64]time.Duration, len(sessions))
+	for _, si := range sessions {
+		live[si.ID] = time.Duration(si.TimeoutMs) * time.Millisecond
+	}
+	s.tracker.ResetAll(live)
+	s.log.Info("leader: sessions given a fresh timeout", "sessions", len(live))
+}
+
+func (s *Server) updateGauges(st replica.Status) {
+	s.mu.RLock()
+	nodes, sessions := s.mu.tree.NodeCount(), len(s.mu.tree.Sessions())
+	s.mu.RUnlock()
+	s.metrics.znodes.Set(float64(nodes))
+	s.metrics.sessions.Set(float64(sessions))
+	s.metrics.watches.Set(float64(s.watches.Count()))
+	s.metrics.appliedIndex.Set(float64(st.Applied))
+	s.metrics.term.Set(float64(st.Term))
+}
