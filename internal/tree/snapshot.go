@@ -1,0 +1,261 @@
+package tree
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"hash/fnv"
+	"io"
+	"math"
+	"sort"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+// Snapshot format, version 1:
+//
+//	"MTRE" byte version=1
+//	uvarint count, session each: varint ID, varint TimeoutMs, bytes Password
+//	uvarint count, node each in increasing path order:
+//	    string path, bytes data, acl ACL, 11 varint Stat fields (in the
+//	    order of the Stat struct), varint mode, varint ttl
+//	4 bytes little-endian CRC32C of everything before
+//
+// Sorted output makes the bytes a function of the state alone, and lets
+// Restore see every parent before its children.
+var snapshotMagic = [4]byte{'M', 'T', 'R', 'E'}
+
+const snapshotVersion = 1
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func appendSession(b []byte, s *session) []byte {
+	b = binary.AppendVarint(b, s.info.ID)
+	b = binary.AppendVarint(b, int64(s.info.TimeoutMs))
+	return appendString(b, string(s.info.Password))
+}
+
+func appendNode(b []byte, n *node) []byte {
+	b = appendString(b, n.path)
+	b = appendString(b, string(n.data))
+	b = appendACL(b, n.acl)
+	s := &n.stat
+	for _, v := range [...]int64{s.Czxid, s.Mzxid, s.Ctime, s.Mtime, int64(s.Version),
+		int64(s.Cversion), int64(s.Aversion), s.EphemeralOwner, int64(s.DataLength),
+		int64(s.NumChildren), s.Pzxid} {
+		b = binary.AppendVarint(b, v)
+	}
+	b = binary.AppendVarint(b, int64(n.mode))
+	return binary.AppendVarint(b, n.ttl)
+}
+
+func (t *Tree) sortedPaths() []string {
+	paths := make([]string, 0, len(t.nodes))
+	for p := range t.nodes {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return paths
+}
+
+func (t *Tree) sortedSessionIDs() []int64 {
+	ids := make([]int64, 0, len(t.sessions))
+	for id := range t.sessions {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// Snapshot writes the whole state (nodes and sessions) to w.
+func (t *Tree) Snapshot(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	crc := crc32.New(castagnoli)
+	out := io.MultiWriter(bw, crc)
+	buf := make([]byte, 0, 1<<12)
+	flush := func() error {
+		_, err := out.Write(buf)
+		buf = buf[:0]
+		return err
+	}
+	buf = append(buf, snapshotMagic[:]...)
+	buf = append(buf, snapshotVersion)
+	buf = binary.AppendUvarint(buf, uint64(len(t.sessions)))
+	for _, id := range t.sortedSessionIDs() {
+		buf = appendSession(buf, t.sessions[id])
+		if len(buf) >= 1<<12 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(t.nodes)))
+	for _, p := range t.sortedPaths() {
+		buf = appendNode(buf, t.nodes[p])
+		if len(buf) >= 1<<12 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if _, err := bw.Write(binary.LittleEndian.AppendUint32(nil, crc.Sum32())); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: snapshot: %s", errs.ErrDataInconsistency, fmt.Sprintf(format, args...))
+}
+
+// Restore reads a tree written by Snapshot. It verifies the checksum before
+// parsing and every structural invariant after, so corrupt or truncated
+// input yields an error wrapping errs.ErrDataInconsistency.
+func Restore(r io.Reader) (*Tree, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: snapshot: read: %w", errs.ErrDataInconsistency, err)
+	}
+	const header = len(snapshotMagic) + 1
+	if len(b) < header+4 {
+		return nil, corrupt("too short (%d bytes)", len(b))
+	}
+	body := b[:len(b)-4]
+	if binary.LittleEndian.Uint32(b[len(b)-4:]) != crc32.Checksum(body, castagnoli) {
+		return nil, corrupt("checksum mismatch")
+	}
+	if [4]byte(body[:4]) != snapshotMagic || body[4] != snapshotVersion {
+		return nil, corrupt("unknown format")
+	}
+	d := decoder{b: body[header:], base: errs.ErrDataInconsistency}
+	t := newEmpty()
+
+	for i, n := 0, d.count(math.MaxInt); i < n && d.err == nil; i++ {
+		s := &session{info: SessionInfo{ID: d.varint(), TimeoutMs: d.int32(), Password: d.bytes(maxPasswordBytes)}}
+		if d.err != nil {
+			break
+		}
+		if s.info.ID <= 0 || t.sessions[s.info.ID] != nil || s.info.TimeoutMs <= 0 {
+			return nil, corrupt("bad session %d", s.info.ID)
+		}
+		t.sessions[s.info.ID] = s
+	}
+
+	prev := ""
+	for i, count := 0, d.count(math.MaxInt); i < count && d.err == nil; i++ {
+		n := &node{heapIdx: -1}
+		n.path = d.str(MaxPathBytes)
+		n.data = d.bytes(MaxDataBytes)
+		n.acl = intern(d.acl())
+		s := &n.stat
+		s.Czxid, s.Mzxid, s.Ctime, s.Mtime = d.varint(), d.varint(), d.varint(), d.varint()
+		s.Version, s.Cversion, s.Aversion = d.int32(), d.int32(), d.int32()
+		s.EphemeralOwner, s.DataLength, s.NumChildren, s.Pzxid = d.varint(), d.int32(), d.int32(), d.varint()
+		n.mode = CreateMode(d.int32())
+		n.ttl = d.varint()
+		if d.err != nil {
+			break
+		}
+		if err := t.restoreNode(n, prev, i == 0); err != nil {
+			return nil, err
+		}
+		prev = n.path
+	}
+	d.end()
+	if d.err != nil {
+		return nil, d.err
+	}
+	if t.nodes["/"] == nil {
+		return nil, corrupt("no root")
+	}
+	for _, n := range t.nodes {
+		// The decoded NumChildren must agree with the children linked since.
+		if int(n.stat.NumChildren) != len(n.children) {
+			return nil, corrupt("%s: numChildren %d, has %d", n.path, n.stat.NumChildren, len(n.children))
+		}
+		t.reindex(n)
+	}
+	return t, nil
+}
+
+// restoreNode validates one decoded node and links it under its parent.
+func (t *Tree) restoreNode(n *node, prev string, first bool) error {
+	p := n.path
+	if ValidatePath(p, false) != nil || (first != (p == "/")) || (!first && p <= prev) {
+		return corrupt("bad or unordered path %q", p)
+	}
+	if len(n.acl) == 0 {
+		return corrupt("%s: empty ACL", p)
+	}
+	for _, a := range n.acl {
+		if !validACLEntry(a) {
+			return corrupt("%s: bad ACL", p)
+		}
+	}
+	m := n.mode
+	switch {
+	case !m.valid() || int(n.stat.DataLength) != len(n.data):
+		return corrupt("%s: bad mode or data length", p)
+	case m.isTTL() != (n.ttl > 0) || n.ttl < 0 || n.ttl > maxTTLMs:
+		return corrupt("%s: bad ttl", p)
+	case m.ephemeral() != (n.stat.EphemeralOwner != 0):
+		return corrupt("%s: bad ephemeral owner", p)
+	case m.ephemeral() && t.sessions[n.stat.EphemeralOwner] == nil:
+		return corrupt("%s: ephemeral of unknown session", p)
+	}
+	// Link with NumChildren preserved: link recomputes it from the child
+	// set, which is still being filled in; it is checked once all are read.
+	want := n.stat.NumChildren
+	n.stat.NumChildren = 0
+	t.nodes[p] = n
+	if !first {
+		parent := t.nodes[parentOf(p)]
+		if parent == nil || parent.mode.ephemeral() {
+			return corrupt("%s: missing or ephemeral parent", p)
+		}
+		pw := parent.stat.NumChildren
+		t.link(parent, n)
+		parent.stat.NumChildren = pw
+	}
+	n.stat.NumChildren = want
+	return nil
+}
+
+// Digest returns a deterministic 64-bit hash of the whole state: every node
+// (path, data, ACL, stat, mode, TTL) and every session. It is a sum of
+// per-item hashes, so it needs no sorting and does not depend on map order.
+func (t *Tree) Digest() uint64 {
+	var sum uint64
+	buf := make([]byte, 0, 256)
+	h := fnv.New64a()
+	add := func(tag byte, b []byte) {
+		h.Reset()
+		h.Write([]byte{tag})
+		h.Write(b)
+		sum += mix64(h.Sum64())
+	}
+	for _, n := range t.nodes {
+		buf = appendNode(buf[:0], n)
+		add('n', buf)
+	}
+	for _, s := range t.sessions {
+		buf = appendSession(buf[:0], s)
+		add('s', buf)
+	}
+	return sum
+}
+
+// mix64 is the splitmix64 finalizer; it spreads FNV's weak high bits so the
+// sum does not cancel structure.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
