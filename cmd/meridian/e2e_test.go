@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/server"
+)
+
+// These tests run the real binary as separate processes, as a user would.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "meridian-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "meridian")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePorts(t *testing.T, n int) []int {
+	var ls []net.Listener
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startServer(t *testing.T, cfgPath, logPath string) *proc {
+	t.Helper()
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "server", "--config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func leaderOf(t *testing.T, c *client.Client) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := c.Status(ctx)
+		cancel()
+		if err == nil && st.GetLeaderId() != 0 {
+			return st.GetLeaderId()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("no leader")
+	return 0
+}
+
+// TestKillLeaderProcess is the README promise: a 3-process cluster, the
+// leader SIGKILLed mid-stream, work continues, nothing acknowledged is lost,
+// and the killed server catches up after a restart.
+func TestKillLeaderProcess(t *testing.T) {
+	dir := t.TempDir()
+	ports := freePorts(t, 6)
+	var members []server.Member
+	for i := 0; i < 3; i++ {
+		members = append(members, server.Member{ID: uint64(i + 1), Region: "local", Zone: "z",
+			Peer: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])})
+	}
+	var cfgPaths, eps []string
+	procs := make([]*proc, 3)
+	for i := 0; i < 3; i++ {
+		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members,
+			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500, SnapshotEntries: 200}
+		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
+		if err := cfg.WriteFile(p); err != nil {
+			t.Fatal(err)
+		}
+		cfgPaths = append(cfgPaths, p)
+		eps = append(eps, members[i].GRPC)
+		procs[i] = startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Endpoints: eps, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lead := leaderOf(t, c)
+	if _, _, err := c.Create(ctx, "/k", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var acked []string
+	for i := 0; i < 300; i++ {
+		if i == 150 {
+			procs[lead-1].cmd.Process.Signal(syscall.SIGKILL)
+			<-procs[lead-1].done
+		}
+		p := fmt.Sprintf("/k/n%04d", i)
+		if _, _, err := c.Create(ctx, p, []byte(p), client.CreateOptions{}); err == nil {
+			acked = append(acked, p)
+		}
+	}
+	if len(acked) < 250 {
+		t.Fatalf("only %d of 300 writes acknowledged across the failover", len(acked))
+	}
+	if nl := leaderOf(t, c); nl == lead {
+		t.Fatalf("killed member %d still reported as leader", lead)
+	}
+	kids, _, err := c.Children(ctx, "/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, k := range kids {
+		have["/k/"+k] = true
+	}
+	for _, p := range acked {
+		if !have[p] {
+			t.Fatalf("acknowledged %s lost", p)
+		}
+	}
+	// Restart the killed server; it must catch up and serve the same data.
+	procs[lead-1] = startServer(t, cfgPaths[lead-1], filepath.Join(dir, fmt.Sprintf("n%d.log", lead)))
+	c2, err := client.New(ctx, client.Config{Endpoints: []string{eps[lead-1]}, RequestTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	kids2, _, err := c2.Children(ctx, "/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kids2) != len(kids) {
+		t.Fatalf("restarted member has %d children, cluster has %d", len(kids2), len(kids))
+	}
+}
+
+// TestDevCommand runs README's first command: `meridian dev` starts a
+// working 3-node cluster, the CLI talks to it, and Ctrl-C stops every process.
+func TestDevCommand(t *testing.T) {
+	dir := t.TempDir()
+	base := 300 + os.Getpid()%500
+	cmd := exec.Command(binary, "dev", "--nodes", "3", "--data", dir, "--base-port", fmt.Sprint(base))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	var eps string
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "endpoints: ") {
+			eps = strings.TrimPrefix(line, "endpoints: ")
+			break
+		}
+	}
+	if eps == "" {
+		t.Fatal("dev printed no endpoints")
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	run := func(args ...string) string {
+		t.Helper()
+		full := append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)
+		b, err := exec.Command(binary, full...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("meridian %v: %v\n%s", args, err, b)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	run("create", "/hello", "world")
+	if got := run("get", "/hello"); got != "world" {
+		t.Fatalf("get /hello = %q", got)
+	}
+	if got := run("ls", "/"); !strings.Contains(got, "hello") {
+		t.Fatalf("ls / = %q", got)
+	}
+	if got := run("status"); strings.Count(got, "leader") < 1 {
+		t.Fatalf("status shows no leader:\n%s", got)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("dev did not stop on SIGINT")
+	}
+	// No server process may survive its parent.
+	for i := 1; i <= 3; i++ {
+		_, g, _, _ := server.DevPorts(i, base)
+		if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", g), 200*time.Millisecond); err == nil {
+			conn.Close()
+			t.Fatalf("node %d still listening after dev stopped", i)
+		}
+	}
+}

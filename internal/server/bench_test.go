@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meridian-coord/meridian/client"
+)
+
+// Benchmarks of a 3-replica cluster on loopback with real Pebble (fsync on).
+// Run: go test -run '^$' -bench . -benchtime 3s ./internal/server
+// They report ops/s and latency percentiles; nothing is asserted.
+
+func benchCluster(b *testing.B) *testCluster {
+	tc := newTestCluster(b, 3, func(c *Config) { c.TickMs = 50; c.SessionTickMs = 1000 })
+	tc.leader()
+	return tc
+}
+
+func runLoad(b *testing.B, clients int, op func(c *client.Client, i int) error, cl []*client.Client) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	per := b.N/clients + 1
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < clients; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			local := make([]time.Duration, 0, per)
+			c := cl[w%len(cl)]
+			for i := 0; i < per; i++ {
+				t0 := time.Now()
+				if err := op(c, w*per+i); err != nil {
+					b.Error(err)
+					return
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[min(len(lat)-1, int(float64(len(lat))*p))].Microseconds()) / 1000
+	}
+	b.ReportMetric(float64(len(lat))/el.Seconds(), "ops/s")
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(pct(0.999), "p99.9-ms")
+}
+
+func BenchmarkSetData1KiB(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+			tc := benchCluster(b)
+			var cls []*client.Client
+			for i := 0; i < min(n, 8); i++ {
+				cls = append(cls, tc.client())
+			}
+			ctx := context.Background()
+			for i := 0; i < 64; i++ {
+				cls[0].Create(ctx, fmt.Sprintf("/k%d", i), nil, client.CreateOptions{})
+			}
+			val := make([]byte, 1024)
+			runLoad(b, n, func(c *client.Client, i int) error {
+				_, err := c.Set(ctx, fmt.Sprintf("/k%d", i%64), val, -1)
+				return err
+			}, cls)
+		})
+	}
+}
+
+func BenchmarkRead(b *testing.B) {
+	for _, mode := range []client.Consistency{client.Linearizable, client.Sequential} {
+		name := map[client.Consistency]string{client.Linearizable: "linearizable", client.Sequential: "sequential"}[mode]
+		b.Run(name+"/clients=64", func(b *testing.B) {
+			tc := benchCluster(b)
+			var cls []*client.Client
+			for i := 0; i < 8; i++ {
+				cls = append(cls, tc.client())
+			}
+			ctx := context.Background()
+			cls[0].Create(ctx, "/r", make([]byte, 1024), client.CreateOptions{})
+			cls[0].Sync(ctx)
+			runLoad(b, 64, func(c *client.Client, i int) error {
+				_, _, err := c.Get(ctx, "/r", client.WithConsistency(mode))
+				return err
+			}, cls)
+		})
+	}
+}
