@@ -174,15 +174,14 @@ func parsePerms(t *testing.T, s string) int32 {
 // acl parses acl=(scheme:id:perms, ...) as zkCli writes ACLs; the id is
 // everything between the first and the last colon.
 func (a args) acl(t *testing.T) []ACL {
-	vals := a.vals("acl")
-	if vals == nil {
-		if _, ok := a.get("acl"); ok {
-			return []ACL{} // acl=() or bare acl: empty
-		}
+	if _, ok := a.get("acl"); !ok {
 		return OpenACL
 	}
-	out := []ACL{}
-	for _, v := range vals {
+	out := []ACL{} // acl=() is an empty ACL
+	for _, v := range a.vals("acl") {
+		if v == "" {
+			continue
+		}
 		i, j := strings.IndexByte(v, ':'), strings.LastIndexByte(v, ':')
 		if i < 0 || i == j {
 			t.Fatalf("bad acl %q", v)
@@ -257,7 +256,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		cmd.Op = a.op(t, d.Cmd)
 	case "multi":
 		cmd.Op.Type = OpMulti
-		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+		for _, line := range strings.Split(d.Input, "\n") {
+			if strings.TrimSpace(line) == "" {
+				continue
+			}
 			name, opArgs, err := datadriven.ParseLine(line)
 			if err != nil {
 				t.Fatal(err)
@@ -333,7 +335,11 @@ func (h *harness) apply(t *testing.T, cmd *Command, direct bool) string {
 	}
 	printOp("", res.Op)
 	for i, r := range res.Multi {
-		fmt.Fprintf(&out, "op %d %s: %s\n", i, opNames[r.Type], errName(r.Err))
+		name, ok := opNames[r.Type]
+		if !ok {
+			name = fmt.Sprintf("type=%d", r.Type)
+		}
+		fmt.Fprintf(&out, "op %d %s: %s\n", i, name, errName(r.Err))
 		printOp("  ", r)
 	}
 	if res.SessionID != 0 {

@@ -146,7 +146,11 @@ func Restore(r io.Reader) (*Tree, error) {
 	}
 
 	prev := ""
-	for i, count := 0, d.count(math.MaxInt); i < count && d.err == nil; i++ {
+	count := d.count(math.MaxInt)
+	// Presize: a node takes at least 16 encoded bytes, so the hint stays
+	// proportional to the input even if count lies.
+	t.nodes = make(map[string]*node, min(count, len(d.b)/16))
+	for i := 0; i < count && d.err == nil; i++ {
 		n := &node{heapIdx: -1}
 		n.path = d.str(MaxPathBytes)
 		n.data = d.bytes(MaxDataBytes)
