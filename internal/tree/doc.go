@@ -8,4 +8,28 @@
 // the proposer. Every replica that applies the same log holds the same tree.
 //
 // A Tree is not safe for concurrent use; the server guards it with a lock.
+// Read methods (Get, Children, NeedsReap, Snapshot, ...) never modify the
+// tree, so they may run concurrently with each other under a shared lock.
+//
+// Layout: nodes live in one map keyed by full path; each node keeps the set
+// of its children's names. Reap candidates are indexed as they change (a
+// min-heap of childless TTL nodes by deadline, a set of empty containers), so
+// NeedsReap is O(1) and a reap costs what it deletes.
+//
+// Semantics follow ZooKeeper's PrepRequestProcessor and DataTree, including
+// the order in which a failing request's errors are reported. Every op
+// validates fully before it changes anything; a multi records an undo log and
+// rolls back on the first failing op, so a failed command changes nothing and
+// emits no events.
+//
+// Where Meridian differs from ZooKeeper on purpose:
+//   - writes to "/zookeeper" and below fail with ErrBadArguments;
+//   - ".." path components are refused (ZooKeeper's check for them is buggy);
+//   - paths are limited to MaxPathBytes;
+//   - a TTL node expires when mtime+TTL <= the reap time (ZooKeeper: >), and
+//     its TTL is not encoded in ephemeralOwner;
+//   - ACL perms outside 0..31 are refused.
+//
+// Encodings (commands for the log, snapshots) are versioned varint formats;
+// decoding is strict and bounds-checked, and snapshots carry a CRC32C.
 package tree
