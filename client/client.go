@@ -113,11 +113,15 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, watches: newWatchRegistry(), stop: make(chan struct{})}
 	c.mu.endpoint = -1
+	// Retry until ctx ends: servers may still be electing a leader.
 	var lastErr error
-	for attempt := 0; attempt < 2*len(cfg.Endpoints); attempt++ {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
 		api, gen, err := c.connectNext(ctx)
 		if err != nil {
 			lastErr = err
+			if attempt%len(cfg.Endpoints) == len(cfg.Endpoints)-1 {
+				sleepCtx(ctx, backoff(attempt))
+			}
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
@@ -125,11 +129,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cancel()
 		if err != nil {
 			lastErr = errs.FromGRPC(err)
-			c.dropConn(gen)
-			if ctx.Err() != nil {
-				break
+			if errs.Retryable(lastErr) {
+				// Same server, after a pause: it may just be electing.
+				c.mu.Lock()
+				c.mu.endpoint--
+				c.mu.Unlock()
 			}
-			time.Sleep(backoff(attempt))
+			c.dropConn(gen)
+			sleepCtx(ctx, backoff(attempt))
 			continue
 		}
 		c.mu.Lock()
@@ -142,7 +149,17 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		go c.watchLoop()
 		return c, nil
 	}
+	if lastErr == nil {
+		lastErr = ctx.Err()
+	}
 	return nil, fmt.Errorf("meridian client: could not open a session: %w", lastErr)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 func backoff(attempt int) time.Duration {

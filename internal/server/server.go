@@ -90,7 +90,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		stop:    make(chan struct{}),
 	}
 	s.mu.tree = tree.New()
-	s.waiters.m = make(map[uint64]chan applied)
+	s.waiters.m = make(map[uint64]*waiter)
 	s.hubs.m = make(map[int64]*hub)
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
@@ -277,20 +277,41 @@ func (s *Server) endSession(id int64, expired bool) {
 type applied struct {
 	index uint64
 	res   tree.Result
+	err   error // set when the outcome became unknowable (leader change)
 }
 
 // waiters hands apply results back to the requests that proposed them.
 type waiters struct {
 	mu sync.Mutex
-	m  map[uint64]chan applied
+	m  map[uint64]*waiter
 }
 
-func (w *waiters) add(id uint64) chan applied {
+type waiter struct {
+	ch     chan applied
+	leader uint64 // leader known when proposed
+}
+
+func (w *waiters) add(id, leader uint64) chan applied {
 	ch := make(chan applied, 1)
 	w.mu.Lock()
-	w.m[id] = ch
+	w.m[id] = &waiter{ch: ch, leader: leader}
 	w.mu.Unlock()
 	return ch
+}
+
+// failStale fails every proposal made under another leader than the current
+// one: raft may have dropped it with the old leader, or may still commit it,
+// and nothing tells which. The caller learns the outcome is unknown at once
+// instead of waiting for its timeout.
+func (w *waiters) failStale(leader uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, wt := range w.m {
+		if wt.leader != leader {
+			delete(w.m, id)
+			wt.ch <- applied{err: errs.ErrOutcomeUnknown}
+		}
+	}
 }
 
 func (w *waiters) remove(id uint64) {
@@ -301,11 +322,11 @@ func (w *waiters) remove(id uint64) {
 
 func (w *waiters) deliver(id uint64, a applied) {
 	w.mu.Lock()
-	ch, ok := w.m[id]
+	wt, ok := w.m[id]
 	delete(w.m, id)
 	w.mu.Unlock()
 	if ok {
-		ch <- a
+		wt.ch <- a
 	}
 }
 
@@ -323,7 +344,7 @@ func (s *Server) propose(ctx context.Context, cmd *tree.Command) (tree.Result, u
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	ch := s.waiters.add(cmd.ID)
+	ch := s.waiters.add(cmd.ID, s.rep.Leader())
 	defer s.waiters.remove(cmd.ID)
 	if err := s.rep.Propose(ctx, data); err != nil {
 		s.metrics.proposals.WithLabelValues("rejected").Inc()
@@ -331,6 +352,10 @@ func (s *Server) propose(ctx context.Context, cmd *tree.Command) (tree.Result, u
 	}
 	select {
 	case a := <-ch:
+		if a.err != nil {
+			s.metrics.proposals.WithLabelValues("unknown").Inc()
+			return tree.Result{}, 0, a.err
+		}
 		s.metrics.proposals.WithLabelValues("applied").Inc()
 		return a.res, a.index, nil
 	case <-ctx.Done():
@@ -354,10 +379,9 @@ func (s *Server) proposeAsync(cmd *tree.Command) error {
 	return s.rep.Propose(ctx, data)
 }
 
+// withTimeout bounds a request by the caller's deadline and the server's
+// request timeout, whichever comes first.
 func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
-	}
 	return context.WithTimeout(ctx, s.cfg.requestTimeout())
 }
 
@@ -399,6 +423,7 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (s *Server) onLeaderChange(leader, term uint64) {
+	s.waiters.failStale(leader)
 	s.metrics.leaderChanges.Inc()
 	if leader == s.cfg.ID {
 		s.metrics.isLeader.Set(1)

@@ -1,0 +1,759 @@
+// Package replica owns one consensus group: it drives go.etcd.io/raft's
+// RawNode from a single goroutine (the raft loop), keeps the raft log, hard
+// state and snapshots durable in Pebble, moves messages between peers over
+// TCP, takes snapshots and compacts the log, batches linearizable reads into
+// ReadIndex rounds, and transfers leadership on request.
+//
+// It knows nothing about what entries mean: it drives a StateMachine. It must
+// never panic on bytes from the network or the disk: malformed frames close
+// the connection, corrupt storage fails Open.
+package replica
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+// StateMachine is what the replica applies committed entries to.
+type StateMachine interface {
+	// Apply applies one committed normal entry with non-empty data, in log
+	// order, from the raft loop goroutine only.
+	Apply(index, term uint64, data []byte)
+	// Snapshot serializes the state as of the last applied index; called from
+	// the raft loop between Apply calls.
+	Snapshot() ([]byte, error)
+	// Restore replaces the state with a snapshot taken at index.
+	Restore(index uint64, data []byte) error
+}
+
+// Peer is a voter and its peer-transport address.
+type Peer struct {
+	ID   uint64
+	Addr string
+}
+
+// Config configures a replica.
+type Config struct {
+	ID               uint64
+	Peers            []Peer // all voters, this one included (static membership)
+	ListenAddr       string // defaults to this member's Peers entry
+	DataDir          string
+	TickInterval     time.Duration // default 100ms
+	ElectionTicks    int           // default 10
+	HeartbeatTicks   int           // default 1
+	SnapshotEntries  uint64        // snapshot every N applied entries (default 10000)
+	CatchUpEntries   uint64        // entries kept behind a snapshot for slow followers (default 5000)
+	MaxSizePerMsg    uint64        // default 1 MiB
+	MaxInflightMsgs  int           // default 256
+	MaxPendingReads  int           // default 10000; beyond: errs.ErrThrottled
+	MaxProposalBytes int           // default 3 MiB; beyond: errs.ErrRequestTooLarge
+	Logger           *slog.Logger
+	// OnLeaderChange is called from the raft loop when the leader or term
+	// changes (leader 0: none known). It must not block.
+	OnLeaderChange func(leader, term uint64)
+	// OnSideMessage receives side-channel payloads (from a transport
+	// goroutine, or the caller of SendToLeader on the leader itself).
+	OnSideMessage func(from uint64, payload []byte)
+}
+
+func (c *Config) defaults() {
+	if c.TickInterval <= 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks <= 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks <= 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.SnapshotEntries == 0 {
+		c.SnapshotEntries = 10000
+	}
+	if c.CatchUpEntries == 0 {
+		c.CatchUpEntries = c.SnapshotEntries / 2
+	}
+	if c.MaxSizePerMsg == 0 {
+		c.MaxSizePerMsg = 1 << 20
+	}
+	if c.MaxInflightMsgs <= 0 {
+		c.MaxInflightMsgs = 256
+	}
+	if c.MaxPendingReads <= 0 {
+		c.MaxPendingReads = 10000
+	}
+	if c.MaxProposalBytes <= 0 {
+		c.MaxProposalBytes = 3 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.OnLeaderChange == nil {
+		c.OnLeaderChange = func(uint64, uint64) {}
+	}
+	if c.OnSideMessage == nil {
+		c.OnSideMessage = func(uint64, []byte) {}
+	}
+}
+
+// Status is a snapshot of the replica's raft state.
+type Status struct {
+	ID, Leader, Term, Commit, Applied, SnapshotIndex, FirstIndex, LastIndex uint64
+	Role                                                                    string
+	Members                                                                 []Peer
+	Progress                                                                map[uint64]uint64 // leader only: match index per peer
+}
+
+type proposal struct {
+	data []byte
+	errc chan error
+}
+
+type readReq struct {
+	errc  chan error
+	index uint64 // set before errc receives nil
+}
+
+type readBatch struct {
+	reqs   []*readReq
+	issued time.Time
+}
+
+type loopEvent struct {
+	kind int // evUnreachable, evSnapDone
+	id   uint64
+	ok   bool
+}
+
+const (
+	evUnreachable = iota
+	evSnapDone
+)
+
+// Replica is one member of a consensus group.
+type Replica struct {
+	cfg  Config
+	sm   StateMachine
+	log  *slog.Logger
+	disk *disk
+	mem  *raft.MemoryStorage
+	rn   *raft.RawNode // raft loop only
+	tr   *transport
+
+	propc     chan proposal
+	recvc     chan *pb.Message
+	readc     chan *readReq
+	eventc    chan loopEvent
+	transferc chan uint64
+	statusc   chan chan Status
+
+	leader  atomic.Uint64
+	term    atomic.Uint64
+	applied appliedWait
+
+	// raft loop state
+	confState    *pb.ConfState
+	snapIndex    uint64
+	pendingReads []*readReq
+	inflight     map[string]*readBatch
+	readSeq      uint64
+	readRounds   atomic.Uint64 // ReadIndex rounds issued (tests check batching)
+	numReads     atomic.Int64  // reads waiting, for the limit
+
+	stopc     chan struct{}
+	donec     chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (or creates) the replica's storage, restores the state machine
+// from the latest snapshot, and starts the transport and the raft loop.
+// Committed entries after the snapshot are re-applied by the loop.
+func Open(cfg Config, sm StateMachine) (*Replica, error) {
+	cfg.defaults()
+	var self *Peer
+	for i := range cfg.Peers {
+		if cfg.Peers[i].ID == cfg.ID {
+			self = &cfg.Peers[i]
+		}
+	}
+	if cfg.ID == 0 || self == nil {
+		return nil, fmt.Errorf("replica: id %d must be > 0 and among peers", cfg.ID)
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = self.Addr
+	}
+	d, err := openDisk(cfg.DataDir, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("replica: open pebble: %w", err)
+	}
+	r := &Replica{
+		cfg: cfg, sm: sm, log: cfg.Logger, disk: d, mem: raft.NewMemoryStorage(),
+		propc: make(chan proposal, 1024), recvc: make(chan *pb.Message, 4096),
+		readc: make(chan *readReq, 1024), eventc: make(chan loopEvent, 1024),
+		transferc: make(chan uint64, 1), statusc: make(chan chan Status),
+		inflight: map[string]*readBatch{}, stopc: make(chan struct{}), donec: make(chan struct{}),
+	}
+	r.applied.ch = make(chan struct{})
+	fresh, err := r.restore()
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   r.mem,
+		Applied:                   r.snapIndex,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{cfg.Logger},
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	r.rn = rn
+	if fresh {
+		peers := make([]raft.Peer, len(cfg.Peers))
+		for i, p := range cfg.Peers {
+			peers[i] = raft.Peer{ID: p.ID}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			d.close()
+			return nil, fmt.Errorf("replica: bootstrap: %w", err)
+		}
+	}
+	tr, err := newTransport(cfg.ID, cfg.ListenAddr, cfg.Peers, (*events)(r), cfg.Logger)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	r.tr = tr
+	go r.loop()
+	return r, nil
+}
+
+// restore loads the durable state into raft's memory storage and the state
+// machine. It reports whether the storage was empty (a new member).
+func (r *Replica) restore() (bool, error) {
+	hs, snap, ents, err := r.disk.load()
+	if err != nil {
+		return false, fmt.Errorf("replica: load %s: %w", r.cfg.DataDir, err)
+	}
+	if raft.IsEmptyHardState(hs) && raft.IsEmptySnap(snap) && len(ents) == 0 {
+		return true, nil
+	}
+	if !raft.IsEmptySnap(snap) {
+		if err := r.mem.ApplySnapshot(snap); err != nil {
+			return false, err
+		}
+		if err := r.sm.Restore(snap.GetMetadata().GetIndex(), snap.GetData()); err != nil {
+			return false, fmt.Errorf("replica: restore snapshot at %d: %w", snap.GetMetadata().GetIndex(), err)
+		}
+		r.snapIndex = snap.GetMetadata().GetIndex()
+		r.confState = snap.GetMetadata().GetConfState()
+		r.applied.set(r.snapIndex)
+	}
+	if err := r.mem.SetHardState(hs); err != nil {
+		return false, err
+	}
+	if err := r.mem.Append(ents); err != nil {
+		return false, err
+	}
+	r.log.Info("restored", "snapshot", r.snapIndex, "entries", len(ents), "commit", hs.GetCommit(), "term", hs.GetTerm())
+	return false, nil
+}
+
+// Close stops the loop and the transport and closes storage. Pending
+// callers get errs.ErrStopped.
+func (r *Replica) Close() error {
+	r.closeOnce.Do(func() {
+		close(r.stopc)
+		<-r.donec
+		r.tr.close()
+		r.closeErr = r.disk.close()
+	})
+	return r.closeErr
+}
+
+// Propose hands data to raft. It returns once raft accepted it (not once it
+// is committed); errs.ErrNotLeader when raft refused it (no leader known, or
+// a leadership transfer in progress), which means it will not be applied.
+func (r *Replica) Propose(ctx context.Context, data []byte) error {
+	if len(data) > r.cfg.MaxProposalBytes {
+		return errs.ErrRequestTooLarge
+	}
+	p := proposal{data: data, errc: make(chan error, 1)}
+	select {
+	case r.propc <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.stopc:
+		return errs.ErrStopped
+	}
+	select {
+	case err := <-p.errc:
+		return err
+	case <-r.stopc:
+		return errs.ErrStopped
+	}
+}
+
+// ReadIndex is a linearizable read barrier: it returns a commit index at
+// least as high as any write acknowledged before the call, once this
+// replica has applied it. Concurrent callers share raft rounds.
+func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
+	if r.numReads.Add(1) > int64(r.cfg.MaxPendingReads) {
+		r.numReads.Add(-1)
+		return 0, errs.ErrThrottled
+	}
+	defer r.numReads.Add(-1)
+	req := &readReq{errc: make(chan error, 1)}
+	select {
+	case r.readc <- req:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-r.stopc:
+		return 0, errs.ErrStopped
+	}
+	select {
+	case err := <-req.errc:
+		if err != nil {
+			return 0, err
+		}
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-r.stopc:
+		return 0, errs.ErrStopped
+	}
+	if err := r.WaitApplied(ctx, req.index); err != nil {
+		return 0, err
+	}
+	return req.index, nil
+}
+
+// WaitApplied waits until this replica has applied index.
+func (r *Replica) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		ch, ok := r.applied.reached(index)
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.stopc:
+			return errs.ErrStopped
+		}
+	}
+}
+
+// AppliedIndex returns the last applied index.
+func (r *Replica) AppliedIndex() uint64 {
+	_, idx := r.applied.get()
+	return idx
+}
+
+// Leader returns the known leader (0: none).
+func (r *Replica) Leader() uint64 { return r.leader.Load() }
+
+// IsLeader reports whether this replica leads.
+func (r *Replica) IsLeader() bool { return r.leader.Load() == r.cfg.ID }
+
+// Status asks the raft loop for its state.
+func (r *Replica) Status() Status {
+	ch := make(chan Status, 1)
+	select {
+	case r.statusc <- ch:
+		return <-ch
+	case <-r.stopc:
+		return Status{ID: r.cfg.ID, Role: "stopped", Members: r.cfg.Peers}
+	}
+}
+
+// TransferLeadership moves leadership to target and waits until it leads.
+func (r *Replica) TransferLeadership(ctx context.Context, target uint64) error {
+	t := time.NewTicker(r.cfg.TickInterval)
+	defer t.Stop()
+	var asked time.Time
+	for r.Leader() != target {
+		if time.Since(asked) > r.cfg.TickInterval*time.Duration(r.cfg.ElectionTicks) {
+			asked = time.Now()
+			select {
+			case r.transferc <- target:
+			default:
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.stopc:
+			return errs.ErrStopped
+		}
+	}
+	return nil
+}
+
+// SendToLeader sends an opaque payload (at most 1 MiB) to the current
+// leader, best effort.
+func (r *Replica) SendToLeader(payload []byte) error {
+	if len(payload) > maxSideFrame-frameHeader {
+		return errs.ErrRequestTooLarge
+	}
+	lead := r.Leader()
+	switch lead {
+	case 0:
+		return errs.ErrNotLeader
+	case r.cfg.ID:
+		r.cfg.OnSideMessage(r.cfg.ID, payload)
+		return nil
+	}
+	return r.tr.sendSide(lead, payload)
+}
+
+// ---- transport callbacks (transport goroutines) ----
+
+type events Replica
+
+func (e *events) deliver(m *pb.Message) {
+	select {
+	case e.recvc <- m:
+	default:
+		// Full inbound queue: drop; raft retransmits.
+	}
+}
+func (e *events) side(from uint64, payload []byte) { e.cfg.OnSideMessage(from, payload) }
+func (e *events) unreachable(id uint64) {
+	select {
+	case e.eventc <- loopEvent{kind: evUnreachable, id: id}:
+	default:
+	}
+}
+func (e *events) snapshotDone(id uint64, ok bool) {
+	select {
+	case e.eventc <- loopEvent{kind: evSnapDone, id: id, ok: ok}:
+	case <-e.stopc:
+	}
+}
+
+// ---- the raft loop ----
+
+func (r *Replica) loop() {
+	defer close(r.donec)
+	defer r.failReads(errs.ErrStopped)
+	ticker := time.NewTicker(r.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-r.stopc:
+			return
+		case <-ticker.C:
+			r.rn.Tick()
+			r.retryReads()
+		case p := <-r.propc:
+			r.propose(p)
+			// Take every queued proposal into the same Ready: one fsync.
+			for more := true; more; {
+				select {
+				case p := <-r.propc:
+					r.propose(p)
+				default:
+					more = false
+				}
+			}
+		case m := <-r.recvc:
+			if err := r.rn.Step(m); err != nil {
+				r.log.Debug("step", "err", err)
+			}
+		case req := <-r.readc:
+			r.pendingReads = append(r.pendingReads, req)
+		case ev := <-r.eventc:
+			switch ev.kind {
+			case evUnreachable:
+				r.rn.ReportUnreachable(ev.id)
+			case evSnapDone:
+				st := raft.SnapshotFinish
+				if !ev.ok {
+					st = raft.SnapshotFailure
+				}
+				r.rn.ReportSnapshot(ev.id, st)
+			}
+		case target := <-r.transferc:
+			r.rn.TransferLeader(target)
+		case ch := <-r.statusc:
+			ch <- r.status()
+		}
+		r.issueReads()
+		if r.rn.HasReady() {
+			if err := r.handleReady(); err != nil {
+				// Storage failed: we cannot promise durability any more.
+				r.log.Error("raft storage failure; replica stopping", "err", err)
+				go r.Close()
+				return
+			}
+		}
+	}
+}
+
+func (r *Replica) propose(p proposal) {
+	err := r.rn.Propose(p.data)
+	if errors.Is(err, raft.ErrProposalDropped) {
+		err = errs.ErrNotLeader
+	}
+	p.errc <- err
+}
+
+func (r *Replica) handleReady() error {
+	rd := r.rn.Ready()
+	if rd.SoftState != nil {
+		r.setLeader(rd.SoftState.Lead)
+	}
+	if rd.HardState != nil && rd.HardState.GetTerm() != r.term.Load() {
+		r.term.Store(rd.HardState.GetTerm())
+		r.cfg.OnLeaderChange(r.leader.Load(), rd.HardState.GetTerm())
+	}
+	var snap *pb.Snapshot
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		snap = rd.Snapshot
+	}
+	if err := r.disk.save(rd.HardState, rd.Entries, snap); err != nil {
+		return err
+	}
+	if snap != nil {
+		if err := r.mem.ApplySnapshot(snap); err != nil {
+			return err
+		}
+		idx := snap.GetMetadata().GetIndex()
+		if err := r.sm.Restore(idx, snap.GetData()); err != nil {
+			return fmt.Errorf("restore snapshot %d: %w", idx, err)
+		}
+		r.snapIndex = idx
+		r.confState = snap.GetMetadata().GetConfState()
+		r.applied.set(idx)
+		r.log.Info("restored from leader snapshot", "index", idx)
+	}
+	if rd.HardState != nil {
+		if err := r.mem.SetHardState(rd.HardState); err != nil {
+			return err
+		}
+	}
+	if err := r.mem.Append(rd.Entries); err != nil {
+		return err
+	}
+	for _, m := range rd.Messages {
+		r.tr.send(m)
+	}
+	if err := r.apply(rd.CommittedEntries); err != nil {
+		return err
+	}
+	for _, rs := range rd.ReadStates {
+		if b := r.inflight[string(rs.RequestCtx)]; b != nil {
+			delete(r.inflight, string(rs.RequestCtx))
+			for _, req := range b.reqs {
+				req.index = rs.Index
+				req.errc <- nil
+			}
+		}
+	}
+	r.rn.Advance(rd)
+	return r.maybeSnapshot()
+}
+
+func (r *Replica) setLeader(lead uint64) {
+	if old := r.leader.Swap(lead); old != lead {
+		r.cfg.OnLeaderChange(lead, r.term.Load())
+	}
+}
+
+func (r *Replica) apply(ents []*pb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	for _, e := range ents {
+		switch e.GetType() {
+		case pb.EntryNormal:
+			if len(e.GetData()) > 0 {
+				r.sm.Apply(e.GetIndex(), e.GetTerm(), e.GetData())
+			}
+		case pb.EntryConfChange:
+			var cc pb.ConfChange
+			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
+			}
+			r.confState = r.rn.ApplyConfChange(&cc)
+		case pb.EntryConfChangeV2:
+			var cc pb.ConfChangeV2
+			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
+			}
+			r.confState = r.rn.ApplyConfChange(&cc)
+		}
+	}
+	r.applied.set(ents[len(ents)-1].GetIndex())
+	return nil
+}
+
+// maybeSnapshot snapshots the state machine every SnapshotEntries applied
+// entries and compacts the log, keeping CatchUpEntries for slow followers.
+func (r *Replica) maybeSnapshot() error {
+	_, applied := r.applied.get()
+	if applied-r.snapIndex < r.cfg.SnapshotEntries {
+		return nil
+	}
+	start := time.Now()
+	data, err := r.sm.Snapshot()
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	snap, err := r.mem.CreateSnapshot(applied, r.confState, data)
+	if err != nil {
+		return err
+	}
+	var compact uint64
+	if applied > r.cfg.CatchUpEntries {
+		compact = applied - r.cfg.CatchUpEntries
+	}
+	if err := r.disk.saveSnapshot(snap, compact); err != nil {
+		return err
+	}
+	if compact > 0 {
+		if err := r.mem.Compact(compact); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return err
+		}
+	}
+	r.snapIndex = applied
+	r.log.Info("snapshot taken", "index", applied, "bytes", len(data), "compacted_to", compact, "took", time.Since(start))
+	return nil
+}
+
+// issueReads starts one ReadIndex round for every read that arrived since the
+// last round: all of them share it.
+func (r *Replica) issueReads() {
+	if len(r.pendingReads) == 0 {
+		return
+	}
+	r.readSeq++
+	ctx := make([]byte, 16)
+	binary.BigEndian.PutUint64(ctx, r.cfg.ID)
+	binary.BigEndian.PutUint64(ctx[8:], r.readSeq)
+	r.inflight[string(ctx)] = &readBatch{reqs: r.pendingReads, issued: time.Now()}
+	r.pendingReads = nil
+	r.readRounds.Add(1)
+	r.rn.ReadIndex(ctx)
+}
+
+// retryReads re-issues, under a fresh request id, rounds that got no answer
+// within an election timeout (raft drops them when there is no leader or
+// leadership changed).
+func (r *Replica) retryReads() {
+	timeout := r.cfg.TickInterval * time.Duration(r.cfg.ElectionTicks)
+	for k, b := range r.inflight {
+		if time.Since(b.issued) > timeout {
+			delete(r.inflight, k)
+			r.pendingReads = append(r.pendingReads, b.reqs...)
+		}
+	}
+}
+
+func (r *Replica) failReads(err error) {
+	for _, req := range r.pendingReads {
+		req.errc <- err
+	}
+	for _, b := range r.inflight {
+		for _, req := range b.reqs {
+			req.errc <- err
+		}
+	}
+	r.pendingReads, r.inflight = nil, map[string]*readBatch{}
+}
+
+func (r *Replica) status() Status {
+	st := r.rn.Status()
+	first, _ := r.mem.FirstIndex()
+	last, _ := r.mem.LastIndex()
+	_, applied := r.applied.get()
+	out := Status{
+		ID: r.cfg.ID, Leader: st.Lead, Term: st.HardState.GetTerm(), Commit: st.HardState.GetCommit(), Applied: applied,
+		SnapshotIndex: r.snapIndex, FirstIndex: first, LastIndex: last,
+		Role: map[raft.StateType]string{raft.StateLeader: "leader", raft.StateFollower: "follower",
+			raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate"}[st.RaftState],
+		Members: r.cfg.Peers,
+	}
+	if st.RaftState == raft.StateLeader {
+		out.Progress = map[uint64]uint64{}
+		for id, pr := range st.Progress {
+			out.Progress[id] = pr.Match
+		}
+	}
+	return out
+}
+
+// appliedWait lets goroutines wait for the applied index to reach a value.
+type appliedWait struct {
+	mu  sync.Mutex
+	idx uint64
+	ch  chan struct{} // closed and replaced whenever idx advances
+}
+
+func (w *appliedWait) set(idx uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if idx <= w.idx && w.idx != 0 {
+		return
+	}
+	w.idx = idx
+	close(w.ch)
+	w.ch = make(chan struct{})
+}
+
+func (w *appliedWait) get() (chan struct{}, uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch, w.idx
+}
+
+func (w *appliedWait) reached(idx uint64) (chan struct{}, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch, w.idx >= idx
+}
+
+// raftLogger adapts slog to raft's Logger.
+type raftLogger struct{ l *slog.Logger }
+
+func (l raftLogger) Debug(v ...any)              { l.l.Debug(fmt.Sprint(v...)) }
+func (l raftLogger) Debugf(f string, v ...any)   { l.l.Debug(fmt.Sprintf(f, v...)) }
+func (l raftLogger) Info(v ...any)               { l.l.Debug(fmt.Sprint(v...)) }
+func (l raftLogger) Infof(f string, v ...any)    { l.l.Debug(fmt.Sprintf(f, v...)) }
+func (l raftLogger) Warning(v ...any)            { l.l.Warn(fmt.Sprint(v...)) }
+func (l raftLogger) Warningf(f string, v ...any) { l.l.Warn(fmt.Sprintf(f, v...)) }
+func (l raftLogger) Error(v ...any)              { l.l.Error(fmt.Sprint(v...)) }
+func (l raftLogger) Errorf(f string, v ...any)   { l.l.Error(fmt.Sprintf(f, v...)) }
+func (l raftLogger) Fatal(v ...any)              { l.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (l raftLogger) Fatalf(f string, v ...any) {
+	l.l.Error(fmt.Sprintf(f, v...))
+	panic(fmt.Sprintf(f, v...))
+}
+func (l raftLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (l raftLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
