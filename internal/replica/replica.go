@@ -649,8 +649,12 @@ func (r *Replica) maybeSnapshot() error {
 
 // issueReads starts one ReadIndex round for every read that arrived since the
 // last round: all of them share it.
+//
+// One round is in flight at a time: reads arriving meanwhile wait for the
+// next one, which batches them under load at the cost of at most one extra
+// round of latency.
 func (r *Replica) issueReads() {
-	if len(r.pendingReads) == 0 {
+	if len(r.pendingReads) == 0 || len(r.inflight) > 0 {
 		return
 	}
 	r.readSeq++
