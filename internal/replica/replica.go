@@ -63,6 +63,9 @@ type Config struct {
 	// OnLeaderChange is called from the raft loop when the leader or term
 	// changes (leader 0: none known). It must not block.
 	OnLeaderChange func(leader, term uint64)
+	// ObserveFsync, if set, is given the duration of every synced write
+	// (called from the raft loop; must not block).
+	ObserveFsync func(time.Duration)
 	// OnSideMessage receives side-channel payloads (from a transport
 	// goroutine, or the caller of SendToLeader on the leader itself).
 	OnSideMessage func(from uint64, payload []byte)
@@ -101,6 +104,9 @@ func (c *Config) defaults() {
 	}
 	if c.OnLeaderChange == nil {
 		c.OnLeaderChange = func(uint64, uint64) {}
+	}
+	if c.ObserveFsync == nil {
+		c.ObserveFsync = func(time.Duration) {}
 	}
 	if c.OnSideMessage == nil {
 		c.OnSideMessage = func(uint64, []byte) {}
@@ -537,8 +543,12 @@ func (r *Replica) handleReady() error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		snap = rd.Snapshot
 	}
-	if err := r.disk.save(rd.HardState, rd.Entries, snap); err != nil {
-		return err
+	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
+		start := time.Now()
+		if err := r.disk.save(rd.HardState, rd.Entries, snap); err != nil {
+			return err
+		}
+		r.cfg.ObserveFsync(time.Since(start))
 	}
 	if snap != nil {
 		if err := r.mem.ApplySnapshot(snap); err != nil {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -461,5 +464,96 @@ func TestTransferLeader(t *testing.T) {
 	}
 	if got := tc.leader(); uint64(got+1) != target {
 		t.Fatalf("leader %d, want %d", got+1, target)
+	}
+}
+
+// TestWatchSurvivesServerFailure: a client's server dies; the client moves to
+// another server with the same session, re-registers its watch, and is told
+// of a change made while it was moving.
+func TestWatchSurvivesServerFailure(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	cx := ctx(t)
+	writer := tc.client(tc.endpoints()[1:]...) // not on the server that will die
+	if _, _, err := writer.Create(cx, "/cfg", []byte("v1"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher prefers member 1, then 2, then 3.
+	w := tc.client()
+	sid := w.SessionID()
+	_, _, ch, err := w.GetW(cx, "/cfg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := w.Endpoint()
+	for i, c := range tc.cfgs {
+		if c.Self().GRPC == first {
+			tc.stop(i)
+		}
+	}
+	if _, err := writer.Set(cx, "/cfg", []byte("v2"), -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-ch:
+		if ev.Type != client.EventNodeDataChanged || ev.Path != "/cfg" {
+			t.Fatalf("event %+v", ev)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("watch did not fire after failover")
+	}
+	if w.SessionID() != sid || w.Endpoint() == first {
+		t.Fatalf("session %d→%d endpoint %s→%s: want same session on another server", sid, w.SessionID(), first, w.Endpoint())
+	}
+	// The moved session still works and never reads older data.
+	data, _, err := w.Get(cx, "/cfg", client.WithConsistency(client.Sequential))
+	if err != nil || string(data) != "v2" {
+		t.Fatalf("after failover read %q, %v", data, err)
+	}
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	ports := freePorts(t, 3)
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.ListenHTTP = fmt.Sprintf("127.0.0.1:%d", ports[c.ID-1])
+	})
+	tc.leader()
+	c := tc.client()
+	if _, _, err := c.Create(ctx(t), "/m", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", ports[0], path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/livez"); code != 200 {
+		t.Fatalf("livez %d", code)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("readyz %d with a leader", code)
+	}
+	_, body := get("/metrics")
+	for _, m := range []string{"meridian_proposals_total", "meridian_raft_fsync_duration_seconds_count", "meridian_apply_duration_seconds", "meridian_znodes", "meridian_sessions"} {
+		if !strings.Contains(body, m) {
+			t.Fatalf("/metrics lacks %s", m)
+		}
+	}
+	// A lone survivor has no quorum, hence no leader: not ready.
+	tc.stop(1)
+	tc.stop(2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := get("/readyz"); code == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("readyz stayed 200 without a quorum")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ type metrics struct {
 	reg           *prometheus.Registry
 	proposals     *prometheus.CounterVec
 	applyDuration prometheus.Histogram
+	fsyncDuration prometheus.Histogram
 	leaderChanges prometheus.Counter
 	isLeader      prometheus.Gauge
 	term          prometheus.Gauge
@@ -28,6 +29,10 @@ func newMetrics() *metrics {
 			Name: "meridian_apply_duration_seconds", Help: "Time to apply one log entry to the tree.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
 		}),
+		fsyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "meridian_raft_fsync_duration_seconds", Help: "Time to persist one raft Ready (one synced Pebble batch).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
+		}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_leader_changes_total", Help: "Leader changes seen."}),
 		isLeader:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_is_leader", Help: "1 if this member leads."}),
 		term:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_raft_term", Help: "Current raft term."}),
@@ -39,7 +44,7 @@ func newMetrics() *metrics {
 			Name: "meridian_requests_total", Help: "API requests by method and outcome code.",
 		}, []string{"method", "code"}),
 	}
-	m.reg.MustRegister(m.proposals, m.applyDuration, m.leaderChanges, m.isLeader, m.term,
+	m.reg.MustRegister(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.term,
 		m.appliedIndex, m.sessions, m.watches, m.znodes, m.requests,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

@@ -118,6 +118,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Logger:          log.With("component", "raft"),
 		OnLeaderChange:  s.onLeaderChange,
 		OnSideMessage:   s.onSideMessage,
+		ObserveFsync:    func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
 	}, (*stateMachine)(s))
 	if err != nil {
 		return nil, fmt.Errorf("open replica: %w", err)
