@@ -21,7 +21,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 test: vet
-	$(GO) test -race -timeout 14m ./...
+	$(GO) test -race -count=1 -timeout 14m ./...
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

@@ -39,6 +39,7 @@ var (
 	ErrDataTooLarge            = errs.ErrDataTooLarge
 	ErrSessionExpired          = errs.ErrSessionExpired
 	ErrConnectionLoss          = errs.ErrConnectionLoss
+	ErrOutcomeUnknown          = errs.ErrOutcomeUnknown
 	ErrTimeout                 = errs.ErrTimeout
 	ErrNotLeader               = errs.ErrNotLeader
 	ErrNoAuth                  = errs.ErrNoAuth
