@@ -479,19 +479,10 @@ func (r *Replica) loop() {
 			r.retryReads()
 		case p := <-r.propc:
 			r.propose(p)
-			// Take every queued proposal into the same Ready: one fsync.
-			for more := true; more; {
-				select {
-				case p := <-r.propc:
-					r.propose(p)
-				default:
-					more = false
-				}
-			}
+			r.drain()
 		case m := <-r.recvc:
-			if err := r.rn.Step(m); err != nil {
-				r.log.Debug("step", "err", err)
-			}
+			r.step(m)
+			r.drain()
 		case req := <-r.readc:
 			r.pendingReads = append(r.pendingReads, req)
 		case ev := <-r.eventc:
@@ -519,6 +510,31 @@ func (r *Replica) loop() {
 				return
 			}
 		}
+	}
+}
+
+// maxDrain bounds how many queued proposals and messages one Ready collects.
+const maxDrain = 4096
+
+// drain takes every proposal and peer message already queued into raft
+// before the next Ready, so all of them share one fsync (group commit) and
+// one round of messages.
+func (r *Replica) drain() {
+	for i := 0; i < maxDrain; i++ {
+		select {
+		case p := <-r.propc:
+			r.propose(p)
+		case m := <-r.recvc:
+			r.step(m)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Replica) step(m *pb.Message) {
+	if err := r.rn.Step(m); err != nil {
+		r.log.Debug("step", "err", err)
 	}
 }
 
