@@ -76,6 +76,13 @@ var (
 	ErrQuotaExceeded           = &Error{zkQuotaExceeded, codes.ResourceExhausted, "quota exceeded"}
 	ErrReconfigDisabled        = &Error{zkReconfigDisabled, codes.Unimplemented, "dynamic reconfiguration is not supported"}
 
+	// Coordination errors (no ZooKeeper equivalent; mapped to the nearest code).
+	ErrLockHeld       = &Error{zkNodeExists, codes.FailedPrecondition, "lock is held by another session"}
+	ErrLockNotHeld    = &Error{zkNoNode, codes.FailedPrecondition, "lock is not held by this session"}
+	ErrStaleToken     = &Error{zkBadVersion, codes.FailedPrecondition, "fencing token is not the lock's current token"}
+	ErrTooManyWaiters = &Error{zkThrottled, codes.ResourceExhausted, "too many waiters for this lock"}
+	ErrTooManyLocks   = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many locks for this session or cluster"}
+
 	// Session errors.
 	ErrSessionExpired = &Error{zkSessionExpired, codes.FailedPrecondition, "session expired"}
 	ErrUnknownSession = &Error{zkUnknownSession, codes.NotFound, "unknown session"}
@@ -105,6 +112,7 @@ var all = []*Error{
 	ErrNoNode, ErrNodeExists, ErrBadVersion, ErrNotEmpty, ErrNoChildrenForEphemerals,
 	ErrBadArguments, ErrInvalidPath, ErrDataTooLarge, ErrInvalidACL, ErrNoAuth, ErrAuthFailed,
 	ErrRuntimeInconsistency, ErrUnimplemented, ErrNoWatcher, ErrQuotaExceeded, ErrReconfigDisabled,
+	ErrLockHeld, ErrLockNotHeld, ErrStaleToken, ErrTooManyWaiters, ErrTooManyLocks,
 	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved,
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,

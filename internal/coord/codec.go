@@ -1,0 +1,98 @@
+package coord
+
+import (
+	"encoding/binary"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+// Tag is the first byte of every coordination command in the raft log; tree
+// commands start with their own version byte (1), so the two never collide.
+const Tag byte = 0xC1
+
+// MaxInnerBytes bounds the tree command carried by a fenced write.
+const MaxInnerBytes = 4 << 20
+
+// Encode serializes c: Tag, then varints and length-prefixed strings.
+func Encode(c *Command) ([]byte, error) {
+	if len(c.Lock) > MaxLockNameBytes || len(c.Inner) > MaxInnerBytes {
+		return nil, errs.ErrRequestTooLarge
+	}
+	b := make([]byte, 0, 48+len(c.Lock)+len(c.Inner))
+	b = append(b, Tag, byte(c.Op), byte(c.Mode))
+	if c.Wait {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, c.ID)
+	b = binary.AppendVarint(b, c.TimeMs)
+	b = binary.AppendVarint(b, c.Session)
+	b = binary.AppendVarint(b, c.DelayMs)
+	b = binary.AppendVarint(b, c.Target)
+	b = binary.AppendUvarint(b, c.Token)
+	b = binary.AppendUvarint(b, uint64(len(c.Lock)))
+	b = append(b, c.Lock...)
+	b = binary.AppendUvarint(b, uint64(len(c.Inner)))
+	b = append(b, c.Inner...)
+	return b, nil
+}
+
+// Decode parses what Encode wrote; it is strict and never panics.
+func Decode(b []byte) (*Command, error) {
+	bad := errs.ErrMarshalling
+	if len(b) < 4 || b[0] != Tag || b[3] > 1 {
+		return nil, bad
+	}
+	c := &Command{Op: OpType(b[1]), Mode: Mode(b[2]), Wait: b[3] == 1}
+	b = b[4:]
+	uv := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	sv := func() (int64, bool) {
+		v, n := binary.Varint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	bytesField := func(max int) ([]byte, bool) {
+		n, ok := uv()
+		if !ok || n > uint64(max) || n > uint64(len(b)) {
+			return nil, false
+		}
+		out := append([]byte(nil), b[:n]...)
+		b = b[n:]
+		return out, true
+	}
+	var ok bool
+	if c.ID, ok = uv(); !ok {
+		return nil, bad
+	}
+	for _, p := range []*int64{&c.TimeMs, &c.Session, &c.DelayMs, &c.Target} {
+		if *p, ok = sv(); !ok {
+			return nil, bad
+		}
+	}
+	if c.Token, ok = uv(); !ok {
+		return nil, bad
+	}
+	lock, ok := bytesField(MaxLockNameBytes)
+	if !ok {
+		return nil, bad
+	}
+	c.Lock = string(lock)
+	if c.Inner, ok = bytesField(MaxInnerBytes); !ok || len(b) != 0 {
+		return nil, bad
+	}
+	if len(c.Inner) == 0 {
+		c.Inner = nil
+	}
+	return c, nil
+}

@@ -1,0 +1,465 @@
+// Package coord owns Meridian's server-side coordination primitives that live
+// in the replicated state machine: today, locks (exclusive and shared, FIFO
+// wait queues, fencing tokens, lock-delay, release on session end).
+//
+// Like the tree it is a pure, deterministic state machine: Apply takes a
+// command and its log index and returns a result plus the grants and losses
+// it caused. It never reads a clock (time arrives in commands), starts a
+// goroutine, or does I/O. Every replica that applies the same log decides
+// the same holders, in the same order, with the same tokens.
+//
+// A fencing token is the log index of the command that granted the lock, so
+// tokens are strictly increasing per lock and across the service, survive
+// leader changes and restarts, and are never reused. Shared holders granted
+// by the same command share its token.
+package coord
+
+import (
+	"sort"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+// Limits; each is enforced in Apply with a clear error.
+const (
+	MaxLockNameBytes   = 256
+	MaxWaitersPerLock  = 10000
+	MaxLocksPerSession = 1000 // held or waited for
+	MaxLocks           = 1000000
+	MaxDelayMs         = 600000 // 10 minutes of lock-delay at most
+)
+
+// Mode of a hold.
+type Mode uint8
+
+const (
+	Exclusive Mode = 0
+	Shared    Mode = 1
+)
+
+func (m Mode) String() string {
+	if m == Shared {
+		return "shared"
+	}
+	return "exclusive"
+}
+
+// OpType names a coordination command.
+type OpType uint8
+
+const (
+	OpAcquire      OpType = 1 // Lock, Mode, Wait, DelayMs
+	OpRelease      OpType = 2 // Lock
+	OpCancel       OpType = 3 // Lock: stop waiting
+	OpForceRelease OpType = 4 // Lock, Target: an operator evicts a holder
+	OpTick         OpType = 5 // TimeMs: lets delayed locks be granted
+	OpFenced       OpType = 6 // Lock, Token, Inner: a tree write applied only if Token holds Lock
+)
+
+// Command is one coordination command in the raft log.
+type Command struct {
+	ID      uint64 // proposal id, not interpreted
+	TimeMs  int64  // proposer's clock, for lock-delay
+	Session int64
+	Op      OpType
+	Lock    string
+	Mode    Mode
+	Wait    bool   // acquire: queue if not free (false: try-lock)
+	DelayMs int64  // acquire: lock-delay applied if this holder's session expires
+	Target  int64  // force-release: the session to evict
+	Token   uint64 // fenced: the token presented
+	Inner   []byte // fenced: an encoded tree command
+}
+
+// Grant is a hold given by a command: to return to a waiting acquirer.
+type Grant struct {
+	Lock    string
+	Session int64
+	Token   uint64
+	Mode    Mode
+}
+
+// Loss is a hold taken away other than by its holder's own release: the
+// holder must be told.
+type Loss struct {
+	Lock    string
+	Session int64
+	Token   uint64
+	Reason  string // "session expired", "session closed", "forced release"
+}
+
+// Result is what Apply returns to the proposer.
+type Result struct {
+	Err      error
+	Granted  bool   // acquire/cancel: the caller holds the lock now
+	Token    uint64 // when Granted
+	Position int    // acquire with wait, not granted: place in the queue (1 = next)
+}
+
+// Holder is one current hold.
+type Holder struct {
+	Session int64
+	Token   uint64
+	Mode    Mode
+}
+
+// Waiter is one queued acquire.
+type Waiter struct {
+	Session int64
+	Mode    Mode
+	DelayMs int64
+}
+
+type lock struct {
+	holders    []Holder
+	waiters    []Waiter
+	delays     map[int64]int64 // holder session -> lock-delay ms
+	delayUntil int64           // ms: no grants before this time
+}
+
+// State is the lock table. Not safe for concurrent use.
+type State struct {
+	locks     map[string]*lock
+	bySession map[int64]map[string]struct{}
+}
+
+// New returns an empty state.
+func New() *State {
+	return &State{locks: map[string]*lock{}, bySession: map[int64]map[string]struct{}{}}
+}
+
+// LiveFunc reports whether a session is live (from the tree's session table).
+type LiveFunc func(session int64) bool
+
+// ValidName checks a lock name: 1..256 bytes, no control characters.
+func ValidName(name string) error {
+	if len(name) == 0 || len(name) > MaxLockNameBytes {
+		return errs.ErrBadArguments
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return errs.ErrBadArguments
+		}
+	}
+	return nil
+}
+
+// Apply applies one command at log index index.
+func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant, []Loss) {
+	switch c.Op {
+	case OpTick:
+		var grants []Grant
+		for _, name := range s.sortedNames() {
+			grants = append(grants, s.grantNext(name, index, c.TimeMs)...)
+		}
+		return Result{}, grants, nil
+	case OpAcquire, OpRelease, OpCancel, OpForceRelease, OpFenced:
+	default:
+		return Result{Err: errs.ErrUnimplemented}, nil, nil
+	}
+	if err := ValidName(c.Lock); err != nil {
+		return Result{Err: err}, nil, nil
+	}
+	switch c.Op {
+	case OpAcquire:
+		return s.acquire(index, c, live)
+	case OpRelease:
+		return s.release(index, c)
+	case OpCancel:
+		return s.cancel(index, c)
+	case OpForceRelease:
+		return s.forceRelease(index, c)
+	default: // OpFenced: the caller checks with CheckToken and applies Inner
+		return Result{Err: s.CheckToken(c.Lock, c.Token)}, nil, nil
+	}
+}
+
+func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Grant, []Loss) {
+	if c.Mode != Exclusive && c.Mode != Shared || c.DelayMs < 0 || c.DelayMs > MaxDelayMs {
+		return Result{Err: errs.ErrBadArguments}, nil, nil
+	}
+	if !live(c.Session) {
+		return Result{Err: errs.ErrSessionExpired}, nil, nil
+	}
+	l := s.locks[c.Lock]
+	if l != nil {
+		// Idempotent: a retried acquire (after an unknown outcome) finds its
+		// own hold or its own place in the queue.
+		for _, h := range l.holders {
+			if h.Session == c.Session {
+				return Result{Granted: true, Token: h.Token}, nil, nil
+			}
+		}
+		for i, w := range l.waiters {
+			if w.Session == c.Session {
+				return Result{Position: i + 1}, nil, nil
+			}
+		}
+	}
+	if len(s.bySession[c.Session]) >= MaxLocksPerSession {
+		return Result{Err: errs.ErrTooManyLocks}, nil, nil
+	}
+	if l == nil {
+		if len(s.locks) >= MaxLocks {
+			return Result{Err: errs.ErrTooManyLocks}, nil, nil
+		}
+		l = &lock{}
+		s.locks[c.Lock] = l
+	}
+	free := len(l.waiters) == 0 && c.TimeMs >= l.delayUntil && compatible(l.holders, c.Mode)
+	if free {
+		s.hold(c.Lock, l, Holder{Session: c.Session, Token: index, Mode: c.Mode}, c.DelayMs)
+		return Result{Granted: true, Token: index}, []Grant{{Lock: c.Lock, Session: c.Session, Token: index, Mode: c.Mode}}, nil
+	}
+	if !c.Wait {
+		s.dropIfEmpty(c.Lock, l)
+		return Result{Err: errs.ErrLockHeld}, nil, nil
+	}
+	if len(l.waiters) >= MaxWaitersPerLock {
+		return Result{Err: errs.ErrTooManyWaiters}, nil, nil
+	}
+	l.waiters = append(l.waiters, Waiter{Session: c.Session, Mode: c.Mode, DelayMs: c.DelayMs})
+	s.track(c.Session, c.Lock)
+	return Result{Position: len(l.waiters)}, nil, nil
+}
+
+func compatible(holders []Holder, m Mode) bool {
+	if len(holders) == 0 {
+		return true
+	}
+	return m == Shared && holders[0].Mode == Shared
+}
+
+func (s *State) hold(name string, l *lock, h Holder, delayMs int64) {
+	l.holders = append(l.holders, h)
+	if delayMs > 0 {
+		if l.delays == nil {
+			l.delays = map[int64]int64{}
+		}
+		l.delays[h.Session] = delayMs
+	}
+	s.track(h.Session, name)
+}
+
+func (s *State) track(session int64, name string) {
+	m := s.bySession[session]
+	if m == nil {
+		m = map[string]struct{}{}
+		s.bySession[session] = m
+	}
+	m[name] = struct{}{}
+}
+
+func (s *State) untrack(session int64, name string) {
+	if m := s.bySession[session]; m != nil {
+		delete(m, name)
+		if len(m) == 0 {
+			delete(s.bySession, session)
+		}
+	}
+}
+
+// grantNext grants waiters at the head of the queue, FIFO, as far as modes
+// allow: one exclusive, or a run of shared ones.
+func (s *State) grantNext(name string, index uint64, nowMs int64) []Grant {
+	l := s.locks[name]
+	if l == nil || nowMs < l.delayUntil {
+		return nil
+	}
+	l.delayUntil = 0
+	var grants []Grant
+	for len(l.waiters) > 0 && compatible(l.holders, l.waiters[0].Mode) {
+		w := l.waiters[0]
+		l.waiters = l.waiters[1:]
+		s.hold(name, l, Holder{Session: w.Session, Token: index, Mode: w.Mode}, w.DelayMs)
+		grants = append(grants, Grant{Lock: name, Session: w.Session, Token: index, Mode: w.Mode})
+	}
+	s.dropIfEmpty(name, l)
+	return grants
+}
+
+func (s *State) dropIfEmpty(name string, l *lock) {
+	if len(l.holders) == 0 && len(l.waiters) == 0 && l.delayUntil == 0 {
+		delete(s.locks, name)
+	}
+}
+
+// removeHolder drops session's hold on l; false if it held none.
+func (s *State) removeHolder(name string, l *lock, session int64) (Holder, bool) {
+	for i, h := range l.holders {
+		if h.Session == session {
+			l.holders = append(l.holders[:i:i], l.holders[i+1:]...)
+			delete(l.delays, session)
+			s.untrack(session, name)
+			return h, true
+		}
+	}
+	return Holder{}, false
+}
+
+func (s *State) removeWaiter(name string, l *lock, session int64) bool {
+	for i, w := range l.waiters {
+		if w.Session == session {
+			l.waiters = append(l.waiters[:i:i], l.waiters[i+1:]...)
+			s.untrack(session, name)
+			return true
+		}
+	}
+	return false
+}
+
+func (s *State) release(index uint64, c *Command) (Result, []Grant, []Loss) {
+	l := s.locks[c.Lock]
+	if l == nil {
+		return Result{Err: errs.ErrLockNotHeld}, nil, nil
+	}
+	if _, ok := s.removeHolder(c.Lock, l, c.Session); !ok {
+		return Result{Err: errs.ErrLockNotHeld}, nil, nil
+	}
+	return Result{}, s.grantNext(c.Lock, index, c.TimeMs), nil
+}
+
+// cancel withdraws a waiting acquire. If the lock was granted meanwhile the
+// caller holds it: the result says so, and the caller keeps it.
+func (s *State) cancel(index uint64, c *Command) (Result, []Grant, []Loss) {
+	l := s.locks[c.Lock]
+	if l == nil {
+		return Result{}, nil, nil
+	}
+	for _, h := range l.holders {
+		if h.Session == c.Session {
+			return Result{Granted: true, Token: h.Token}, nil, nil
+		}
+	}
+	if s.removeWaiter(c.Lock, l, c.Session) {
+		// Removing a waiter can unblock shared waiters behind an exclusive one.
+		return Result{}, s.grantNext(c.Lock, index, c.TimeMs), nil
+	}
+	return Result{}, nil, nil
+}
+
+func (s *State) forceRelease(index uint64, c *Command) (Result, []Grant, []Loss) {
+	l := s.locks[c.Lock]
+	if l == nil {
+		return Result{Err: errs.ErrLockNotHeld}, nil, nil
+	}
+	h, ok := s.removeHolder(c.Lock, l, c.Target)
+	if !ok {
+		return Result{Err: errs.ErrLockNotHeld}, nil, nil
+	}
+	loss := []Loss{{Lock: c.Lock, Session: h.Session, Token: h.Token, Reason: "forced release"}}
+	return Result{}, s.grantNext(c.Lock, index, c.TimeMs), loss
+}
+
+// SessionEnded releases everything session held or waited for, at log index
+// index and time nowMs. If expired (not a clean close), holders' lock-delay
+// applies: the lock is not granted again before nowMs + delay.
+func (s *State) SessionEnded(index uint64, nowMs int64, session int64, expired bool) ([]Grant, []Loss) {
+	names := make([]string, 0, len(s.bySession[session]))
+	for name := range s.bySession[session] {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	reason := "session closed"
+	if expired {
+		reason = "session expired"
+	}
+	var grants []Grant
+	var losses []Loss
+	for _, name := range names {
+		l := s.locks[name]
+		if l == nil {
+			continue
+		}
+		delay := l.delays[session]
+		if h, ok := s.removeHolder(name, l, session); ok {
+			losses = append(losses, Loss{Lock: name, Session: session, Token: h.Token, Reason: reason})
+			if expired && delay > 0 && nowMs+delay > l.delayUntil {
+				l.delayUntil = nowMs + delay
+			}
+		}
+		s.removeWaiter(name, l, session)
+		grants = append(grants, s.grantNext(name, index, nowMs)...)
+		if l := s.locks[name]; l != nil {
+			s.dropIfEmpty(name, l)
+		}
+	}
+	return grants, losses
+}
+
+// NeedsTick reports whether some lock waits for its lock-delay to pass by
+// nowMs (the leader then proposes OpTick). Locks whose delay passed with no
+// waiters are cleaned up by the tick too.
+func (s *State) NeedsTick(nowMs int64) bool {
+	for _, l := range s.locks {
+		if l.delayUntil != 0 && nowMs >= l.delayUntil {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckToken returns nil if token is the token of an exclusive holder of
+// name, else errs.ErrStaleToken.
+func (s *State) CheckToken(name string, token uint64) error {
+	l := s.locks[name]
+	if l == nil || len(l.holders) != 1 || l.holders[0].Mode != Exclusive || l.holders[0].Token != token {
+		return errs.ErrStaleToken
+	}
+	return nil
+}
+
+// LockInfo describes one lock for listings.
+type LockInfo struct {
+	Name         string
+	Holders      []Holder
+	Waiters      []Waiter
+	DelayUntilMs int64
+}
+
+// Get returns one lock's state.
+func (s *State) Get(name string) (LockInfo, bool) {
+	l := s.locks[name]
+	if l == nil {
+		return LockInfo{}, false
+	}
+	return LockInfo{Name: name, Holders: append([]Holder(nil), l.holders...),
+		Waiters: append([]Waiter(nil), l.waiters...), DelayUntilMs: l.delayUntil}, true
+}
+
+// List returns locks whose name starts with prefix, sorted, at most limit.
+func (s *State) List(prefix string, limit int) []LockInfo {
+	var out []LockInfo
+	for _, name := range s.sortedNames() {
+		if len(out) >= limit {
+			break
+		}
+		if len(name) >= len(prefix) && name[:len(prefix)] == prefix {
+			info, _ := s.Get(name)
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+func (s *State) sortedNames() []string {
+	names := make([]string, 0, len(s.locks))
+	for n := range s.locks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Held lists the locks session holds or waits for, sorted.
+func (s *State) Held(session int64) []string {
+	var out []string
+	for n := range s.bySession[session] {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Len returns the number of locks with holders, waiters or a pending delay.
+func (s *State) Len() int { return len(s.locks) }

@@ -1,0 +1,119 @@
+package coord
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+const snapshotVersion = 1
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// Snapshot serializes the lock table deterministically (sorted), with a
+// CRC32C trailer.
+func (s *State) Snapshot() []byte {
+	b := []byte{snapshotVersion}
+	names := s.sortedNames()
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		l := s.locks[name]
+		b = binary.AppendUvarint(b, uint64(len(name)))
+		b = append(b, name...)
+		b = binary.AppendVarint(b, l.delayUntil)
+		b = binary.AppendUvarint(b, uint64(len(l.holders)))
+		for _, h := range l.holders {
+			b = binary.AppendVarint(b, h.Session)
+			b = binary.AppendUvarint(b, h.Token)
+			b = append(b, byte(h.Mode))
+			b = binary.AppendVarint(b, l.delays[h.Session])
+		}
+		b = binary.AppendUvarint(b, uint64(len(l.waiters)))
+		for _, w := range l.waiters {
+			b = binary.AppendVarint(b, w.Session)
+			b = append(b, byte(w.Mode))
+			b = binary.AppendVarint(b, w.DelayMs)
+		}
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+// Restore parses a Snapshot; corrupt input is an error, never a panic.
+func Restore(b []byte) (*State, error) {
+	corrupt := func(what string) error { return fmt.Errorf("%w: coord snapshot: %s", errs.ErrDataInconsistency, what) }
+	if len(b) < 5 || binary.BigEndian.Uint32(b[len(b)-4:]) != crc32.Checksum(b[:len(b)-4], crcTable) {
+		return nil, corrupt("checksum")
+	}
+	b = b[:len(b)-4]
+	if b[0] != snapshotVersion {
+		return nil, corrupt("version")
+	}
+	b = b[1:]
+	fail := false
+	uv := func(max uint64) uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || v > max {
+			fail = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	sv := func() int64 {
+		v, n := binary.Varint(b)
+		if n <= 0 {
+			fail = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	byt := func() byte {
+		if len(b) == 0 {
+			fail = true
+			return 0
+		}
+		v := b[0]
+		b = b[1:]
+		return v
+	}
+	s := New()
+	nLocks := uv(MaxLocks)
+	for i := uint64(0); i < nLocks && !fail; i++ {
+		nl := uv(MaxLockNameBytes)
+		if fail || nl > uint64(len(b)) {
+			return nil, corrupt("lock name")
+		}
+		name := string(b[:nl])
+		b = b[nl:]
+		if _, dup := s.locks[name]; dup {
+			return nil, corrupt("duplicate lock")
+		}
+		l := &lock{delayUntil: sv()}
+		nh := uv(uint64(len(b)))
+		for j := uint64(0); j < nh && !fail; j++ {
+			h := Holder{Session: sv(), Token: uv(^uint64(0)), Mode: Mode(byt())}
+			if d := sv(); d > 0 {
+				if l.delays == nil {
+					l.delays = map[int64]int64{}
+				}
+				l.delays[h.Session] = d
+			}
+			l.holders = append(l.holders, h)
+			s.track(h.Session, name)
+		}
+		nw := uv(uint64(len(b)))
+		for j := uint64(0); j < nw && !fail; j++ {
+			w := Waiter{Session: sv(), Mode: Mode(byt()), DelayMs: sv()}
+			l.waiters = append(l.waiters, w)
+			s.track(w.Session, name)
+		}
+		s.locks[name] = l
+	}
+	if fail || len(b) != 0 {
+		return nil, corrupt("truncated or trailing bytes")
+	}
+	return s, nil
+}
