@@ -43,6 +43,10 @@ var (
 	ErrTimeout                 = errs.ErrTimeout
 	ErrNotLeader               = errs.ErrNotLeader
 	ErrNoAuth                  = errs.ErrNoAuth
+	ErrLockHeld                = errs.ErrLockHeld
+	ErrLockNotHeld             = errs.ErrLockNotHeld
+	ErrLockWaitTimeout         = errs.ErrLockWaitTimeout
+	ErrStaleToken              = errs.ErrStaleToken
 	ErrClosed                  = errors.New("meridian: client closed")
 )
 
@@ -90,6 +94,7 @@ type Client struct {
 		closed   bool
 	}
 	watches *watchRegistry
+	leases  leaseRegistry
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -113,6 +118,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, watches: newWatchRegistry(), stop: make(chan struct{})}
+	c.leases.m = map[string]*Lease{}
 	c.mu.endpoint = -1
 	// Retry until ctx ends: servers may still be electing a leader.
 	var lastErr error
@@ -273,6 +279,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.watches.closeAll(EventSessionClosed)
+	c.leases.loseAll()
 	return err
 }
 
@@ -285,6 +292,12 @@ func (c *Client) call(ctx context.Context, write bool, fn func(context.Context, 
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 	}
+	return c.do(ctx, write, fn)
+}
+
+// do is call without the default deadline, for calls that may block as long
+// as their caller wants (lock waits).
+func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) error {
 	for attempt := 0; ; attempt++ {
 		c.mu.Lock()
 		api, gen, sid, expired := c.mu.api, c.mu.gen, c.mu.session, c.mu.expired
@@ -384,6 +397,7 @@ func (c *Client) markExpired() {
 	if !already {
 		c.log.Warn("session expired", "session", c.SessionID())
 		c.watches.closeAll(EventSessionExpired)
+		c.leases.loseAll()
 	}
 }
 

@@ -307,6 +307,10 @@ func (c *Client) readStream(stream pb.Meridian_WatchClient) error {
 		if ev.GetReady() {
 			continue
 		}
+		if ev.GetLockLost() != "" {
+			c.leases.lose(ev.GetLockLost(), ev.GetLostToken())
+			continue
+		}
 		e := Event{Type: EventType(ev.GetType()), Path: ev.GetPath(), Zxid: ev.GetZxid()}
 		c.mu.Lock()
 		if e.Zxid > c.mu.lastZxid {

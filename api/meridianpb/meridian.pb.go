@@ -539,6 +539,61 @@ func (x *ACL) GetId() string {
 	return ""
 }
 
+// Fence makes a write conditional on a lock: it is applied only if token is
+// the lock's current (exclusive) holder token, else it fails with the stale
+// token error. Meridian itself is storage that enforces fencing.
+type Fence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lock          string                 `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fence) Reset() {
+	*x = Fence{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fence) ProtoMessage() {}
+
+func (x *Fence) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fence.ProtoReflect.Descriptor instead.
+func (*Fence) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Fence) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *Fence) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 type CreateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -547,13 +602,14 @@ type CreateRequest struct {
 	Acl           []*ACL                 `protobuf:"bytes,4,rep,name=acl,proto3" json:"acl,omitempty"` // empty = world:anyone, all permissions
 	Mode          CreateMode             `protobuf:"varint,5,opt,name=mode,proto3,enum=meridian.v1.CreateMode" json:"mode,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,6,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Fence         *Fence                 `protobuf:"bytes,7,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +621,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +634,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{3}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateRequest) GetSessionId() int64 {
@@ -623,6 +679,13 @@ func (x *CreateRequest) GetTtlMs() int64 {
 	return 0
 }
 
+func (x *CreateRequest) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
 type CreateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -634,7 +697,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +709,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +722,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{4}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateResponse) GetHeader() *Header {
@@ -688,13 +751,14 @@ type DeleteRequest struct {
 	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	Version       *int32                 `protobuf:"varint,3,opt,name=version,proto3,oneof" json:"version,omitempty"`
+	Fence         *Fence                 `protobuf:"bytes,4,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +770,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +783,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{5}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteRequest) GetSessionId() int64 {
@@ -743,6 +807,13 @@ func (x *DeleteRequest) GetVersion() int32 {
 	return 0
 }
 
+func (x *DeleteRequest) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
 type DeleteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -752,7 +823,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +835,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +848,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{6}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteResponse) GetHeader() *Header {
@@ -793,13 +864,14 @@ type SetDataRequest struct {
 	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	Version       *int32                 `protobuf:"varint,4,opt,name=version,proto3,oneof" json:"version,omitempty"`
+	Fence         *Fence                 `protobuf:"bytes,5,opt,name=fence,proto3" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetDataRequest) Reset() {
 	*x = SetDataRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +883,7 @@ func (x *SetDataRequest) String() string {
 func (*SetDataRequest) ProtoMessage() {}
 
 func (x *SetDataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +896,7 @@ func (x *SetDataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDataRequest.ProtoReflect.Descriptor instead.
 func (*SetDataRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{7}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetDataRequest) GetSessionId() int64 {
@@ -855,6 +927,13 @@ func (x *SetDataRequest) GetVersion() int32 {
 	return 0
 }
 
+func (x *SetDataRequest) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
 type SetDataResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -865,7 +944,7 @@ type SetDataResponse struct {
 
 func (x *SetDataResponse) Reset() {
 	*x = SetDataResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[8]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +956,7 @@ func (x *SetDataResponse) String() string {
 func (*SetDataResponse) ProtoMessage() {}
 
 func (x *SetDataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[8]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +969,7 @@ func (x *SetDataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDataResponse.ProtoReflect.Descriptor instead.
 func (*SetDataResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{8}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetDataResponse) GetHeader() *Header {
@@ -919,7 +998,7 @@ type SetACLRequest struct {
 
 func (x *SetACLRequest) Reset() {
 	*x = SetACLRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[9]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1010,7 @@ func (x *SetACLRequest) String() string {
 func (*SetACLRequest) ProtoMessage() {}
 
 func (x *SetACLRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[9]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1023,7 @@ func (x *SetACLRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetACLRequest.ProtoReflect.Descriptor instead.
 func (*SetACLRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{9}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetACLRequest) GetSessionId() int64 {
@@ -985,7 +1064,7 @@ type SetACLResponse struct {
 
 func (x *SetACLResponse) Reset() {
 	*x = SetACLResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[10]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1076,7 @@ func (x *SetACLResponse) String() string {
 func (*SetACLResponse) ProtoMessage() {}
 
 func (x *SetACLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[10]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1089,7 @@ func (x *SetACLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetACLResponse.ProtoReflect.Descriptor instead.
 func (*SetACLResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{10}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetACLResponse) GetHeader() *Header {
@@ -1037,7 +1116,7 @@ type CheckOp struct {
 
 func (x *CheckOp) Reset() {
 	*x = CheckOp{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[11]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1128,7 @@ func (x *CheckOp) String() string {
 func (*CheckOp) ProtoMessage() {}
 
 func (x *CheckOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[11]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1141,7 @@ func (x *CheckOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckOp.ProtoReflect.Descriptor instead.
 func (*CheckOp) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{11}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckOp) GetPath() string {
@@ -1094,7 +1173,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[12]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1185,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[12]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1198,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{12}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Op) GetOp() isOp_Op {
@@ -1197,13 +1276,14 @@ type MultiRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Ops           []*Op                  `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	Fence         *Fence                 `protobuf:"bytes,3,opt,name=fence,proto3" json:"fence,omitempty"` // applies to the whole multi
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MultiRequest) Reset() {
 	*x = MultiRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[13]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1295,7 @@ func (x *MultiRequest) String() string {
 func (*MultiRequest) ProtoMessage() {}
 
 func (x *MultiRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[13]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1308,7 @@ func (x *MultiRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiRequest.ProtoReflect.Descriptor instead.
 func (*MultiRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{13}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MultiRequest) GetSessionId() int64 {
@@ -1241,6 +1321,13 @@ func (x *MultiRequest) GetSessionId() int64 {
 func (x *MultiRequest) GetOps() []*Op {
 	if x != nil {
 		return x.Ops
+	}
+	return nil
+}
+
+func (x *MultiRequest) GetFence() *Fence {
+	if x != nil {
+		return x.Fence
 	}
 	return nil
 }
@@ -1259,7 +1346,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[14]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1358,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[14]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1371,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{14}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpResult) GetErrorCode() int32 {
@@ -1327,7 +1414,7 @@ type MultiResponse struct {
 
 func (x *MultiResponse) Reset() {
 	*x = MultiResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[15]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1426,7 @@ func (x *MultiResponse) String() string {
 func (*MultiResponse) ProtoMessage() {}
 
 func (x *MultiResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[15]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1439,7 @@ func (x *MultiResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiResponse.ProtoReflect.Descriptor instead.
 func (*MultiResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MultiResponse) GetHeader() *Header {
@@ -1389,7 +1476,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[16]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1488,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[16]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1501,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{16}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadRequest) GetSessionId() int64 {
@@ -1463,7 +1550,7 @@ type GetDataResponse struct {
 
 func (x *GetDataResponse) Reset() {
 	*x = GetDataResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[17]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1562,7 @@ func (x *GetDataResponse) String() string {
 func (*GetDataResponse) ProtoMessage() {}
 
 func (x *GetDataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[17]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1575,7 @@ func (x *GetDataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDataResponse.ProtoReflect.Descriptor instead.
 func (*GetDataResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetDataResponse) GetHeader() *Header {
@@ -1523,7 +1610,7 @@ type ExistsResponse struct {
 
 func (x *ExistsResponse) Reset() {
 	*x = ExistsResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[18]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1622,7 @@ func (x *ExistsResponse) String() string {
 func (*ExistsResponse) ProtoMessage() {}
 
 func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[18]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1635,7 @@ func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsResponse.ProtoReflect.Descriptor instead.
 func (*ExistsResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{18}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExistsResponse) GetHeader() *Header {
@@ -1583,7 +1670,7 @@ type GetChildrenResponse struct {
 
 func (x *GetChildrenResponse) Reset() {
 	*x = GetChildrenResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[19]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1682,7 @@ func (x *GetChildrenResponse) String() string {
 func (*GetChildrenResponse) ProtoMessage() {}
 
 func (x *GetChildrenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[19]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1695,7 @@ func (x *GetChildrenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChildrenResponse.ProtoReflect.Descriptor instead.
 func (*GetChildrenResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{19}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetChildrenResponse) GetHeader() *Header {
@@ -1643,7 +1730,7 @@ type GetACLResponse struct {
 
 func (x *GetACLResponse) Reset() {
 	*x = GetACLResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[20]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1742,7 @@ func (x *GetACLResponse) String() string {
 func (*GetACLResponse) ProtoMessage() {}
 
 func (x *GetACLResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[20]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1755,7 @@ func (x *GetACLResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetACLResponse.ProtoReflect.Descriptor instead.
 func (*GetACLResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetACLResponse) GetHeader() *Header {
@@ -1701,7 +1788,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[21]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1800,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[21]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1813,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SyncRequest) GetPath() string {
@@ -1745,7 +1832,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[22]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1844,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[22]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1857,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SyncResponse) GetHeader() *Header {
@@ -1789,7 +1876,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[23]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1888,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[23]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1901,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateSessionRequest) GetTimeoutMs() int32 {
@@ -1836,7 +1923,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[24]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1935,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[24]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1948,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{24}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateSessionResponse) GetHeader() *Header {
@@ -1901,7 +1988,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[25]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2000,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[25]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2013,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{25}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KeepAliveRequest) GetSessionId() int64 {
@@ -1946,7 +2033,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[26]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2045,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[26]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2058,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{26}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeepAliveResponse) GetHeader() *Header {
@@ -1997,7 +2084,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[27]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2096,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[27]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2109,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{27}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CloseSessionRequest) GetSessionId() int64 {
@@ -2041,7 +2128,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[28]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2140,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[28]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2153,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{28}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CloseSessionResponse) GetHeader() *Header {
@@ -2087,7 +2174,7 @@ type AttachSessionRequest struct {
 
 func (x *AttachSessionRequest) Reset() {
 	*x = AttachSessionRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[29]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2186,7 @@ func (x *AttachSessionRequest) String() string {
 func (*AttachSessionRequest) ProtoMessage() {}
 
 func (x *AttachSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[29]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2199,7 @@ func (x *AttachSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachSessionRequest.ProtoReflect.Descriptor instead.
 func (*AttachSessionRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{29}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AttachSessionRequest) GetSessionId() int64 {
@@ -2146,7 +2233,7 @@ type AttachSessionResponse struct {
 
 func (x *AttachSessionResponse) Reset() {
 	*x = AttachSessionResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[30]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2245,7 @@ func (x *AttachSessionResponse) String() string {
 func (*AttachSessionResponse) ProtoMessage() {}
 
 func (x *AttachSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[30]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2258,7 @@ func (x *AttachSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachSessionResponse.ProtoReflect.Descriptor instead.
 func (*AttachSessionResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{30}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AttachSessionResponse) GetHeader() *Header {
@@ -2205,7 +2292,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[31]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2304,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[31]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2317,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{31}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchRequest) GetSessionId() int64 {
@@ -2291,13 +2378,17 @@ type WatchEvent struct {
 	// session expires (session_expired = true; the stream then ends).
 	Ready          bool `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
 	SessionExpired bool `protobuf:"varint,5,opt,name=session_expired,json=sessionExpired,proto3" json:"session_expired,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set when the session lost a lock other than by releasing it (session
+	// expiry is reported by session_expired; this covers forced release).
+	LockLost      string `protobuf:"bytes,6,opt,name=lock_lost,json=lockLost,proto3" json:"lock_lost,omitempty"`
+	LostToken     uint64 `protobuf:"varint,7,opt,name=lost_token,json=lostToken,proto3" json:"lost_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[32]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2400,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[32]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2413,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{32}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchEvent) GetType() EventType {
@@ -2360,6 +2451,20 @@ func (x *WatchEvent) GetSessionExpired() bool {
 	return false
 }
 
+func (x *WatchEvent) GetLockLost() string {
+	if x != nil {
+		return x.LockLost
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetLostToken() uint64 {
+	if x != nil {
+		return x.LostToken
+	}
+	return 0
+}
+
 type AddWatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2371,7 +2476,7 @@ type AddWatchRequest struct {
 
 func (x *AddWatchRequest) Reset() {
 	*x = AddWatchRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[33]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2488,7 @@ func (x *AddWatchRequest) String() string {
 func (*AddWatchRequest) ProtoMessage() {}
 
 func (x *AddWatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[33]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2501,7 @@ func (x *AddWatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddWatchRequest.ProtoReflect.Descriptor instead.
 func (*AddWatchRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{33}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AddWatchRequest) GetSessionId() int64 {
@@ -2429,7 +2534,7 @@ type AddWatchResponse struct {
 
 func (x *AddWatchResponse) Reset() {
 	*x = AddWatchResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[34]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2546,7 @@ func (x *AddWatchResponse) String() string {
 func (*AddWatchResponse) ProtoMessage() {}
 
 func (x *AddWatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[34]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2559,7 @@ func (x *AddWatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddWatchResponse.ProtoReflect.Descriptor instead.
 func (*AddWatchResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{34}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AddWatchResponse) GetHeader() *Header {
@@ -2475,7 +2580,7 @@ type RemoveWatchesRequest struct {
 
 func (x *RemoveWatchesRequest) Reset() {
 	*x = RemoveWatchesRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[35]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2592,7 @@ func (x *RemoveWatchesRequest) String() string {
 func (*RemoveWatchesRequest) ProtoMessage() {}
 
 func (x *RemoveWatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[35]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2605,7 @@ func (x *RemoveWatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWatchesRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWatchesRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{35}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RemoveWatchesRequest) GetSessionId() int64 {
@@ -2533,7 +2638,7 @@ type RemoveWatchesResponse struct {
 
 func (x *RemoveWatchesResponse) Reset() {
 	*x = RemoveWatchesResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[36]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2650,7 @@ func (x *RemoveWatchesResponse) String() string {
 func (*RemoveWatchesResponse) ProtoMessage() {}
 
 func (x *RemoveWatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[36]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,12 +2663,688 @@ func (x *RemoveWatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWatchesResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWatchesResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{36}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveWatchesResponse) GetHeader() *Header {
 	if x != nil {
 		return x.Header
+	}
+	return nil
+}
+
+type LockRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Shared    bool                   `protobuf:"varint,3,opt,name=shared,proto3" json:"shared,omitempty"`
+	// wait: queue behind the holder (FIFO) until granted, timeout_ms elapses
+	// (0: the request deadline), or the call is cancelled. false: try-lock.
+	Wait      bool  `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// delay_ms: lock-delay. If this holder's session expires, the lock is not
+	// granted to anyone else for this long (Chubby/Consul semantics).
+	DelayMs       int64 `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockRequest) Reset() {
+	*x = LockRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockRequest) ProtoMessage() {}
+
+func (x *LockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
+func (*LockRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *LockRequest) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *LockRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockRequest) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *LockRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *LockRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *LockRequest) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
+type LockResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"` // fencing token: the log index of the granting command
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockResponse) Reset() {
+	*x = LockResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockResponse) ProtoMessage() {}
+
+func (x *LockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockResponse.ProtoReflect.Descriptor instead.
+func (*LockResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *LockResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *LockResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type UnlockRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnlockRequest) Reset() {
+	*x = UnlockRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnlockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnlockRequest) ProtoMessage() {}
+
+func (x *UnlockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnlockRequest.ProtoReflect.Descriptor instead.
+func (*UnlockRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *UnlockRequest) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *UnlockRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ForceUnlockRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	HolderSessionId int64                  `protobuf:"varint,2,opt,name=holder_session_id,json=holderSessionId,proto3" json:"holder_session_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ForceUnlockRequest) Reset() {
+	*x = ForceUnlockRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceUnlockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceUnlockRequest) ProtoMessage() {}
+
+func (x *ForceUnlockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceUnlockRequest.ProtoReflect.Descriptor instead.
+func (*ForceUnlockRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ForceUnlockRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ForceUnlockRequest) GetHolderSessionId() int64 {
+	if x != nil {
+		return x.HolderSessionId
+	}
+	return 0
+}
+
+type UnlockResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnlockResponse) Reset() {
+	*x = UnlockResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnlockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnlockResponse) ProtoMessage() {}
+
+func (x *UnlockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnlockResponse.ProtoReflect.Descriptor instead.
+func (*UnlockResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *UnlockResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type CheckTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckTokenRequest) Reset() {
+	*x = CheckTokenRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckTokenRequest) ProtoMessage() {}
+
+func (x *CheckTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckTokenRequest.ProtoReflect.Descriptor instead.
+func (*CheckTokenRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CheckTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CheckTokenRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type CheckTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Valid         bool                   `protobuf:"varint,2,opt,name=valid,proto3" json:"valid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckTokenResponse) Reset() {
+	*x = CheckTokenResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckTokenResponse) ProtoMessage() {}
+
+func (x *CheckTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckTokenResponse.ProtoReflect.Descriptor instead.
+func (*CheckTokenResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CheckTokenResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *CheckTokenResponse) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+type LockHolder struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Shared        bool                   `protobuf:"varint,3,opt,name=shared,proto3" json:"shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockHolder) Reset() {
+	*x = LockHolder{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockHolder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockHolder) ProtoMessage() {}
+
+func (x *LockHolder) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
+func (*LockHolder) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *LockHolder) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *LockHolder) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LockHolder) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+type LockWaiter struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Shared        bool                   `protobuf:"varint,2,opt,name=shared,proto3" json:"shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockWaiter) Reset() {
+	*x = LockWaiter{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockWaiter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockWaiter) ProtoMessage() {}
+
+func (x *LockWaiter) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockWaiter.ProtoReflect.Descriptor instead.
+func (*LockWaiter) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *LockWaiter) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *LockWaiter) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+type LockInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Holders       []*LockHolder          `protobuf:"bytes,2,rep,name=holders,proto3" json:"holders,omitempty"`
+	Waiters       []*LockWaiter          `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	DelayUntilMs  int64                  `protobuf:"varint,4,opt,name=delay_until_ms,json=delayUntilMs,proto3" json:"delay_until_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockInfo) Reset() {
+	*x = LockInfo{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockInfo) ProtoMessage() {}
+
+func (x *LockInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
+func (*LockInfo) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *LockInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockInfo) GetHolders() []*LockHolder {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *LockInfo) GetWaiters() []*LockWaiter {
+	if x != nil {
+		return x.Waiters
+	}
+	return nil
+}
+
+func (x *LockInfo) GetDelayUntilMs() int64 {
+	if x != nil {
+		return x.DelayUntilMs
+	}
+	return 0
+}
+
+type ListLocksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"` // default and maximum 10000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksRequest) Reset() {
+	*x = ListLocksRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksRequest) ProtoMessage() {}
+
+func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
+func (*ListLocksRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ListLocksRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListLocksRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListLocksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Locks         []*LockInfo            `protobuf:"bytes,2,rep,name=locks,proto3" json:"locks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksResponse) Reset() {
+	*x = ListLocksResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksResponse) ProtoMessage() {}
+
+func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
+func (*ListLocksResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListLocksResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ListLocksResponse) GetLocks() []*LockInfo {
+	if x != nil {
+		return x.Locks
 	}
 	return nil
 }
@@ -2576,7 +3357,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[37]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +3369,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[37]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +3382,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{37}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{50}
 }
 
 type Member struct {
@@ -2620,7 +3401,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[38]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +3413,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[38]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +3426,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{38}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2725,7 +3506,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[39]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +3518,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[39]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +3531,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{39}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StatusResponse) GetHeader() *Header {
@@ -2853,7 +3634,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[40]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +3646,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[40]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +3659,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{40}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TransferLeaderRequest) GetTargetId() uint64 {
@@ -2897,7 +3678,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[41]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3690,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[41]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3703,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{41}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TransferLeaderResponse) GetHeader() *Header {
@@ -2959,7 +3740,10 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x03ACL\x12\x14\n" +
 	"\x05perms\x18\x01 \x01(\x05R\x05perms\x12\x16\n" +
 	"\x06scheme\x18\x02 \x01(\tR\x06scheme\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\tR\x02id\"\xbe\x01\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"1\n" +
+	"\x05Fence\x12\x12\n" +
+	"\x04lock\x18\x01 \x01(\tR\x04lock\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xe8\x01\n" +
 	"\rCreateRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
@@ -2967,26 +3751,29 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\"\n" +
 	"\x03acl\x18\x04 \x03(\v2\x10.meridian.v1.ACLR\x03acl\x12+\n" +
 	"\x04mode\x18\x05 \x01(\x0e2\x17.meridian.v1.CreateModeR\x04mode\x12\x15\n" +
-	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\"x\n" +
+	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\x12(\n" +
+	"\x05fence\x18\a \x01(\v2\x12.meridian.v1.FenceR\x05fence\"x\n" +
 	"\x0eCreateResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12%\n" +
-	"\x04stat\x18\x03 \x01(\v2\x11.meridian.v1.StatR\x04stat\"m\n" +
+	"\x04stat\x18\x03 \x01(\v2\x11.meridian.v1.StatR\x04stat\"\x97\x01\n" +
 	"\rDeleteRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1d\n" +
-	"\aversion\x18\x03 \x01(\x05H\x00R\aversion\x88\x01\x01B\n" +
+	"\aversion\x18\x03 \x01(\x05H\x00R\aversion\x88\x01\x01\x12(\n" +
+	"\x05fence\x18\x04 \x01(\v2\x12.meridian.v1.FenceR\x05fenceB\n" +
 	"\n" +
 	"\b_version\"=\n" +
 	"\x0eDeleteResponse\x12+\n" +
-	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\x82\x01\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\xac\x01\n" +
 	"\x0eSetDataRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x1d\n" +
-	"\aversion\x18\x04 \x01(\x05H\x00R\aversion\x88\x01\x01B\n" +
+	"\aversion\x18\x04 \x01(\x05H\x00R\aversion\x88\x01\x01\x12(\n" +
+	"\x05fence\x18\x05 \x01(\v2\x12.meridian.v1.FenceR\x05fenceB\n" +
 	"\n" +
 	"\b_version\"e\n" +
 	"\x0fSetDataResponse\x12+\n" +
@@ -3012,11 +3799,12 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x06delete\x18\x02 \x01(\v2\x1a.meridian.v1.DeleteRequestH\x00R\x06delete\x128\n" +
 	"\bset_data\x18\x03 \x01(\v2\x1b.meridian.v1.SetDataRequestH\x00R\asetData\x12,\n" +
 	"\x05check\x18\x04 \x01(\v2\x14.meridian.v1.CheckOpH\x00R\x05checkB\x04\n" +
-	"\x02op\"P\n" +
+	"\x02op\"z\n" +
 	"\fMultiRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12!\n" +
-	"\x03ops\x18\x02 \x03(\v2\x0f.meridian.v1.OpR\x03ops\"z\n" +
+	"\x03ops\x18\x02 \x03(\v2\x0f.meridian.v1.OpR\x03ops\x12(\n" +
+	"\x05fence\x18\x03 \x01(\v2\x12.meridian.v1.FenceR\x05fence\"z\n" +
 	"\bOpResult\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x14\n" +
@@ -3096,14 +3884,17 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\n" +
 	"persistent\x18\x06 \x03(\tR\n" +
 	"persistent\x121\n" +
-	"\x14persistent_recursive\x18\a \x03(\tR\x13persistentRecursive\"\x9f\x01\n" +
+	"\x14persistent_recursive\x18\a \x03(\tR\x13persistentRecursive\"\xdb\x01\n" +
 	"\n" +
 	"WatchEvent\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.meridian.v1.EventTypeR\x04type\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
 	"\x04zxid\x18\x03 \x01(\x03R\x04zxid\x12\x14\n" +
 	"\x05ready\x18\x04 \x01(\bR\x05ready\x12'\n" +
-	"\x0fsession_expired\x18\x05 \x01(\bR\x0esessionExpired\"p\n" +
+	"\x0fsession_expired\x18\x05 \x01(\bR\x0esessionExpired\x12\x1b\n" +
+	"\tlock_lost\x18\x06 \x01(\tR\blockLost\x12\x1d\n" +
+	"\n" +
+	"lost_token\x18\a \x01(\x04R\tlostToken\"p\n" +
 	"\x0fAddWatchRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
@@ -3117,7 +3908,56 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12,\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x18.meridian.v1.WatcherTypeR\x04type\"D\n" +
 	"\x15RemoveWatchesResponse\x12+\n" +
-	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\x0f\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\xa6\x01\n" +
+	"\vLockRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06shared\x18\x03 \x01(\bR\x06shared\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x12\x19\n" +
+	"\bdelay_ms\x18\x06 \x01(\x03R\adelayMs\"Q\n" +
+	"\fLockResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"B\n" +
+	"\rUnlockRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"T\n" +
+	"\x12ForceUnlockRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
+	"\x11holder_session_id\x18\x02 \x01(\x03R\x0fholderSessionId\"=\n" +
+	"\x0eUnlockResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"=\n" +
+	"\x11CheckTokenRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"W\n" +
+	"\x12CheckTokenResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
+	"\x05valid\x18\x02 \x01(\bR\x05valid\"Y\n" +
+	"\n" +
+	"LockHolder\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06shared\x18\x03 \x01(\bR\x06shared\"C\n" +
+	"\n" +
+	"LockWaiter\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x16\n" +
+	"\x06shared\x18\x02 \x01(\bR\x06shared\"\xaa\x01\n" +
+	"\bLockInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
+	"\aholders\x18\x02 \x03(\v2\x17.meridian.v1.LockHolderR\aholders\x121\n" +
+	"\awaiters\x18\x03 \x03(\v2\x17.meridian.v1.LockWaiterR\awaiters\x12$\n" +
+	"\x0edelay_until_ms\x18\x04 \x01(\x03R\fdelayUntilMs\"@\n" +
+	"\x10ListLocksRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"m\n" +
+	"\x11ListLocksResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12+\n" +
+	"\x05locks\x18\x02 \x03(\v2\x15.meridian.v1.LockInfoR\x05locks\"\x0f\n" +
 	"\rStatusRequest\"\xd5\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
@@ -3175,8 +4015,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\vWatcherType\x12\x0f\n" +
 	"\vWATCHER_ANY\x10\x00\x12\x14\n" +
 	"\x10WATCHER_CHILDREN\x10\x01\x12\x10\n" +
-	"\fWATCHER_DATA\x10\x022\xf5\n" +
-	"\n" +
+	"\fWATCHER_DATA\x10\x022\xdd\r\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -3194,7 +4033,13 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\rAttachSession\x12!.meridian.v1.AttachSessionRequest\x1a\".meridian.v1.AttachSessionResponse\x12=\n" +
 	"\x05Watch\x12\x19.meridian.v1.WatchRequest\x1a\x17.meridian.v1.WatchEvent0\x01\x12G\n" +
 	"\bAddWatch\x12\x1c.meridian.v1.AddWatchRequest\x1a\x1d.meridian.v1.AddWatchResponse\x12V\n" +
-	"\rRemoveWatches\x12!.meridian.v1.RemoveWatchesRequest\x1a\".meridian.v1.RemoveWatchesResponse\x12A\n" +
+	"\rRemoveWatches\x12!.meridian.v1.RemoveWatchesRequest\x1a\".meridian.v1.RemoveWatchesResponse\x12;\n" +
+	"\x04Lock\x12\x18.meridian.v1.LockRequest\x1a\x19.meridian.v1.LockResponse\x12A\n" +
+	"\x06Unlock\x12\x1a.meridian.v1.UnlockRequest\x1a\x1b.meridian.v1.UnlockResponse\x12K\n" +
+	"\vForceUnlock\x12\x1f.meridian.v1.ForceUnlockRequest\x1a\x1b.meridian.v1.UnlockResponse\x12M\n" +
+	"\n" +
+	"CheckToken\x12\x1e.meridian.v1.CheckTokenRequest\x1a\x1f.meridian.v1.CheckTokenResponse\x12J\n" +
+	"\tListLocks\x12\x1d.meridian.v1.ListLocksRequest\x1a\x1e.meridian.v1.ListLocksResponse\x12A\n" +
 	"\x06Status\x12\x1a.meridian.v1.StatusRequest\x1a\x1b.meridian.v1.StatusResponse\x12Y\n" +
 	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
 
@@ -3211,7 +4056,7 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_meridian_v1_meridian_proto_goTypes = []any{
 	(CreateMode)(0),                // 0: meridian.v1.CreateMode
 	(Consistency)(0),               // 1: meridian.v1.Consistency
@@ -3221,131 +4066,165 @@ var file_meridian_v1_meridian_proto_goTypes = []any{
 	(*Header)(nil),                 // 5: meridian.v1.Header
 	(*Stat)(nil),                   // 6: meridian.v1.Stat
 	(*ACL)(nil),                    // 7: meridian.v1.ACL
-	(*CreateRequest)(nil),          // 8: meridian.v1.CreateRequest
-	(*CreateResponse)(nil),         // 9: meridian.v1.CreateResponse
-	(*DeleteRequest)(nil),          // 10: meridian.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 11: meridian.v1.DeleteResponse
-	(*SetDataRequest)(nil),         // 12: meridian.v1.SetDataRequest
-	(*SetDataResponse)(nil),        // 13: meridian.v1.SetDataResponse
-	(*SetACLRequest)(nil),          // 14: meridian.v1.SetACLRequest
-	(*SetACLResponse)(nil),         // 15: meridian.v1.SetACLResponse
-	(*CheckOp)(nil),                // 16: meridian.v1.CheckOp
-	(*Op)(nil),                     // 17: meridian.v1.Op
-	(*MultiRequest)(nil),           // 18: meridian.v1.MultiRequest
-	(*OpResult)(nil),               // 19: meridian.v1.OpResult
-	(*MultiResponse)(nil),          // 20: meridian.v1.MultiResponse
-	(*ReadRequest)(nil),            // 21: meridian.v1.ReadRequest
-	(*GetDataResponse)(nil),        // 22: meridian.v1.GetDataResponse
-	(*ExistsResponse)(nil),         // 23: meridian.v1.ExistsResponse
-	(*GetChildrenResponse)(nil),    // 24: meridian.v1.GetChildrenResponse
-	(*GetACLResponse)(nil),         // 25: meridian.v1.GetACLResponse
-	(*SyncRequest)(nil),            // 26: meridian.v1.SyncRequest
-	(*SyncResponse)(nil),           // 27: meridian.v1.SyncResponse
-	(*CreateSessionRequest)(nil),   // 28: meridian.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),  // 29: meridian.v1.CreateSessionResponse
-	(*KeepAliveRequest)(nil),       // 30: meridian.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 31: meridian.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),    // 32: meridian.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 33: meridian.v1.CloseSessionResponse
-	(*AttachSessionRequest)(nil),   // 34: meridian.v1.AttachSessionRequest
-	(*AttachSessionResponse)(nil),  // 35: meridian.v1.AttachSessionResponse
-	(*WatchRequest)(nil),           // 36: meridian.v1.WatchRequest
-	(*WatchEvent)(nil),             // 37: meridian.v1.WatchEvent
-	(*AddWatchRequest)(nil),        // 38: meridian.v1.AddWatchRequest
-	(*AddWatchResponse)(nil),       // 39: meridian.v1.AddWatchResponse
-	(*RemoveWatchesRequest)(nil),   // 40: meridian.v1.RemoveWatchesRequest
-	(*RemoveWatchesResponse)(nil),  // 41: meridian.v1.RemoveWatchesResponse
-	(*StatusRequest)(nil),          // 42: meridian.v1.StatusRequest
-	(*Member)(nil),                 // 43: meridian.v1.Member
-	(*StatusResponse)(nil),         // 44: meridian.v1.StatusResponse
-	(*TransferLeaderRequest)(nil),  // 45: meridian.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 46: meridian.v1.TransferLeaderResponse
+	(*Fence)(nil),                  // 8: meridian.v1.Fence
+	(*CreateRequest)(nil),          // 9: meridian.v1.CreateRequest
+	(*CreateResponse)(nil),         // 10: meridian.v1.CreateResponse
+	(*DeleteRequest)(nil),          // 11: meridian.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 12: meridian.v1.DeleteResponse
+	(*SetDataRequest)(nil),         // 13: meridian.v1.SetDataRequest
+	(*SetDataResponse)(nil),        // 14: meridian.v1.SetDataResponse
+	(*SetACLRequest)(nil),          // 15: meridian.v1.SetACLRequest
+	(*SetACLResponse)(nil),         // 16: meridian.v1.SetACLResponse
+	(*CheckOp)(nil),                // 17: meridian.v1.CheckOp
+	(*Op)(nil),                     // 18: meridian.v1.Op
+	(*MultiRequest)(nil),           // 19: meridian.v1.MultiRequest
+	(*OpResult)(nil),               // 20: meridian.v1.OpResult
+	(*MultiResponse)(nil),          // 21: meridian.v1.MultiResponse
+	(*ReadRequest)(nil),            // 22: meridian.v1.ReadRequest
+	(*GetDataResponse)(nil),        // 23: meridian.v1.GetDataResponse
+	(*ExistsResponse)(nil),         // 24: meridian.v1.ExistsResponse
+	(*GetChildrenResponse)(nil),    // 25: meridian.v1.GetChildrenResponse
+	(*GetACLResponse)(nil),         // 26: meridian.v1.GetACLResponse
+	(*SyncRequest)(nil),            // 27: meridian.v1.SyncRequest
+	(*SyncResponse)(nil),           // 28: meridian.v1.SyncResponse
+	(*CreateSessionRequest)(nil),   // 29: meridian.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),  // 30: meridian.v1.CreateSessionResponse
+	(*KeepAliveRequest)(nil),       // 31: meridian.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 32: meridian.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),    // 33: meridian.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),   // 34: meridian.v1.CloseSessionResponse
+	(*AttachSessionRequest)(nil),   // 35: meridian.v1.AttachSessionRequest
+	(*AttachSessionResponse)(nil),  // 36: meridian.v1.AttachSessionResponse
+	(*WatchRequest)(nil),           // 37: meridian.v1.WatchRequest
+	(*WatchEvent)(nil),             // 38: meridian.v1.WatchEvent
+	(*AddWatchRequest)(nil),        // 39: meridian.v1.AddWatchRequest
+	(*AddWatchResponse)(nil),       // 40: meridian.v1.AddWatchResponse
+	(*RemoveWatchesRequest)(nil),   // 41: meridian.v1.RemoveWatchesRequest
+	(*RemoveWatchesResponse)(nil),  // 42: meridian.v1.RemoveWatchesResponse
+	(*LockRequest)(nil),            // 43: meridian.v1.LockRequest
+	(*LockResponse)(nil),           // 44: meridian.v1.LockResponse
+	(*UnlockRequest)(nil),          // 45: meridian.v1.UnlockRequest
+	(*ForceUnlockRequest)(nil),     // 46: meridian.v1.ForceUnlockRequest
+	(*UnlockResponse)(nil),         // 47: meridian.v1.UnlockResponse
+	(*CheckTokenRequest)(nil),      // 48: meridian.v1.CheckTokenRequest
+	(*CheckTokenResponse)(nil),     // 49: meridian.v1.CheckTokenResponse
+	(*LockHolder)(nil),             // 50: meridian.v1.LockHolder
+	(*LockWaiter)(nil),             // 51: meridian.v1.LockWaiter
+	(*LockInfo)(nil),               // 52: meridian.v1.LockInfo
+	(*ListLocksRequest)(nil),       // 53: meridian.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),      // 54: meridian.v1.ListLocksResponse
+	(*StatusRequest)(nil),          // 55: meridian.v1.StatusRequest
+	(*Member)(nil),                 // 56: meridian.v1.Member
+	(*StatusResponse)(nil),         // 57: meridian.v1.StatusResponse
+	(*TransferLeaderRequest)(nil),  // 58: meridian.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 59: meridian.v1.TransferLeaderResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	7,  // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
 	0,  // 1: meridian.v1.CreateRequest.mode:type_name -> meridian.v1.CreateMode
-	5,  // 2: meridian.v1.CreateResponse.header:type_name -> meridian.v1.Header
-	6,  // 3: meridian.v1.CreateResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 4: meridian.v1.DeleteResponse.header:type_name -> meridian.v1.Header
-	5,  // 5: meridian.v1.SetDataResponse.header:type_name -> meridian.v1.Header
-	6,  // 6: meridian.v1.SetDataResponse.stat:type_name -> meridian.v1.Stat
-	7,  // 7: meridian.v1.SetACLRequest.acl:type_name -> meridian.v1.ACL
-	5,  // 8: meridian.v1.SetACLResponse.header:type_name -> meridian.v1.Header
-	6,  // 9: meridian.v1.SetACLResponse.stat:type_name -> meridian.v1.Stat
-	8,  // 10: meridian.v1.Op.create:type_name -> meridian.v1.CreateRequest
-	10, // 11: meridian.v1.Op.delete:type_name -> meridian.v1.DeleteRequest
-	12, // 12: meridian.v1.Op.set_data:type_name -> meridian.v1.SetDataRequest
-	16, // 13: meridian.v1.Op.check:type_name -> meridian.v1.CheckOp
-	17, // 14: meridian.v1.MultiRequest.ops:type_name -> meridian.v1.Op
-	6,  // 15: meridian.v1.OpResult.stat:type_name -> meridian.v1.Stat
-	5,  // 16: meridian.v1.MultiResponse.header:type_name -> meridian.v1.Header
-	19, // 17: meridian.v1.MultiResponse.results:type_name -> meridian.v1.OpResult
-	1,  // 18: meridian.v1.ReadRequest.consistency:type_name -> meridian.v1.Consistency
-	5,  // 19: meridian.v1.GetDataResponse.header:type_name -> meridian.v1.Header
-	6,  // 20: meridian.v1.GetDataResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 21: meridian.v1.ExistsResponse.header:type_name -> meridian.v1.Header
-	6,  // 22: meridian.v1.ExistsResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 23: meridian.v1.GetChildrenResponse.header:type_name -> meridian.v1.Header
-	6,  // 24: meridian.v1.GetChildrenResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 25: meridian.v1.GetACLResponse.header:type_name -> meridian.v1.Header
-	7,  // 26: meridian.v1.GetACLResponse.acl:type_name -> meridian.v1.ACL
-	6,  // 27: meridian.v1.GetACLResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 28: meridian.v1.SyncResponse.header:type_name -> meridian.v1.Header
-	5,  // 29: meridian.v1.CreateSessionResponse.header:type_name -> meridian.v1.Header
-	5,  // 30: meridian.v1.KeepAliveResponse.header:type_name -> meridian.v1.Header
-	5,  // 31: meridian.v1.CloseSessionResponse.header:type_name -> meridian.v1.Header
-	5,  // 32: meridian.v1.AttachSessionResponse.header:type_name -> meridian.v1.Header
-	3,  // 33: meridian.v1.WatchEvent.type:type_name -> meridian.v1.EventType
-	2,  // 34: meridian.v1.AddWatchRequest.mode:type_name -> meridian.v1.WatchMode
-	5,  // 35: meridian.v1.AddWatchResponse.header:type_name -> meridian.v1.Header
-	4,  // 36: meridian.v1.RemoveWatchesRequest.type:type_name -> meridian.v1.WatcherType
-	5,  // 37: meridian.v1.RemoveWatchesResponse.header:type_name -> meridian.v1.Header
-	5,  // 38: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
-	43, // 39: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
-	5,  // 40: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
-	8,  // 41: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	10, // 42: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	12, // 43: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	14, // 44: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	18, // 45: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	21, // 46: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	21, // 47: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	21, // 48: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	21, // 49: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	26, // 50: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	28, // 51: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	30, // 52: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	32, // 53: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	34, // 54: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	36, // 55: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	38, // 56: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	40, // 57: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	42, // 58: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	45, // 59: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	9,  // 60: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	11, // 61: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	13, // 62: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	15, // 63: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	20, // 64: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	22, // 65: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	23, // 66: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	24, // 67: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	25, // 68: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	27, // 69: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	29, // 70: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	31, // 71: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	33, // 72: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	35, // 73: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	37, // 74: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	39, // 75: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	41, // 76: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	44, // 77: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	46, // 78: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	60, // [60:79] is the sub-list for method output_type
-	41, // [41:60] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	8,  // 2: meridian.v1.CreateRequest.fence:type_name -> meridian.v1.Fence
+	5,  // 3: meridian.v1.CreateResponse.header:type_name -> meridian.v1.Header
+	6,  // 4: meridian.v1.CreateResponse.stat:type_name -> meridian.v1.Stat
+	8,  // 5: meridian.v1.DeleteRequest.fence:type_name -> meridian.v1.Fence
+	5,  // 6: meridian.v1.DeleteResponse.header:type_name -> meridian.v1.Header
+	8,  // 7: meridian.v1.SetDataRequest.fence:type_name -> meridian.v1.Fence
+	5,  // 8: meridian.v1.SetDataResponse.header:type_name -> meridian.v1.Header
+	6,  // 9: meridian.v1.SetDataResponse.stat:type_name -> meridian.v1.Stat
+	7,  // 10: meridian.v1.SetACLRequest.acl:type_name -> meridian.v1.ACL
+	5,  // 11: meridian.v1.SetACLResponse.header:type_name -> meridian.v1.Header
+	6,  // 12: meridian.v1.SetACLResponse.stat:type_name -> meridian.v1.Stat
+	9,  // 13: meridian.v1.Op.create:type_name -> meridian.v1.CreateRequest
+	11, // 14: meridian.v1.Op.delete:type_name -> meridian.v1.DeleteRequest
+	13, // 15: meridian.v1.Op.set_data:type_name -> meridian.v1.SetDataRequest
+	17, // 16: meridian.v1.Op.check:type_name -> meridian.v1.CheckOp
+	18, // 17: meridian.v1.MultiRequest.ops:type_name -> meridian.v1.Op
+	8,  // 18: meridian.v1.MultiRequest.fence:type_name -> meridian.v1.Fence
+	6,  // 19: meridian.v1.OpResult.stat:type_name -> meridian.v1.Stat
+	5,  // 20: meridian.v1.MultiResponse.header:type_name -> meridian.v1.Header
+	20, // 21: meridian.v1.MultiResponse.results:type_name -> meridian.v1.OpResult
+	1,  // 22: meridian.v1.ReadRequest.consistency:type_name -> meridian.v1.Consistency
+	5,  // 23: meridian.v1.GetDataResponse.header:type_name -> meridian.v1.Header
+	6,  // 24: meridian.v1.GetDataResponse.stat:type_name -> meridian.v1.Stat
+	5,  // 25: meridian.v1.ExistsResponse.header:type_name -> meridian.v1.Header
+	6,  // 26: meridian.v1.ExistsResponse.stat:type_name -> meridian.v1.Stat
+	5,  // 27: meridian.v1.GetChildrenResponse.header:type_name -> meridian.v1.Header
+	6,  // 28: meridian.v1.GetChildrenResponse.stat:type_name -> meridian.v1.Stat
+	5,  // 29: meridian.v1.GetACLResponse.header:type_name -> meridian.v1.Header
+	7,  // 30: meridian.v1.GetACLResponse.acl:type_name -> meridian.v1.ACL
+	6,  // 31: meridian.v1.GetACLResponse.stat:type_name -> meridian.v1.Stat
+	5,  // 32: meridian.v1.SyncResponse.header:type_name -> meridian.v1.Header
+	5,  // 33: meridian.v1.CreateSessionResponse.header:type_name -> meridian.v1.Header
+	5,  // 34: meridian.v1.KeepAliveResponse.header:type_name -> meridian.v1.Header
+	5,  // 35: meridian.v1.CloseSessionResponse.header:type_name -> meridian.v1.Header
+	5,  // 36: meridian.v1.AttachSessionResponse.header:type_name -> meridian.v1.Header
+	3,  // 37: meridian.v1.WatchEvent.type:type_name -> meridian.v1.EventType
+	2,  // 38: meridian.v1.AddWatchRequest.mode:type_name -> meridian.v1.WatchMode
+	5,  // 39: meridian.v1.AddWatchResponse.header:type_name -> meridian.v1.Header
+	4,  // 40: meridian.v1.RemoveWatchesRequest.type:type_name -> meridian.v1.WatcherType
+	5,  // 41: meridian.v1.RemoveWatchesResponse.header:type_name -> meridian.v1.Header
+	5,  // 42: meridian.v1.LockResponse.header:type_name -> meridian.v1.Header
+	5,  // 43: meridian.v1.UnlockResponse.header:type_name -> meridian.v1.Header
+	5,  // 44: meridian.v1.CheckTokenResponse.header:type_name -> meridian.v1.Header
+	50, // 45: meridian.v1.LockInfo.holders:type_name -> meridian.v1.LockHolder
+	51, // 46: meridian.v1.LockInfo.waiters:type_name -> meridian.v1.LockWaiter
+	5,  // 47: meridian.v1.ListLocksResponse.header:type_name -> meridian.v1.Header
+	52, // 48: meridian.v1.ListLocksResponse.locks:type_name -> meridian.v1.LockInfo
+	5,  // 49: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
+	56, // 50: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
+	5,  // 51: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
+	9,  // 52: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	11, // 53: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	13, // 54: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	15, // 55: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	19, // 56: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	22, // 57: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	22, // 58: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	22, // 59: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	22, // 60: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	27, // 61: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	29, // 62: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	31, // 63: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	33, // 64: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	35, // 65: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	37, // 66: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	39, // 67: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	41, // 68: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	43, // 69: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	45, // 70: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	46, // 71: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	48, // 72: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	53, // 73: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	55, // 74: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	58, // 75: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	10, // 76: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	12, // 77: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	14, // 78: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	16, // 79: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	21, // 80: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	23, // 81: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	24, // 82: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	25, // 83: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	26, // 84: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	28, // 85: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	30, // 86: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	32, // 87: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	34, // 88: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	36, // 89: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	38, // 90: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	40, // 91: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	42, // 92: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	44, // 93: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	47, // 94: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	47, // 95: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	49, // 96: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	54, // 97: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	57, // 98: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	59, // 99: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	76, // [76:100] is the sub-list for method output_type
+	52, // [52:76] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -3353,11 +4232,11 @@ func file_meridian_v1_meridian_proto_init() {
 	if File_meridian_v1_meridian_proto != nil {
 		return
 	}
-	file_meridian_v1_meridian_proto_msgTypes[5].OneofWrappers = []any{}
-	file_meridian_v1_meridian_proto_msgTypes[7].OneofWrappers = []any{}
-	file_meridian_v1_meridian_proto_msgTypes[9].OneofWrappers = []any{}
-	file_meridian_v1_meridian_proto_msgTypes[11].OneofWrappers = []any{}
-	file_meridian_v1_meridian_proto_msgTypes[12].OneofWrappers = []any{
+	file_meridian_v1_meridian_proto_msgTypes[6].OneofWrappers = []any{}
+	file_meridian_v1_meridian_proto_msgTypes[8].OneofWrappers = []any{}
+	file_meridian_v1_meridian_proto_msgTypes[10].OneofWrappers = []any{}
+	file_meridian_v1_meridian_proto_msgTypes[12].OneofWrappers = []any{}
+	file_meridian_v1_meridian_proto_msgTypes[13].OneofWrappers = []any{
 		(*Op_Create)(nil),
 		(*Op_Delete)(nil),
 		(*Op_SetData)(nil),
@@ -3369,7 +4248,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   42,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

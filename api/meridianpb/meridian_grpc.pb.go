@@ -44,6 +44,11 @@ const (
 	Meridian_Watch_FullMethodName          = "/meridian.v1.Meridian/Watch"
 	Meridian_AddWatch_FullMethodName       = "/meridian.v1.Meridian/AddWatch"
 	Meridian_RemoveWatches_FullMethodName  = "/meridian.v1.Meridian/RemoveWatches"
+	Meridian_Lock_FullMethodName           = "/meridian.v1.Meridian/Lock"
+	Meridian_Unlock_FullMethodName         = "/meridian.v1.Meridian/Unlock"
+	Meridian_ForceUnlock_FullMethodName    = "/meridian.v1.Meridian/ForceUnlock"
+	Meridian_CheckToken_FullMethodName     = "/meridian.v1.Meridian/CheckToken"
+	Meridian_ListLocks_FullMethodName      = "/meridian.v1.Meridian/ListLocks"
 	Meridian_Status_FullMethodName         = "/meridian.v1.Meridian/Status"
 	Meridian_TransferLeader_FullMethodName = "/meridian.v1.Meridian/TransferLeader"
 )
@@ -78,6 +83,13 @@ type MeridianClient interface {
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 	AddWatch(ctx context.Context, in *AddWatchRequest, opts ...grpc.CallOption) (*AddWatchResponse, error)
 	RemoveWatches(ctx context.Context, in *RemoveWatchesRequest, opts ...grpc.CallOption) (*RemoveWatchesResponse, error)
+	// Locks: state in the replicated state machine, one commit to acquire,
+	// FIFO hand-off, a fencing token with every grant.
+	Lock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockResponse, error)
+	Unlock(ctx context.Context, in *UnlockRequest, opts ...grpc.CallOption) (*UnlockResponse, error)
+	ForceUnlock(ctx context.Context, in *ForceUnlockRequest, opts ...grpc.CallOption) (*UnlockResponse, error)
+	CheckToken(ctx context.Context, in *CheckTokenRequest, opts ...grpc.CallOption) (*CheckTokenResponse, error)
+	ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
 	// Cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
@@ -270,6 +282,56 @@ func (c *meridianClient) RemoveWatches(ctx context.Context, in *RemoveWatchesReq
 	return out, nil
 }
 
+func (c *meridianClient) Lock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LockResponse)
+	err := c.cc.Invoke(ctx, Meridian_Lock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) Unlock(ctx context.Context, in *UnlockRequest, opts ...grpc.CallOption) (*UnlockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnlockResponse)
+	err := c.cc.Invoke(ctx, Meridian_Unlock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) ForceUnlock(ctx context.Context, in *ForceUnlockRequest, opts ...grpc.CallOption) (*UnlockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnlockResponse)
+	err := c.cc.Invoke(ctx, Meridian_ForceUnlock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) CheckToken(ctx context.Context, in *CheckTokenRequest, opts ...grpc.CallOption) (*CheckTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckTokenResponse)
+	err := c.cc.Invoke(ctx, Meridian_CheckToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLocksResponse)
+	err := c.cc.Invoke(ctx, Meridian_ListLocks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *meridianClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -320,6 +382,13 @@ type MeridianServer interface {
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	AddWatch(context.Context, *AddWatchRequest) (*AddWatchResponse, error)
 	RemoveWatches(context.Context, *RemoveWatchesRequest) (*RemoveWatchesResponse, error)
+	// Locks: state in the replicated state machine, one commit to acquire,
+	// FIFO hand-off, a fencing token with every grant.
+	Lock(context.Context, *LockRequest) (*LockResponse, error)
+	Unlock(context.Context, *UnlockRequest) (*UnlockResponse, error)
+	ForceUnlock(context.Context, *ForceUnlockRequest) (*UnlockResponse, error)
+	CheckToken(context.Context, *CheckTokenRequest) (*CheckTokenResponse, error)
+	ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error)
 	// Cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
@@ -383,6 +452,21 @@ func (UnimplementedMeridianServer) AddWatch(context.Context, *AddWatchRequest) (
 }
 func (UnimplementedMeridianServer) RemoveWatches(context.Context, *RemoveWatchesRequest) (*RemoveWatchesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveWatches not implemented")
+}
+func (UnimplementedMeridianServer) Lock(context.Context, *LockRequest) (*LockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lock not implemented")
+}
+func (UnimplementedMeridianServer) Unlock(context.Context, *UnlockRequest) (*UnlockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Unlock not implemented")
+}
+func (UnimplementedMeridianServer) ForceUnlock(context.Context, *ForceUnlockRequest) (*UnlockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForceUnlock not implemented")
+}
+func (UnimplementedMeridianServer) CheckToken(context.Context, *CheckTokenRequest) (*CheckTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckToken not implemented")
+}
+func (UnimplementedMeridianServer) ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLocks not implemented")
 }
 func (UnimplementedMeridianServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -710,6 +794,96 @@ func _Meridian_RemoveWatches_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_Lock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Lock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Lock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Lock(ctx, req.(*LockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_Unlock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnlockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Unlock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Unlock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Unlock(ctx, req.(*UnlockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_ForceUnlock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForceUnlockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).ForceUnlock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_ForceUnlock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).ForceUnlock(ctx, req.(*ForceUnlockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_CheckToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).CheckToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_CheckToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).CheckToken(ctx, req.(*CheckTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_ListLocks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLocksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).ListLocks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_ListLocks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).ListLocks(ctx, req.(*ListLocksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meridian_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -816,6 +990,26 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveWatches",
 			Handler:    _Meridian_RemoveWatches_Handler,
+		},
+		{
+			MethodName: "Lock",
+			Handler:    _Meridian_Lock_Handler,
+		},
+		{
+			MethodName: "Unlock",
+			Handler:    _Meridian_Unlock_Handler,
+		},
+		{
+			MethodName: "ForceUnlock",
+			Handler:    _Meridian_ForceUnlock_Handler,
+		},
+		{
+			MethodName: "CheckToken",
+			Handler:    _Meridian_CheckToken_Handler,
+		},
+		{
+			MethodName: "ListLocks",
+			Handler:    _Meridian_ListLocks_Handler,
 		},
 		{
 			MethodName: "Status",

@@ -82,6 +82,9 @@ var (
 	ErrStaleToken     = &Error{zkBadVersion, codes.FailedPrecondition, "fencing token is not the lock's current token"}
 	ErrTooManyWaiters = &Error{zkThrottled, codes.ResourceExhausted, "too many waiters for this lock"}
 	ErrTooManyLocks   = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many locks for this session or cluster"}
+	// ErrLockWaitTimeout: the wait ended and the caller was taken out of the
+	// queue; it does not hold the lock.
+	ErrLockWaitTimeout = &Error{zkOperationTimeout, codes.DeadlineExceeded, "timed out waiting for the lock; not acquired"}
 
 	// Session errors.
 	ErrSessionExpired = &Error{zkSessionExpired, codes.FailedPrecondition, "session expired"}
@@ -112,7 +115,7 @@ var all = []*Error{
 	ErrNoNode, ErrNodeExists, ErrBadVersion, ErrNotEmpty, ErrNoChildrenForEphemerals,
 	ErrBadArguments, ErrInvalidPath, ErrDataTooLarge, ErrInvalidACL, ErrNoAuth, ErrAuthFailed,
 	ErrRuntimeInconsistency, ErrUnimplemented, ErrNoWatcher, ErrQuotaExceeded, ErrReconfigDisabled,
-	ErrLockHeld, ErrLockNotHeld, ErrStaleToken, ErrTooManyWaiters, ErrTooManyLocks,
+	ErrLockHeld, ErrLockNotHeld, ErrStaleToken, ErrTooManyWaiters, ErrTooManyLocks, ErrLockWaitTimeout,
 	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved,
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,

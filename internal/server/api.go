@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -85,9 +84,18 @@ func createOp(r *pb.CreateRequest) tree.Op {
 		Mode: tree.CreateMode(r.GetMode()), TTLMs: r.GetTtlMs()}
 }
 
-// write proposes a single-op command and returns its op result.
-func (a *api) write(ctx context.Context, session int64, op tree.Op) (tree.OpResult, uint64, error) {
-	res, idx, err := a.s.propose(ctx, &tree.Command{Session: session, Op: op})
+// write proposes a single-op command (fenced if f is set) and returns its
+// op result.
+func (a *api) write(ctx context.Context, session int64, op tree.Op, f *pb.Fence) (tree.OpResult, uint64, error) {
+	cmd := &tree.Command{Session: session, Op: op}
+	var res tree.Result
+	var idx uint64
+	var err error
+	if f != nil {
+		res, idx, err = a.s.proposeFenced(ctx, cmd, f)
+	} else {
+		res, idx, err = a.s.propose(ctx, cmd)
+	}
 	if err != nil {
 		return tree.OpResult{}, 0, err
 	}
@@ -98,7 +106,7 @@ func (a *api) write(ctx context.Context, session int64, op tree.Op) (tree.OpResu
 }
 
 func (a *api) Create(ctx context.Context, r *pb.CreateRequest) (*pb.CreateResponse, error) {
-	res, idx, err := a.write(ctx, r.GetSessionId(), createOp(r))
+	res, idx, err := a.write(ctx, r.GetSessionId(), createOp(r), r.GetFence())
 	if err != nil {
 		return nil, a.done("Create", err)
 	}
@@ -106,7 +114,7 @@ func (a *api) Create(ctx context.Context, r *pb.CreateRequest) (*pb.CreateRespon
 }
 
 func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteResponse, error) {
-	_, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpDelete, Path: r.GetPath(), Version: version(r.Version)})
+	_, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpDelete, Path: r.GetPath(), Version: version(r.Version)}, r.GetFence())
 	if err != nil {
 		return nil, a.done("Delete", err)
 	}
@@ -114,7 +122,7 @@ func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteRespon
 }
 
 func (a *api) SetData(ctx context.Context, r *pb.SetDataRequest) (*pb.SetDataResponse, error) {
-	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetData, Path: r.GetPath(), Data: r.GetData(), Version: version(r.Version)})
+	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetData, Path: r.GetPath(), Data: r.GetData(), Version: version(r.Version)}, r.GetFence())
 	if err != nil {
 		return nil, a.done("SetData", err)
 	}
@@ -125,7 +133,7 @@ func (a *api) SetACL(ctx context.Context, r *pb.SetACLRequest) (*pb.SetACLRespon
 	if len(r.GetAcl()) == 0 {
 		return nil, a.done("SetACL", errs.ErrInvalidACL)
 	}
-	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetACL, Path: r.GetPath(), ACL: fromACL(r.GetAcl()), Version: version(r.Aversion)})
+	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetACL, Path: r.GetPath(), ACL: fromACL(r.GetAcl()), Version: version(r.Aversion)}, nil)
 	if err != nil {
 		return nil, a.done("SetACL", err)
 	}
@@ -151,9 +159,20 @@ func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse,
 			return nil, a.done("Multi", errs.ErrBadArguments)
 		}
 	}
-	res, idx, err := a.s.propose(ctx, &tree.Command{Session: r.GetSessionId(), Op: tree.Op{Type: tree.OpMulti}, Ops: ops})
+	cmd := &tree.Command{Session: r.GetSessionId(), Op: tree.Op{Type: tree.OpMulti}, Ops: ops}
+	var res tree.Result
+	var idx uint64
+	var err error
+	if r.GetFence() != nil {
+		res, idx, err = a.s.proposeFenced(ctx, cmd, r.GetFence())
+	} else {
+		res, idx, err = a.s.propose(ctx, cmd)
+	}
 	if err != nil {
 		return nil, a.done("Multi", err)
+	}
+	if errors.Is(res.Err, errs.ErrStaleToken) && len(res.Multi) == 0 {
+		return nil, a.done("Multi", res.Err)
 	}
 	out := &pb.MultiResponse{Header: a.header(idx), ErrorCode: errs.ZKCode(res.Err)}
 	for _, r := range res.Multi {
@@ -360,7 +379,11 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 			return status.Error(codes.Aborted, "watch stream replaced by a newer one")
 		}
 		for _, ev := range evs {
-			if err := stream.Send(&pb.WatchEvent{Type: pb.EventType(ev.Type), Path: ev.Path, Zxid: ev.Zxid}); err != nil {
+			msg := &pb.WatchEvent{Type: pb.EventType(ev.Type), Path: ev.Path, Zxid: ev.Zxid}
+			if ev.Type == eventLockLost {
+				msg = &pb.WatchEvent{LockLost: ev.Path, LostToken: uint64(ev.Zxid)}
+			}
+			if err := stream.Send(msg); err != nil {
 				return err
 			}
 		}
@@ -445,5 +468,3 @@ func (a *api) TransferLeader(ctx context.Context, r *pb.TransferLeaderRequest) (
 	}
 	return &pb.TransferLeaderResponse{Header: a.header(0)}, a.done("TransferLeader", nil)
 }
-
-var _ = bytes.Equal

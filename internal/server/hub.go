@@ -99,6 +99,13 @@ func (hs *hubs) get(session int64, max int) *hub {
 	return h
 }
 
+// lookup returns the session's hub on this server, if it has one.
+func (hs *hubs) lookup(session int64) *hub {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.m[session]
+}
+
 func (hs *hubs) remove(session int64) *hub {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/coord"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/replica"
 	"github.com/meridian-coord/meridian/internal/session"
@@ -48,6 +49,7 @@ type Server struct {
 	mu struct {
 		sync.RWMutex
 		tree    *tree.Tree
+		coord   *coord.State
 		applied uint64
 	}
 
@@ -56,6 +58,7 @@ type Server struct {
 	tracker  *session.Tracker
 	touches  *session.Batcher
 	waiters  waiters
+	grants   grantWaiters
 	hubs     hubs
 	idPrefix uint64
 	idSeq    atomic.Uint64
@@ -90,6 +93,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		stop:    make(chan struct{}),
 	}
 	s.mu.tree = tree.New()
+	s.mu.coord = coord.New()
+	s.grants.m = make(map[grantKey]chan coord.Grant)
 	s.waiters.m = make(map[uint64]*waiter)
 	s.hubs.m = make(map[int64]*hub)
 	var seed [8]byte
@@ -202,6 +207,11 @@ type stateMachine Server
 func (sm *stateMachine) Apply(index, term uint64, data []byte) {
 	s := (*Server)(sm)
 	start := time.Now()
+	defer func() { s.metrics.applyDuration.Observe(time.Since(start).Seconds()) }()
+	if len(data) > 0 && data[0] == coord.Tag {
+		s.applyCoord(index, data)
+		return
+	}
 	cmd, err := tree.DecodeCommand(data)
 	if err != nil {
 		// Every replica decodes the same bytes the same way, so skipping is
@@ -213,13 +223,42 @@ func (sm *stateMachine) Apply(index, term uint64, data []byte) {
 		return
 	}
 	s.mu.Lock()
-	res, events := s.mu.tree.Apply(index, cmd)
+	res, grants, losses := s.applyTreeLocked(index, cmd)
 	s.mu.applied = index
+	s.mu.Unlock()
+	s.afterApply(cmd, res, grants, losses)
+	s.waiters.deliver(cmd.ID, applied{index: index, res: res})
+}
+
+// applyTreeLocked applies a tree command and, when it ends sessions, releases
+// their locks in the same apply. Caller holds s.mu.
+func (s *Server) applyTreeLocked(index uint64, cmd *tree.Command) (tree.Result, []coord.Grant, []coord.Loss) {
+	res, events := s.mu.tree.Apply(index, cmd)
 	for _, ev := range events {
 		s.watches.Trigger(ev)
 	}
-	s.mu.Unlock()
+	var grants []coord.Grant
+	var losses []coord.Loss
+	end := func(id int64, expired bool) {
+		g, l := s.mu.coord.SessionEnded(index, cmd.TimeMs, id, expired)
+		grants, losses = append(grants, g...), append(losses, l...)
+	}
+	switch cmd.Op.Type {
+	case tree.OpCloseSession:
+		if res.Err == nil {
+			end(cmd.Session, false)
+		}
+	case tree.OpExpire:
+		for _, id := range cmd.Sessions {
+			end(id, true)
+		}
+	}
+	return res, grants, losses
+}
 
+// afterApply does the per-server bookkeeping of an applied command: session
+// tracking, ended sessions' watch streams, lock grants and losses.
+func (s *Server) afterApply(cmd *tree.Command, res tree.Result, grants []coord.Grant, losses []coord.Loss) {
 	switch cmd.Op.Type {
 	case tree.OpCreateSession:
 		if res.Err == nil {
@@ -232,27 +271,38 @@ func (sm *stateMachine) Apply(index, term uint64, data []byte) {
 			s.endSession(id, true)
 		}
 	}
-	s.metrics.applyDuration.Observe(time.Since(start).Seconds())
-	s.waiters.deliver(cmd.ID, applied{index: index, res: res})
+	s.deliverGrants(grants, losses)
 }
 
+// Snapshot serializes the whole replicated state: the tree and the locks.
 func (sm *stateMachine) Snapshot() ([]byte, error) {
 	s := (*Server)(sm)
 	var buf bytes.Buffer
 	s.mu.RLock()
-	err := s.mu.tree.Snapshot(&buf)
-	s.mu.RUnlock()
-	return buf.Bytes(), err
+	defer s.mu.RUnlock()
+	if err := s.mu.tree.Snapshot(&buf); err != nil {
+		return nil, err
+	}
+	return encodeSnapshot(buf.Bytes(), s.mu.coord.Snapshot()), nil
 }
 
 func (sm *stateMachine) Restore(index uint64, data []byte) error {
 	s := (*Server)(sm)
-	t, err := tree.Restore(bytes.NewReader(data))
+	treeSnap, coordSnap, err := decodeSnapshot(data)
+	if err != nil {
+		return err
+	}
+	t, err := tree.Restore(bytes.NewReader(treeSnap))
+	if err != nil {
+		return err
+	}
+	c, err := coord.Restore(coordSnap)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	s.mu.tree = t
+	s.mu.coord = c
 	s.mu.applied = index
 	sessions := t.Sessions()
 	s.mu.Unlock()
@@ -278,7 +328,8 @@ func (s *Server) endSession(id int64, expired bool) {
 type applied struct {
 	index uint64
 	res   tree.Result
-	err   error // set when the outcome became unknowable (leader change)
+	coord coord.Result // for coordination commands
+	err   error        // set when the outcome became unknowable (leader change)
 }
 
 // waiters hands apply results back to the requests that proposed them.
@@ -345,26 +396,8 @@ func (s *Server) propose(ctx context.Context, cmd *tree.Command) (tree.Result, u
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	ch := s.waiters.add(cmd.ID, s.rep.Leader())
-	defer s.waiters.remove(cmd.ID)
-	if err := s.rep.Propose(ctx, data); err != nil {
-		s.metrics.proposals.WithLabelValues("rejected").Inc()
-		return tree.Result{}, 0, err
-	}
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			s.metrics.proposals.WithLabelValues("unknown").Inc()
-			return tree.Result{}, 0, a.err
-		}
-		s.metrics.proposals.WithLabelValues("applied").Inc()
-		return a.res, a.index, nil
-	case <-ctx.Done():
-		s.metrics.proposals.WithLabelValues("timeout").Inc()
-		return tree.Result{}, 0, errs.ErrTimeout
-	case <-s.stop:
-		return tree.Result{}, 0, errs.ErrStopped
-	}
+	a, err := s.proposeData(ctx, cmd.ID, data)
+	return a.res, a.index, err
 }
 
 // proposeAsync hands a leader-duty command to raft without waiting for it.
@@ -489,6 +522,15 @@ func (s *Server) duties() {
 			}
 		}
 		now := time.Now()
+		s.mu.RLock()
+		needTick := s.mu.coord.NeedsTick(now.UnixMilli())
+		s.mu.RUnlock()
+		if needTick {
+			// A lock-delay has passed: let waiters be granted.
+			if err := s.proposeCoordAsync(&coord.Command{Op: coord.OpTick}); err != nil {
+				s.log.Warn("propose lock tick", "err", err)
+			}
+		}
 		if now.Sub(lastReap) >= time.Second {
 			s.mu.RLock()
 			need := s.mu.tree.NeedsReap(now.UnixMilli())

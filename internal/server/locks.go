@@ -1,0 +1,341 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/tree"
+)
+
+// eventLockLost is a hub notification that a session lost a lock it did not
+// release (forced release). Path carries the lock name, Zxid the lost token.
+const eventLockLost tree.EventType = -100
+
+// ---- apply ----
+
+// applyCoord applies a coordination command (called from Apply).
+func (s *Server) applyCoord(index uint64, data []byte) {
+	c, err := coord.Decode(data)
+	if err != nil {
+		s.log.Error("undecodable coordination entry skipped", "index", index, "err", err)
+		s.mu.Lock()
+		s.mu.applied = index
+		s.mu.Unlock()
+		return
+	}
+	if c.Op == coord.OpFenced {
+		s.applyFenced(index, c)
+		return
+	}
+	s.mu.Lock()
+	live := func(id int64) bool { _, ok := s.mu.tree.Session(id); return ok }
+	res, grants, losses := s.mu.coord.Apply(index, c, live)
+	s.mu.applied = index
+	s.mu.Unlock()
+	s.deliverGrants(grants, losses)
+	s.waiters.deliver(c.ID, applied{index: index, coord: res})
+}
+
+// applyFenced applies the tree command inside a fenced write only if its
+// token is the lock's current token; the check and the write are one apply.
+func (s *Server) applyFenced(index uint64, c *coord.Command) {
+	inner, err := tree.DecodeCommand(c.Inner)
+	s.mu.Lock()
+	var res tree.Result
+	var grants []coord.Grant
+	var losses []coord.Loss
+	switch {
+	case err != nil:
+		res = tree.Result{Err: errs.ErrMarshalling}
+	case s.mu.coord.CheckToken(c.Lock, c.Token) != nil:
+		res = tree.Result{Err: errs.ErrStaleToken}
+	case inner.Op.Type == tree.OpCloseSession || inner.Op.Type == tree.OpExpire || inner.Op.Type == tree.OpCreateSession:
+		res = tree.Result{Err: errs.ErrBadArguments} // only data writes can be fenced
+	default:
+		res, grants, losses = s.applyTreeLocked(index, inner)
+	}
+	s.mu.applied = index
+	s.mu.Unlock()
+	s.deliverGrants(grants, losses)
+	s.waiters.deliver(c.ID, applied{index: index, res: res})
+}
+
+// grantKey identifies a waiting acquire on this server.
+type grantKey struct {
+	lock    string
+	session int64
+}
+
+// grantWaiters hands grants made in apply to the Lock calls waiting for them.
+type grantWaiters struct {
+	mu sync.Mutex
+	m  map[grantKey]chan coord.Grant
+}
+
+func (g *grantWaiters) add(k grantKey) (chan coord.Grant, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, busy := g.m[k]; busy {
+		return nil, false
+	}
+	ch := make(chan coord.Grant, 1)
+	g.m[k] = ch
+	return ch, true
+}
+
+func (g *grantWaiters) remove(k grantKey) {
+	g.mu.Lock()
+	delete(g.m, k)
+	g.mu.Unlock()
+}
+
+func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
+	if len(grants) > 0 {
+		s.grants.mu.Lock()
+		for _, gr := range grants {
+			if ch, ok := s.grants.m[grantKey{gr.Lock, gr.Session}]; ok {
+				select {
+				case ch <- gr:
+				default:
+				}
+			}
+		}
+		s.grants.mu.Unlock()
+	}
+	for _, l := range losses {
+		s.log.Info("lock lost", "lock", l.Lock, "session", l.Session, "token", l.Token, "reason", l.Reason)
+		if h := s.hubs.lookup(l.Session); h != nil {
+			h.Notify(tree.Event{Type: eventLockLost, Path: l.Lock, Zxid: int64(l.Token)})
+		}
+	}
+}
+
+// ---- proposals ----
+
+// proposeData proposes an encoded command and waits until this server has
+// applied it.
+func (s *Server) proposeData(ctx context.Context, id uint64, data []byte) (applied, error) {
+	ch := s.waiters.add(id, s.rep.Leader())
+	defer s.waiters.remove(id)
+	if err := s.rep.Propose(ctx, data); err != nil {
+		s.metrics.proposals.WithLabelValues("rejected").Inc()
+		return applied{}, err
+	}
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			s.metrics.proposals.WithLabelValues("unknown").Inc()
+			return applied{}, a.err
+		}
+		s.metrics.proposals.WithLabelValues("applied").Inc()
+		return a, nil
+	case <-ctx.Done():
+		s.metrics.proposals.WithLabelValues("timeout").Inc()
+		return applied{}, errs.ErrTimeout
+	case <-s.stop:
+		return applied{}, errs.ErrStopped
+	}
+}
+
+func (s *Server) proposeCoord(ctx context.Context, c *coord.Command) (coord.Result, uint64, error) {
+	c.ID = s.nextID()
+	c.TimeMs = time.Now().UnixMilli()
+	data, err := coord.Encode(c)
+	if err != nil {
+		return coord.Result{}, 0, err
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	a, err := s.proposeData(ctx, c.ID, data)
+	return a.coord, a.index, err
+}
+
+func (s *Server) proposeCoordAsync(c *coord.Command) error {
+	c.ID = s.nextID()
+	c.TimeMs = time.Now().UnixMilli()
+	data, err := coord.Encode(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
+	defer cancel()
+	return s.rep.Propose(ctx, data)
+}
+
+// proposeFenced wraps a tree write so it applies only under the given token.
+func (s *Server) proposeFenced(ctx context.Context, cmd *tree.Command, f *pb.Fence) (tree.Result, uint64, error) {
+	if err := coord.ValidName(f.GetLock()); err != nil {
+		return tree.Result{}, 0, err
+	}
+	cmd.TimeMs = time.Now().UnixMilli()
+	inner, err := tree.EncodeCommand(cmd)
+	if err != nil {
+		return tree.Result{}, 0, err
+	}
+	c := &coord.Command{ID: s.nextID(), TimeMs: cmd.TimeMs, Session: cmd.Session, Op: coord.OpFenced,
+		Lock: f.GetLock(), Token: f.GetToken(), Inner: inner}
+	data, err := coord.Encode(c)
+	if err != nil {
+		return tree.Result{}, 0, err
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	a, err := s.proposeData(ctx, c.ID, data)
+	return a.res, a.index, err
+}
+
+// ---- snapshots: tree and locks together ----
+
+var snapshotMagic = []byte("MRDS1")
+
+func encodeSnapshot(treeSnap, coordSnap []byte) []byte {
+	out := make([]byte, 0, len(snapshotMagic)+10+len(treeSnap)+len(coordSnap))
+	out = append(out, snapshotMagic...)
+	out = binary.AppendUvarint(out, uint64(len(treeSnap)))
+	out = append(out, treeSnap...)
+	return append(out, coordSnap...)
+}
+
+func decodeSnapshot(b []byte) (treeSnap, coordSnap []byte, err error) {
+	if len(b) < len(snapshotMagic) || string(b[:len(snapshotMagic)]) != string(snapshotMagic) {
+		return nil, nil, fmt.Errorf("%w: snapshot: bad magic", errs.ErrDataInconsistency)
+	}
+	b = b[len(snapshotMagic):]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return nil, nil, fmt.Errorf("%w: snapshot: bad tree length", errs.ErrDataInconsistency)
+	}
+	b = b[k:]
+	return b[:n], b[n:], nil
+}
+
+// ---- API ----
+
+func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, error) {
+	if err := coord.ValidName(r.GetName()); err != nil {
+		return nil, a.done("Lock", err)
+	}
+	mode := coord.Exclusive
+	if r.GetShared() {
+		mode = coord.Shared
+	}
+	key := grantKey{r.GetName(), r.GetSessionId()}
+	// Register before proposing so a grant made by a later command (a
+	// release) cannot slip past this call.
+	ch, ok := a.s.grants.add(key)
+	if !ok {
+		return nil, a.done("Lock", errs.ErrBadArguments) // this session already waits for this lock here
+	}
+	defer a.s.grants.remove(key)
+	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpAcquire,
+		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs()})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, a.done("Lock", err)
+	}
+	if res.Granted {
+		return &pb.LockResponse{Header: a.header(idx), Token: res.Token}, a.done("Lock", nil)
+	}
+	// Queued: wait for the grant, the timeout, or the caller to go away.
+	wctx := ctx
+	if t := r.GetTimeoutMs(); t > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Millisecond)
+		defer cancel()
+	}
+	select {
+	case g := <-ch:
+		return &pb.LockResponse{Header: a.header(0), Token: g.Token}, a.done("Lock", nil)
+	case <-wctx.Done():
+	case <-a.s.stop:
+		return nil, a.done("Lock", errs.ErrStopped)
+	}
+	// Withdraw from the queue. The grant may have won the race: then the
+	// caller holds the lock, and gets it if it is still there to take it.
+	cctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.requestTimeout())
+	defer cancel()
+	cres, idx, err := a.s.proposeCoord(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancel, Lock: r.GetName()})
+	if err != nil {
+		return nil, a.done("Lock", err)
+	}
+	if cres.Granted {
+		if ctx.Err() == nil {
+			return &pb.LockResponse{Header: a.header(idx), Token: cres.Token}, a.done("Lock", nil)
+		}
+		// Nobody is waiting for this grant any more: give it back.
+		a.s.proposeCoord(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Lock: r.GetName()})
+	}
+	if ctx.Err() != nil {
+		return nil, a.done("Lock", ctx.Err())
+	}
+	return nil, a.done("Lock", errs.ErrLockWaitTimeout)
+}
+
+func (a *api) Unlock(ctx context.Context, r *pb.UnlockRequest) (*pb.UnlockResponse, error) {
+	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Lock: r.GetName()})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, a.done("Unlock", err)
+	}
+	return &pb.UnlockResponse{Header: a.header(idx)}, a.done("Unlock", nil)
+}
+
+func (a *api) ForceUnlock(ctx context.Context, r *pb.ForceUnlockRequest) (*pb.UnlockResponse, error) {
+	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Op: coord.OpForceRelease, Lock: r.GetName(), Target: r.GetHolderSessionId()})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, a.done("ForceUnlock", err)
+	}
+	return &pb.UnlockResponse{Header: a.header(idx)}, a.done("ForceUnlock", nil)
+}
+
+// CheckToken answers, linearizably, whether token is the lock's current
+// token: for resources outside Meridian that want to fence.
+func (a *api) CheckToken(ctx context.Context, r *pb.CheckTokenRequest) (*pb.CheckTokenResponse, error) {
+	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+		return nil, a.done("CheckToken", err)
+	}
+	a.s.mu.RLock()
+	err := a.s.mu.coord.CheckToken(r.GetName(), r.GetToken())
+	idx := a.s.mu.applied
+	a.s.mu.RUnlock()
+	return &pb.CheckTokenResponse{Header: a.header(idx), Valid: err == nil}, a.done("CheckToken", nil)
+}
+
+func (a *api) ListLocks(ctx context.Context, r *pb.ListLocksRequest) (*pb.ListLocksResponse, error) {
+	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+		return nil, a.done("ListLocks", err)
+	}
+	limit := int(r.GetLimit())
+	if limit <= 0 || limit > 10000 {
+		limit = 10000
+	}
+	a.s.mu.RLock()
+	locks := a.s.mu.coord.List(r.GetPrefix(), limit)
+	idx := a.s.mu.applied
+	a.s.mu.RUnlock()
+	out := &pb.ListLocksResponse{Header: a.header(idx)}
+	for _, l := range locks {
+		li := &pb.LockInfo{Name: l.Name, DelayUntilMs: l.DelayUntilMs}
+		for _, h := range l.Holders {
+			li.Holders = append(li.Holders, &pb.LockHolder{SessionId: h.Session, Token: h.Token, Shared: h.Mode == coord.Shared})
+		}
+		for _, w := range l.Waiters {
+			li.Waiters = append(li.Waiters, &pb.LockWaiter{SessionId: w.Session, Shared: w.Mode == coord.Shared})
+		}
+		out.Locks = append(out.Locks, li)
+	}
+	return out, a.done("ListLocks", nil)
+}
