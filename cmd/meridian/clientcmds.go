@@ -206,6 +206,7 @@ func addClientCommands(root *cobra.Command) {
 		},
 	})
 	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader)
+	root.AddCommand(lockCommands()...)
 }
 
 func dataArg(args []string, i int) []byte {

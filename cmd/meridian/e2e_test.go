@@ -224,6 +224,19 @@ func TestDevCommand(t *testing.T) {
 	if got := run("status"); strings.Count(got, "leader") < 1 {
 		t.Fatalf("status shows no leader:\n%s", got)
 	}
+	// `meridian lock` runs a command holding the lock, with its token.
+	tok1 := run("lock", "deploy", "--", "sh", "-c", "echo $MERIDIAN_LOCK $MERIDIAN_FENCING_TOKEN")
+	tok2 := run("lock", "deploy", "--", "sh", "-c", "echo $MERIDIAN_LOCK $MERIDIAN_FENCING_TOKEN")
+	var n1, n2 uint64
+	if _, err := fmt.Sscanf(tok1, "deploy %d", &n1); err != nil {
+		t.Fatalf("lock output %q: %v", tok1, err)
+	}
+	if _, err := fmt.Sscanf(tok2, "deploy %d", &n2); err != nil || n2 <= n1 {
+		t.Fatalf("second token %q not above first %d", tok2, n1)
+	}
+	if got := run("locks"); strings.Contains(got, "deploy") {
+		t.Fatalf("lock still listed after the command exited:\n%s", got)
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
