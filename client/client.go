@@ -92,6 +92,10 @@ type Client struct {
 		lastZxid int64
 		expired  bool
 		closed   bool
+		// delivered is the highest zxid of a notification dispatched to
+		// watchers; deliveredCh is closed and replaced when it grows.
+		delivered   int64
+		deliveredCh chan struct{}
 	}
 	watches *watchRegistry
 	leases  leaseRegistry
@@ -120,6 +124,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, watches: newWatchRegistry(), stop: make(chan struct{})}
 	c.leases.m = map[string]*Lease{}
 	c.mu.endpoint = -1
+	c.mu.deliveredCh = make(chan struct{})
 	// Retry until ctx ends: servers may still be electing a leader.
 	var lastErr error
 	for attempt := 0; ctx.Err() == nil; attempt++ {
@@ -316,6 +321,7 @@ func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb
 			c.mu.Lock()
 			c.observe(h)
 			c.mu.Unlock()
+			c.awaitNotified(ctx, h.GetNotifiedZxid())
 			return nil
 		}
 		err = errs.FromGRPC(err)
@@ -338,6 +344,39 @@ func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb
 		case <-ctx.Done():
 			return err
 		case <-time.After(backoff(attempt)):
+		}
+	}
+}
+
+// notifyWait bounds how long a reply waits for the notifications that
+// precede it; past it (a stalled or reconnecting stream) the reply goes out
+// and the notifications follow when the stream resumes.
+const notifyWait = 2 * time.Second
+
+// awaitNotified holds a reply until every watch notification the server
+// queued before it has been dispatched, so a watcher sees an event before it
+// sees data that follows the change (ZooKeeper's ordering guarantee).
+func (c *Client) awaitNotified(ctx context.Context, zxid int64) {
+	if zxid <= 0 {
+		return
+	}
+	timer := time.NewTimer(notifyWait)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		done, ch := c.mu.delivered >= zxid, c.mu.deliveredCh
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			return
+		case <-c.stop:
+			return
 		}
 	}
 }

@@ -312,11 +312,16 @@ func (c *Client) readStream(stream pb.Meridian_WatchClient) error {
 			continue
 		}
 		e := Event{Type: EventType(ev.GetType()), Path: ev.GetPath(), Zxid: ev.GetZxid()}
+		c.watches.dispatch(e, c.stop)
 		c.mu.Lock()
 		if e.Zxid > c.mu.lastZxid {
 			c.mu.lastZxid = e.Zxid
 		}
+		if e.Zxid > c.mu.delivered {
+			c.mu.delivered = e.Zxid
+			close(c.mu.deliveredCh)
+			c.mu.deliveredCh = make(chan struct{})
+		}
 		c.mu.Unlock()
-		c.watches.dispatch(e, c.stop)
 	}
 }

@@ -288,11 +288,17 @@ func (WatcherType) EnumDescriptor() ([]byte, []int) {
 }
 
 type Header struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Zxid          int64                  `protobuf:"varint,1,opt,name=zxid,proto3" json:"zxid,omitempty"`                         // applied index of the serving replica (for writes: the write's zxid)
-	MemberId      uint64                 `protobuf:"varint,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"` // serving replica
-	LeaderId      uint64                 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Zxid     int64                  `protobuf:"varint,1,opt,name=zxid,proto3" json:"zxid,omitempty"`                         // applied index of the serving replica (for writes: the write's zxid)
+	MemberId uint64                 `protobuf:"varint,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"` // serving replica
+	LeaderId uint64                 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Term     uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	// Highest zxid of a watch notification queued for the requesting session
+	// on the serving member when it replied. A client that delivers
+	// notifications up to it before handing out the reply gives ZooKeeper's
+	// guarantee: a watcher sees the event before it sees the data that
+	// follows it. The Go client does.
+	NotifiedZxid  int64 `protobuf:"varint,5,opt,name=notified_zxid,json=notifiedZxid,proto3" json:"notified_zxid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +357,13 @@ func (x *Header) GetLeaderId() uint64 {
 func (x *Header) GetTerm() uint64 {
 	if x != nil {
 		return x.Term
+	}
+	return 0
+}
+
+func (x *Header) GetNotifiedZxid() int64 {
+	if x != nil {
+		return x.NotifiedZxid
 	}
 	return 0
 }
@@ -3717,12 +3730,13 @@ var File_meridian_v1_meridian_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\n" +
-	"\x1ameridian/v1/meridian.proto\x12\vmeridian.v1\"j\n" +
+	"\x1ameridian/v1/meridian.proto\x12\vmeridian.v1\"\x8f\x01\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04zxid\x18\x01 \x01(\x03R\x04zxid\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
 	"\tleader_id\x18\x03 \x01(\x04R\bleaderId\x12\x12\n" +
-	"\x04term\x18\x04 \x01(\x04R\x04term\"\xb3\x02\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12#\n" +
+	"\rnotified_zxid\x18\x05 \x01(\x03R\fnotifiedZxid\"\xb3\x02\n" +
 	"\x04Stat\x12\x14\n" +
 	"\x05czxid\x18\x01 \x01(\x03R\x05czxid\x12\x14\n" +
 	"\x05mzxid\x18\x02 \x01(\x03R\x05mzxid\x12\x14\n" +

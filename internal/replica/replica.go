@@ -383,6 +383,9 @@ func (r *Replica) AppliedIndex() uint64 {
 // Leader returns the known leader (0: none).
 func (r *Replica) Leader() uint64 { return r.leader.Load() }
 
+// Term returns the current term as last seen by the raft loop.
+func (r *Replica) Term() uint64 { return r.term.Load() }
+
 // IsLeader reports whether this replica leads.
 func (r *Replica) IsLeader() bool { return r.leader.Load() == r.cfg.ID }
 

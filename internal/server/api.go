@@ -25,11 +25,19 @@ type api struct {
 }
 
 func (a *api) header(zxid uint64) *pb.Header {
-	st := a.s.rep.Status()
 	if zxid == 0 {
 		zxid = a.s.appliedIndex()
 	}
-	return &pb.Header{Zxid: int64(zxid), MemberId: a.s.cfg.ID, LeaderId: st.Leader, Term: st.Term}
+	return &pb.Header{Zxid: int64(zxid), MemberId: a.s.cfg.ID, LeaderId: a.s.rep.Leader(), Term: a.s.rep.Term()}
+}
+
+// headerFor is header plus the session's notified zxid (see Header).
+func (a *api) headerFor(zxid uint64, session int64) *pb.Header {
+	h := a.header(zxid)
+	if hb := a.s.hubs.lookup(session); hb != nil {
+		h.NotifiedZxid = hb.queuedZxid.Load()
+	}
+	return h
 }
 
 func (a *api) done(method string, err error) error {
@@ -110,7 +118,7 @@ func (a *api) Create(ctx context.Context, r *pb.CreateRequest) (*pb.CreateRespon
 	if err != nil {
 		return nil, a.done("Create", err)
 	}
-	return &pb.CreateResponse{Header: a.header(idx), Path: res.Path, Stat: toStat(res.Stat)}, a.done("Create", nil)
+	return &pb.CreateResponse{Header: a.headerFor(idx, r.GetSessionId()), Path: res.Path, Stat: toStat(res.Stat)}, a.done("Create", nil)
 }
 
 func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteResponse, error) {
@@ -118,7 +126,7 @@ func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteRespon
 	if err != nil {
 		return nil, a.done("Delete", err)
 	}
-	return &pb.DeleteResponse{Header: a.header(idx)}, a.done("Delete", nil)
+	return &pb.DeleteResponse{Header: a.headerFor(idx, r.GetSessionId())}, a.done("Delete", nil)
 }
 
 func (a *api) SetData(ctx context.Context, r *pb.SetDataRequest) (*pb.SetDataResponse, error) {
@@ -126,7 +134,7 @@ func (a *api) SetData(ctx context.Context, r *pb.SetDataRequest) (*pb.SetDataRes
 	if err != nil {
 		return nil, a.done("SetData", err)
 	}
-	return &pb.SetDataResponse{Header: a.header(idx), Stat: toStat(res.Stat)}, a.done("SetData", nil)
+	return &pb.SetDataResponse{Header: a.headerFor(idx, r.GetSessionId()), Stat: toStat(res.Stat)}, a.done("SetData", nil)
 }
 
 func (a *api) SetACL(ctx context.Context, r *pb.SetACLRequest) (*pb.SetACLResponse, error) {
@@ -174,7 +182,7 @@ func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse,
 	if errors.Is(res.Err, errs.ErrStaleToken) && len(res.Multi) == 0 {
 		return nil, a.done("Multi", res.Err)
 	}
-	out := &pb.MultiResponse{Header: a.header(idx), ErrorCode: errs.ZKCode(res.Err)}
+	out := &pb.MultiResponse{Header: a.headerFor(idx, r.GetSessionId()), ErrorCode: errs.ZKCode(res.Err)}
 	for _, r := range res.Multi {
 		or := &pb.OpResult{ErrorCode: errs.ZKCode(r.Err), Path: r.Path}
 		if r.Err != nil {
@@ -228,7 +236,7 @@ func (a *api) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataRespon
 	if err != nil {
 		return nil, a.done("GetData", err)
 	}
-	return &pb.GetDataResponse{Header: a.header(idx), Data: data, Stat: toStat(st)}, a.done("GetData", nil)
+	return &pb.GetDataResponse{Header: a.headerFor(idx, r.GetSessionId()), Data: data, Stat: toStat(st)}, a.done("GetData", nil)
 }
 
 func (a *api) Exists(ctx context.Context, r *pb.ReadRequest) (*pb.ExistsResponse, error) {
@@ -238,12 +246,12 @@ func (a *api) Exists(ctx context.Context, r *pb.ReadRequest) (*pb.ExistsResponse
 		return err
 	})
 	if errors.Is(err, errs.ErrNoNode) {
-		return &pb.ExistsResponse{Header: a.header(idx), Exists: false}, a.done("Exists", nil)
+		return &pb.ExistsResponse{Header: a.headerFor(idx, r.GetSessionId()), Exists: false}, a.done("Exists", nil)
 	}
 	if err != nil {
 		return nil, a.done("Exists", err)
 	}
-	return &pb.ExistsResponse{Header: a.header(idx), Exists: true, Stat: toStat(st)}, a.done("Exists", nil)
+	return &pb.ExistsResponse{Header: a.headerFor(idx, r.GetSessionId()), Exists: true, Stat: toStat(st)}, a.done("Exists", nil)
 }
 
 func (a *api) GetChildren(ctx context.Context, r *pb.ReadRequest) (*pb.GetChildrenResponse, error) {
@@ -256,7 +264,7 @@ func (a *api) GetChildren(ctx context.Context, r *pb.ReadRequest) (*pb.GetChildr
 	if err != nil {
 		return nil, a.done("GetChildren", err)
 	}
-	return &pb.GetChildrenResponse{Header: a.header(idx), Children: kids, Stat: toStat(st)}, a.done("GetChildren", nil)
+	return &pb.GetChildrenResponse{Header: a.headerFor(idx, r.GetSessionId()), Children: kids, Stat: toStat(st)}, a.done("GetChildren", nil)
 }
 
 func (a *api) GetACL(ctx context.Context, r *pb.ReadRequest) (*pb.GetACLResponse, error) {

@@ -565,3 +565,44 @@ func TestHealthAndMetrics(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestWatchEventBeforeNewData: ZooKeeper's ordering guarantee — a client
+// that reads data changed after it set a watch has already been given the
+// watch's event when the read returns.
+func TestWatchEventBeforeNewData(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	cx := ctx(t)
+	writer := tc.client(tc.endpoints()[2])
+	watcher := tc.client(tc.endpoints()[0])
+	if _, _, err := writer.Create(cx, "/o", []byte("0"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 30; i++ {
+		_, _, ch, err := watcher.GetW(cx, "/o", client.WithConsistency(client.Linearizable))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprint(i)
+		if _, err := writer.Set(cx, "/o", []byte(want), -1); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			data, _, err := watcher.Get(cx, "/o", client.WithConsistency(client.Sequential))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(data) == want {
+				break
+			}
+		}
+		select {
+		case ev := <-ch:
+			if ev.Type != client.EventNodeDataChanged {
+				t.Fatalf("round %d: event %+v", i, ev)
+			}
+		default:
+			t.Fatalf("round %d: read returned the new data before the watch event", i)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/meridian-coord/meridian/internal/tree"
 )
@@ -14,6 +15,9 @@ import (
 type hub struct {
 	session int64
 	max     int
+	// queuedZxid is the highest zxid notified so far; replies to the session
+	// carry it so the client can deliver notifications before the reply.
+	queuedZxid atomic.Int64
 
 	mu       sync.Mutex
 	queue    []tree.Event
@@ -40,6 +44,9 @@ func (h *hub) Notify(ev tree.Event) {
 		h.queue = nil
 	} else {
 		h.queue = append(h.queue, ev)
+	}
+	if ev.Zxid > h.queuedZxid.Load() && ev.Type != eventLockLost {
+		h.queuedZxid.Store(ev.Zxid)
 	}
 	h.mu.Unlock()
 	h.wake()
