@@ -45,12 +45,13 @@ func freePorts(t testing.TB, n int) []int {
 
 func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 	t.Helper()
-	ports := freePorts(t, 2*n)
+	ports := freePorts(t, 3*n)
 	dir := t.TempDir()
 	members := make([]Member, n)
 	for i := range members {
 		members[i] = Member{ID: uint64(i + 1), Region: "local", Zone: fmt.Sprintf("z%d", i+1),
-			Peer: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}
+			Peer: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
+			ZK: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])}
 	}
 	tc := &testCluster{t: t}
 	for i := 0; i < n; i++ {

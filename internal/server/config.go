@@ -32,6 +32,7 @@ type Config struct {
 	ListenGRPC string `yaml:"listen_grpc,omitempty"`
 	ListenHTTP string `yaml:"listen_http,omitempty"`
 	ListenPeer string `yaml:"listen_peer,omitempty"`
+	ListenZK   string `yaml:"zk_listen,omitempty"` // ZooKeeper protocol; default: this member's zk address
 
 	TickMs           int `yaml:"tick_ms"`            // raft tick (default 100)
 	ElectionTicks    int `yaml:"election_ticks"`     // default 10
@@ -107,6 +108,7 @@ func (c *Config) Normalize() error {
 	def(&c.ListenGRPC, self.GRPC)
 	def(&c.ListenHTTP, self.HTTP)
 	def(&c.ListenPeer, self.Peer)
+	def(&c.ListenZK, self.ZK)
 	defInt := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d

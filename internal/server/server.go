@@ -63,6 +63,7 @@ type Server struct {
 	idPrefix uint64
 	idSeq    atomic.Uint64
 
+	zk     *zkListener // nil when no ZooKeeper address is configured
 	grpc   *grpc.Server
 	http   *http.Server
 	lnGRPC net.Listener
@@ -106,6 +107,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.idPrefix = cfg.ID << 56
 	s.idSeq.Store(binary.BigEndian.Uint64(seed[:]) >> 8 & (1<<55 - 1))
 
+	if cfg.ListenZK != "" {
+		s.zk = newZKListener(s)
+	}
 	peers := make([]replica.Peer, 0, len(cfg.Members))
 	for _, m := range cfg.Members {
 		peers = append(peers, replica.Peer{ID: m.ID, Addr: m.Peer})
@@ -135,6 +139,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if s.lnGRPC, err = net.Listen("tcp", cfg.ListenGRPC); err != nil {
 		rep.Close()
 		return nil, fmt.Errorf("listen grpc: %w", err)
+	}
+	if cfg.ListenZK != "" {
+		if err := s.zk.listen(cfg.ListenZK); err != nil {
+			s.lnGRPC.Close()
+			rep.Close()
+			return nil, err
+		}
 	}
 	if cfg.ListenHTTP != "" {
 		if s.lnHTTP, err = net.Listen("tcp", cfg.ListenHTTP); err != nil {
@@ -184,6 +195,9 @@ func (s *Server) Close() error {
 	s.stopOnce.Do(func() {
 		close(s.stop)
 		s.hubs.closeAll()
+		if s.zk != nil {
+			s.zk.close()
+		}
 		stopped := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(stopped) }()
 		select {
@@ -317,6 +331,9 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 // endSession forgets a closed or expired session on this server.
 func (s *Server) endSession(id int64, expired bool) {
 	s.tracker.Remove(id)
+	if s.zk != nil {
+		s.zk.sessionEnded(id)
+	}
 	if h := s.hubs.remove(id); h != nil {
 		s.watches.RemoveAll(h)
 		h.end(expired)

@@ -1,0 +1,733 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/session"
+	"github.com/meridian-coord/meridian/internal/tree"
+	"github.com/meridian-coord/meridian/internal/watch"
+	"github.com/meridian-coord/meridian/internal/zk"
+)
+
+// The ZooKeeper-protocol listener: one goroutine reads and serves a
+// connection's requests in order (so replies go out in request order), one
+// writes its outbound queue. Watch notifications enter the same queue from
+// apply, before the reply of any request that could observe the change, so
+// a client sees an event before data that follows it.
+
+const (
+	zkMaxConns        = 10000 // further connections are closed at once
+	zkMaxQueuedFrames = 10000 // outbound frames per connection; beyond: the connection is closed
+)
+
+type zkListener struct {
+	s  *Server
+	ln net.Listener
+
+	mu    sync.Mutex
+	conns map[*zkConn]struct{}
+	bySes map[int64]*zkConn
+}
+
+// newZKListener is created before the replica starts applying (apply tells
+// it about ended sessions); listen starts serving once the server is up.
+func newZKListener(s *Server) *zkListener {
+	return &zkListener{s: s, conns: map[*zkConn]struct{}{}, bySes: map[int64]*zkConn{}}
+}
+
+func (l *zkListener) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen zk: %w", err)
+	}
+	l.mu.Lock()
+	l.ln = ln
+	l.mu.Unlock()
+	l.s.wg.Add(1)
+	go l.accept()
+	return nil
+}
+
+func (l *zkListener) accept() {
+	defer l.s.wg.Done()
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			select {
+			case <-l.s.stop:
+				return
+			default:
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		l.mu.Lock()
+		if len(l.conns) >= zkMaxConns {
+			l.mu.Unlock()
+			l.s.log.Warn("zk: connection limit reached; closing new connection", "remote", c.RemoteAddr().String())
+			c.Close()
+			continue
+		}
+		zc := &zkConn{l: l, s: l.s, c: c, signal: make(chan struct{}, 1), done: make(chan struct{})}
+		l.conns[zc] = struct{}{}
+		l.mu.Unlock()
+		l.s.wg.Add(2)
+		go zc.readLoop()
+		go zc.writeLoop()
+	}
+}
+
+func (l *zkListener) close() {
+	l.mu.Lock()
+	if l.ln != nil {
+		l.ln.Close()
+	}
+	for c := range l.conns {
+		c.close("server stopping")
+	}
+	l.mu.Unlock()
+}
+
+// sessionEnded closes the connection of a session that closed or expired.
+func (l *zkListener) sessionEnded(id int64) {
+	l.mu.Lock()
+	c := l.bySes[id]
+	l.mu.Unlock()
+	if c != nil {
+		c.close("session ended")
+	}
+}
+
+type zkConn struct {
+	l *zkListener
+	s *Server
+	c net.Conn
+
+	session  int64
+	timeout  time.Duration
+	auth     []tree.ID
+	lastZxid int64
+
+	mu       sync.Mutex
+	out      [][]byte
+	signal   chan struct{}
+	closed   bool
+	done     chan struct{}
+	closeWhy string
+}
+
+func (c *zkConn) close(why string) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed, c.closeWhy = true, why
+	close(c.done)
+	c.mu.Unlock()
+	c.c.Close()
+}
+
+// enqueue adds a frame to the outbound queue; a connection whose client does
+// not read is closed at the limit rather than buffering without bound.
+func (c *zkConn) enqueue(frame []byte) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if len(c.out) >= zkMaxQueuedFrames {
+		c.mu.Unlock()
+		c.close("outbound queue full (client not reading)")
+		return
+	}
+	c.out = append(c.out, frame)
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Notify implements watch.Watcher: called from apply, never blocks.
+func (c *zkConn) Notify(ev tree.Event) {
+	if ev.Type <= 0 {
+		return // Meridian-internal notifications (lock loss) have no ZooKeeper form
+	}
+	c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidNotification, Zxid: ev.Zxid}, func(e *zk.Encoder) {
+		zk.WatcherEvent(e, int32(ev.Type), zk.StateSyncConnected, ev.Path)
+	}))
+}
+
+func (c *zkConn) writeLoop() {
+	defer c.s.wg.Done()
+	w := bufio.NewWriterSize(c.c, 64<<10)
+	for {
+		c.mu.Lock()
+		frames := c.out
+		c.out = nil
+		closed := c.closed
+		c.mu.Unlock()
+		for _, f := range frames {
+			if _, err := w.Write(f); err != nil {
+				c.close("write failed")
+				return
+			}
+		}
+		if len(frames) > 0 {
+			if err := w.Flush(); err != nil {
+				c.close("write failed")
+				return
+			}
+		}
+		if closed {
+			return
+		}
+		select {
+		case <-c.signal:
+		case <-c.done:
+		}
+	}
+}
+
+func (c *zkConn) readLoop() {
+	defer c.s.wg.Done()
+	defer func() {
+		c.close("connection ended")
+		c.s.watches.RemoveAll(c)
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		if c.session != 0 && c.l.bySes[c.session] == c {
+			delete(c.l.bySes, c.session)
+		}
+		c.l.mu.Unlock()
+		if c.closeWhy != "" && c.closeWhy != "connection ended" {
+			c.s.log.Debug("zk: connection closed", "remote", c.c.RemoteAddr().String(), "why", c.closeWhy)
+		}
+	}()
+	r := bufio.NewReaderSize(c.c, 64<<10)
+	// Four-letter words arrive instead of a length prefix.
+	c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if head, err := r.Peek(4); err == nil && isFourLetterWord(string(head)) {
+		r.Discard(4)
+		c.c.Write([]byte(c.s.fourLetterWord(string(head))))
+		return
+	}
+	pkt, err := zk.ReadFrame(r, zk.DefaultMaxPacket)
+	if err != nil {
+		c.closeWhy = "bad connect packet: " + err.Error()
+		return
+	}
+	if !c.handshake(pkt) {
+		return
+	}
+	for {
+		c.c.SetReadDeadline(time.Now().Add(c.timeout))
+		pkt, err := zk.ReadFrame(r, zk.DefaultMaxPacket)
+		if err != nil {
+			if errors.Is(err, zk.ErrFrameTooLarge) || errors.Is(err, zk.ErrBadLength) {
+				c.s.log.Warn("zk: closing connection", "remote", c.c.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		if !c.serve(pkt) {
+			return
+		}
+	}
+}
+
+// handshake opens or resumes the session named by the ConnectRequest.
+func (c *zkConn) handshake(pkt []byte) bool {
+	req, err := zk.DecodeConnectRequest(pkt)
+	if err != nil {
+		c.closeWhy = "malformed ConnectRequest"
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
+	defer cancel()
+	resp := &zk.ConnectResponse{WithReadOnly: req.HasReadOnly}
+	expired := func() bool {
+		// ZooKeeper's answer to a dead session: timeout 0, session 0, then close.
+		resp.Passwd = make([]byte, 16)
+		c.enqueue(frameOf(resp))
+		c.closeWhy = "session expired or invalid"
+		c.mu.Lock()
+		c.closed = true
+		close(c.done)
+		c.mu.Unlock()
+		return false
+	}
+	if req.SessionID == 0 {
+		timeout := session.Negotiate(time.Duration(req.TimeoutMs)*time.Millisecond, c.s.cfg.sessionTick())
+		pw := make([]byte, 16)
+		rand.Read(pw)
+		res, idx, err := c.s.propose(ctx, &tree.Command{Op: tree.Op{Type: tree.OpCreateSession}, TimeoutMs: int32(timeout.Milliseconds()), Password: pw})
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			c.closeWhy = "create session: " + err.Error()
+			return false
+		}
+		c.session, c.timeout, c.lastZxid = res.SessionID, timeout, int64(idx)
+		resp.SessionID, resp.TimeoutMs, resp.Passwd = res.SessionID, int32(timeout.Milliseconds()), pw
+	} else {
+		// Never serve a client older data than it has seen: wait to catch up.
+		if err := c.s.readBarrier(ctx, false, req.LastZxidSeen); err != nil {
+			c.closeWhy = "cannot catch up with the client's zxid: " + err.Error()
+			return false
+		}
+		c.s.mu.RLock()
+		si, ok := c.s.mu.tree.Session(req.SessionID)
+		c.s.mu.RUnlock()
+		if !ok || subtle.ConstantTimeCompare(si.Password, req.Passwd) != 1 {
+			return expired()
+		}
+		c.session, c.timeout = si.ID, time.Duration(si.TimeoutMs)*time.Millisecond
+		resp.SessionID, resp.TimeoutMs, resp.Passwd = si.ID, si.TimeoutMs, req.Passwd
+		c.s.touch(si.ID)
+	}
+	c.l.mu.Lock()
+	if old := c.l.bySes[c.session]; old != nil && old != c {
+		old.close("session moved to a new connection")
+	}
+	c.l.bySes[c.session] = c
+	c.l.mu.Unlock()
+	c.enqueue(frameOf(resp))
+	return true
+}
+
+func frameOf(r *zk.ConnectResponse) []byte {
+	e := &zk.Encoder{}
+	r.Encode(e)
+	return zk.Frame(e.B)
+}
+
+func toZKStat(st tree.Stat) *zk.Stat {
+	return &zk.Stat{Czxid: st.Czxid, Mzxid: st.Mzxid, Ctime: st.Ctime, Mtime: st.Mtime, Version: st.Version,
+		Cversion: st.Cversion, Aversion: st.Aversion, EphemeralOwner: st.EphemeralOwner, DataLength: st.DataLength,
+		NumChildren: st.NumChildren, Pzxid: st.Pzxid}
+}
+
+func fromZKACL(in []zk.ACL) []tree.ACL {
+	out := make([]tree.ACL, len(in))
+	for i, a := range in {
+		out[i] = tree.ACL{Perms: a.Perms, ID: tree.ID{Scheme: a.Scheme, ID: a.ID}}
+	}
+	return out
+}
+
+func toZKACL(in []tree.ACL) []zk.ACL {
+	out := make([]zk.ACL, len(in))
+	for i, a := range in {
+		out[i] = zk.ACL{Perms: a.Perms, Scheme: a.ID.Scheme, ID: a.ID.ID}
+	}
+	return out
+}
+
+// serve handles one request; false closes the connection.
+func (c *zkConn) serve(pkt []byte) bool {
+	d := zk.NewDecoder(pkt)
+	xid, op := d.Int(), d.Int()
+	if d.Err() != nil {
+		c.closeWhy = "malformed request header"
+		return false
+	}
+	c.s.touch(c.session)
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
+	defer cancel()
+	reply := func(zxid int64, err error, body func(*zk.Encoder)) {
+		if zxid > c.lastZxid {
+			c.lastZxid = zxid
+		}
+		if zxid == 0 {
+			zxid = c.lastZxid
+		}
+		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: xid, Zxid: zxid, Err: errs.ZKCode(err)}, body))
+	}
+	applied := func() int64 { return int64(c.s.appliedIndex()) }
+	write := func(cmd *tree.Command) (tree.Result, int64, error) {
+		cmd.Session, cmd.Auth = c.session, c.auth
+		res, idx, err := c.s.propose(ctx, cmd)
+		if err == nil {
+			err = res.Err
+		}
+		return res, int64(idx), err
+	}
+	// read runs fn under the tree's read lock and registers a watch of kind
+	// k when asked (for exists even on a missing node).
+	read := func(path string, watchIt bool, k watch.Kind, perm int32, fn func(t *tree.Tree) error) error {
+		if err := tree.ValidatePath(path, false); err != nil {
+			return err
+		}
+		c.s.mu.RLock()
+		defer c.s.mu.RUnlock()
+		var err error
+		if perm != 0 {
+			if err = c.s.mu.tree.CheckACL(path, perm, c.auth); err != nil && !errors.Is(err, errs.ErrNoNode) {
+				return err
+			}
+		}
+		err = fn(c.s.mu.tree)
+		if watchIt && (err == nil || (k == watch.KindExist && errors.Is(err, errs.ErrNoNode))) {
+			if werr := c.s.watches.Add(c, path, k); werr != nil {
+				return werr
+			}
+		}
+		return err
+	}
+
+	switch op {
+	case zk.OpPing:
+		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidPing, Zxid: c.lastZxid}, nil))
+	case zk.OpCreate, zk.OpCreate2, zk.OpCreateContainer, zk.OpCreateTTL:
+		path, data, acl, flags := d.Ustring(), d.Buffer(), zk.DecodeACLs(d), d.Int()
+		var ttl int64
+		if op == zk.OpCreateTTL {
+			ttl = d.Long()
+		}
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		if op == zk.OpCreateContainer {
+			flags = int32(tree.ModeContainer)
+		}
+		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: path, Data: data, ACL: fromZKACL(acl), Mode: tree.CreateMode(flags), TTLMs: ttl}})
+		reply(idx, err, func(e *zk.Encoder) {
+			e.String(res.Op.Path)
+			if op != zk.OpCreate {
+				toZKStat(res.Op.Stat).Encode(e)
+			}
+		})
+	case zk.OpDelete, zk.OpDeleteContainer:
+		path, version := d.Ustring(), int32(-1)
+		if op == zk.OpDelete {
+			version = d.Int()
+		}
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpDelete, Path: path, Version: version}})
+		reply(idx, err, nil)
+	case zk.OpSetData:
+		path, data, version := d.Ustring(), d.Buffer(), d.Int()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpSetData, Path: path, Data: data, Version: version}})
+		reply(idx, err, func(e *zk.Encoder) { toZKStat(res.Op.Stat).Encode(e) })
+	case zk.OpSetACL:
+		path, acl, version := d.Ustring(), zk.DecodeACLs(d), d.Int()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpSetACL, Path: path, ACL: fromZKACL(acl), Version: version}})
+		reply(idx, err, func(e *zk.Encoder) { toZKStat(res.Op.Stat).Encode(e) })
+	case zk.OpExists:
+		path, w := d.Ustring(), d.Bool()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		var st tree.Stat
+		err := read(path, w, watch.KindExist, 0, func(t *tree.Tree) (err error) { st, err = t.Exists(path); return })
+		reply(applied(), err, func(e *zk.Encoder) { toZKStat(st).Encode(e) })
+	case zk.OpGetData:
+		path, w := d.Ustring(), d.Bool()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		var data []byte
+		var st tree.Stat
+		err := read(path, w, watch.KindData, tree.PermRead, func(t *tree.Tree) (err error) { data, st, err = t.Get(path); return })
+		reply(applied(), err, func(e *zk.Encoder) { e.Buffer(data); toZKStat(st).Encode(e) })
+	case zk.OpGetChildren, zk.OpGetChildren2:
+		path, w := d.Ustring(), d.Bool()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		var kids []string
+		var st tree.Stat
+		err := read(path, w, watch.KindChild, tree.PermRead, func(t *tree.Tree) (err error) { kids, st, err = t.Children(path); return })
+		reply(applied(), err, func(e *zk.Encoder) {
+			e.Strings(kids)
+			if op == zk.OpGetChildren2 {
+				toZKStat(st).Encode(e)
+			}
+		})
+	case zk.OpGetACL:
+		path := d.Ustring()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		var acl []tree.ACL
+		var st tree.Stat
+		err := read(path, false, 0, 0, func(t *tree.Tree) (err error) { acl, st, err = t.GetACL(path); return })
+		reply(applied(), err, func(e *zk.Encoder) { zk.EncodeACLs(e, toZKACL(acl)); toZKStat(st).Encode(e) })
+	case zk.OpSync:
+		path := d.Ustring()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		err := c.s.readBarrier(ctx, true, 0)
+		reply(applied(), err, func(e *zk.Encoder) { e.String(path) })
+	case zk.OpCheck:
+		path, version := d.Ustring(), d.Int()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		err := read(path, false, 0, 0, func(t *tree.Tree) error {
+			st, err := t.Exists(path)
+			if err == nil && version != -1 && st.Version != version {
+				err = errs.ErrBadVersion
+			}
+			return err
+		})
+		reply(applied(), err, nil)
+	case zk.OpMulti:
+		return c.multi(d, xid, write, reply)
+	case zk.OpCloseSession:
+		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCloseSession}})
+		reply(idx, err, nil)
+		c.closeWhy = "session closed by client"
+		c.mu.Lock()
+		if !c.closed {
+			c.closed = true
+			close(c.done)
+		}
+		c.mu.Unlock()
+		return false
+	case zk.OpSetWatches, zk.OpSetWatches2:
+		rel := d.Long()
+		data, exist, child := d.Strings(), d.Strings(), d.Strings()
+		var pers, rec []string
+		if op == zk.OpSetWatches2 {
+			pers, rec = d.Strings(), d.Strings()
+		}
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		c.s.mu.RLock()
+		c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree}, data, exist, child, pers, rec)
+		c.s.mu.RUnlock()
+		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: applied()}, nil))
+	case zk.OpAddWatch:
+		path, mode := d.Ustring(), d.Int()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		k := watch.KindPersistent
+		if mode == 1 {
+			k = watch.KindPersistentRecursive
+		}
+		err := tree.ValidatePath(path, false)
+		if err == nil {
+			err = c.s.watches.Add(c, path, k)
+		}
+		reply(applied(), err, nil)
+	case zk.OpRemoveWatches, zk.OpCheckWatches:
+		path, typ := d.Ustring(), d.Int()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		k := watch.KindFromWatcherType(typ)
+		var err error
+		if op == zk.OpRemoveWatches {
+			err = c.s.watches.Remove(c, path, k)
+		} else if !c.s.watches.Has(c, path, k) {
+			err = errs.ErrNoWatcher
+		}
+		reply(applied(), err, nil)
+	case zk.OpAuth:
+		typ, scheme, auth := d.Int(), d.Ustring(), d.Buffer()
+		_ = typ
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		if scheme != "digest" || !strings.Contains(string(auth), ":") {
+			// ZooKeeper answers an unknown scheme with AuthFailed and closes.
+			c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidAuth, Err: errs.ZKCode(errs.ErrAuthFailed)}, nil))
+			c.closeWhy = "auth failed"
+			return false
+		}
+		user, _, _ := strings.Cut(string(auth), ":")
+		sum := sha1.Sum(auth)
+		c.auth = append(c.auth, tree.ID{Scheme: "digest", ID: user + ":" + base64.StdEncoding.EncodeToString(sum[:])})
+		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidAuth}, nil))
+	case zk.OpGetEphemerals:
+		prefix := d.Ustring()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		c.s.mu.RLock()
+		paths := c.s.mu.tree.Ephemerals(c.session, prefix)
+		c.s.mu.RUnlock()
+		reply(applied(), nil, func(e *zk.Encoder) { e.Strings(paths) })
+	case zk.OpGetAllChildrenNumber:
+		path := d.Ustring()
+		if d.Finish() != nil {
+			return c.malformed(op)
+		}
+		var n int
+		err := read(path, false, 0, 0, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(path); return })
+		reply(applied(), err, func(e *zk.Encoder) { e.Int(int32(n)) })
+	case zk.OpWhoAmI:
+		reply(applied(), nil, func(e *zk.Encoder) {
+			ids := append([]tree.ID{{Scheme: "ip", ID: hostOf(c.c.RemoteAddr())}}, c.auth...)
+			e.Int(int32(len(ids)))
+			for _, id := range ids {
+				e.String(id.Scheme)
+				e.String(id.ID)
+			}
+		})
+	case zk.OpReconfig:
+		reply(0, errs.ErrReconfigDisabled, nil)
+	default:
+		// Unknown or unsupported opcodes (sasl, multiRead for now) get
+		// ZUNIMPLEMENTED; the connection stays open.
+		reply(0, errs.ErrUnimplemented, nil)
+	}
+	return true
+}
+
+func (c *zkConn) malformed(op int32) bool {
+	c.closeWhy = fmt.Sprintf("malformed request (opcode %d)", op)
+	c.s.log.Warn("zk: closing connection", "remote", c.c.RemoteAddr().String(), "why", c.closeWhy)
+	return false
+}
+
+func hostOf(a net.Addr) string {
+	h, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return h
+}
+
+// multi serves a multi request: all ops in one command, ZooKeeper's per-op
+// results, and on failure error results (0 before, the code, -2 after) with
+// a reply header error of 0.
+func (c *zkConn) multi(d *zk.Decoder, xid int32, write func(*tree.Command) (tree.Result, int64, error), reply func(int64, error, func(*zk.Encoder))) bool {
+	ops, err := zk.DecodeMulti(d)
+	if err != nil || d.Finish() != nil {
+		return c.malformed(zk.OpMulti)
+	}
+	cmd := &tree.Command{Op: tree.Op{Type: tree.OpMulti}}
+	for _, o := range ops {
+		switch o.Type {
+		case zk.OpCreate, zk.OpCreate2, zk.OpCreateContainer, zk.OpCreateTTL:
+			mode := tree.CreateMode(o.Flags)
+			if o.Type == zk.OpCreateContainer {
+				mode = tree.ModeContainer
+			}
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCreate, Path: o.Path, Data: o.Data, ACL: fromZKACL(o.ACL), Mode: mode, TTLMs: o.TTL})
+		case zk.OpDelete:
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpDelete, Path: o.Path, Version: o.Version})
+		case zk.OpSetData:
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpSetData, Path: o.Path, Data: o.Data, Version: o.Version})
+		case zk.OpCheck:
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCheck, Path: o.Path, Version: o.Version})
+		default:
+			reply(0, errs.ErrBadArguments, nil)
+			return true
+		}
+	}
+	res, idx, err := write(cmd)
+	if err != nil && len(res.Multi) == 0 {
+		reply(idx, err, nil)
+		return true
+	}
+	reply(idx, nil, func(e *zk.Encoder) {
+		for i, r := range res.Multi {
+			if res.Err != nil {
+				e.Int(zk.OpError)
+				e.Bool(false)
+				code := errs.ZKCode(r.Err)
+				e.Int(code)
+				e.Int(code)
+				continue
+			}
+			e.Int(ops[i].Type)
+			e.Bool(false)
+			e.Int(0)
+			switch ops[i].Type {
+			case zk.OpCreate:
+				e.String(r.Path)
+			case zk.OpCreate2, zk.OpCreateContainer, zk.OpCreateTTL:
+				e.String(r.Path)
+				toZKStat(r.Stat).Encode(e)
+			case zk.OpSetData:
+				toZKStat(r.Stat).Encode(e)
+			}
+		}
+		e.Int(-1)
+		e.Bool(true)
+		e.Int(-1)
+	})
+	return true
+}
+
+// ---- four-letter words ----
+
+var fourLetterWords = map[string]bool{"ruok": true, "srvr": true, "stat": true, "mntr": true, "envi": true,
+	"conf": true, "cons": true, "wchs": true, "isro": true}
+
+func isFourLetterWord(s string) bool { return fourLetterWords[s] }
+
+func (s *Server) fourLetterWord(w string) string {
+	st := s.rep.Status()
+	serving := st.Leader != 0
+	mode := "follower"
+	if st.Leader == s.cfg.ID {
+		mode = "leader"
+	}
+	if !serving {
+		mode = "not serving"
+	}
+	s.mu.RLock()
+	nodes, sessions, ephemerals := s.mu.tree.NodeCount(), len(s.mu.tree.Sessions()), s.mu.tree.EphemeralCount()
+	s.mu.RUnlock()
+	conns := 0
+	if s.zk != nil {
+		s.zk.mu.Lock()
+		conns = len(s.zk.conns)
+		s.zk.mu.Unlock()
+	}
+	switch w {
+	case "ruok":
+		if serving {
+			return "imok"
+		}
+		return ""
+	case "isro":
+		return "rw"
+	case "srvr", "stat":
+		return fmt.Sprintf("Zookeeper version: Meridian %s\nLatency min/avg/max: 0/0/0\nReceived: 0\nSent: 0\nConnections: %d\nOutstanding: 0\nZxid: 0x%x\nMode: %s\nNode count: %d\n",
+			Version, conns, st.Applied, mode, nodes)
+	case "mntr":
+		return fmt.Sprintf("zk_version\tMeridian %s\nzk_server_state\t%s\nzk_znode_count\t%d\nzk_watch_count\t%d\nzk_ephemerals_count\t%d\nzk_num_alive_connections\t%d\nzk_global_sessions\t%d\nzk_raft_term\t%d\nzk_raft_applied_index\t%d\n",
+			Version, mode, nodes, s.watches.Count(), ephemerals, conns, sessions, st.Term, st.Applied)
+	case "conf":
+		self := s.cfg.Self()
+		return fmt.Sprintf("serverId=%d\ndataDir=%s\nclientPortAddress=%s\ntickTime=%d\nminSessionTimeout=%d\nmaxSessionTimeout=%d\n",
+			s.cfg.ID, s.cfg.DataDir, self.ZK, s.cfg.SessionTickMs, 2*s.cfg.SessionTickMs, 20*s.cfg.SessionTickMs)
+	case "envi":
+		return fmt.Sprintf("Environment:\nzookeeper.version=Meridian %s\n", Version)
+	case "cons":
+		return fmt.Sprintf("connections: %d\n", conns)
+	case "wchs":
+		return fmt.Sprintf("%d connections watching\nTotal watches:%d\n", conns, s.watches.Count())
+	}
+	return ""
+}

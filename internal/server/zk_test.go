@@ -1,0 +1,266 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	gozk "github.com/go-zookeeper/zk"
+)
+
+// These tests drive the ZooKeeper listener with an unmodified ZooKeeper
+// client library (go-zookeeper).
+
+func (tc *testCluster) zkAddrs() []string {
+	var out []string
+	for _, c := range tc.cfgs {
+		out = append(out, c.Self().ZK)
+	}
+	return out
+}
+
+func zkConnect(t *testing.T, addrs []string) (*gozk.Conn, <-chan gozk.Event) {
+	t.Helper()
+	conn, events, err := gozk.Connect(addrs, 4*time.Second, gozk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	deadline := time.After(15 * time.Second)
+	for conn.State() != gozk.StateHasSession {
+		select {
+		case <-events:
+		case <-deadline:
+			t.Fatalf("no session; state %v", conn.State())
+		}
+	}
+	return conn, events
+}
+
+func TestZKClientBasics(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.SessionTickMs = 200 })
+	tc.leader()
+	zc, _ := zkConnect(t, tc.zkAddrs()[:1])
+	acl := gozk.WorldACL(gozk.PermAll)
+
+	p, err := zc.Create("/app", []byte("v1"), 0, acl)
+	if err != nil || p != "/app" {
+		t.Fatalf("create: %q %v", p, err)
+	}
+	if _, err := zc.Create("/app", nil, 0, acl); !errors.Is(err, gozk.ErrNodeExists) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	data, st, err := zc.Get("/app")
+	if err != nil || string(data) != "v1" || st.Version != 0 || st.Czxid == 0 {
+		t.Fatalf("get: %q %+v %v", data, st, err)
+	}
+	st2, err := zc.Set("/app", []byte("v2"), 0)
+	if err != nil || st2.Version != 1 {
+		t.Fatalf("set: %+v %v", st2, err)
+	}
+	if _, err := zc.Set("/app", []byte("v3"), 0); !errors.Is(err, gozk.ErrBadVersion) {
+		t.Fatalf("stale set: %v", err)
+	}
+	s1, err := zc.Create("/app/n-", nil, gozk.FlagSequence, acl)
+	if err != nil || s1 != "/app/n-0000000000" {
+		t.Fatalf("sequential: %q %v", s1, err)
+	}
+	if _, err := zc.Create("/app/e", nil, gozk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	kids, st3, err := zc.Children("/app")
+	slices.Sort(kids)
+	if err != nil || !slices.Equal(kids, []string{"e", "n-0000000000"}) || st3.NumChildren != 2 {
+		t.Fatalf("children: %v %+v %v", kids, st3, err)
+	}
+	ok, _, err := zc.Exists("/nope")
+	if err != nil || ok {
+		t.Fatalf("exists(missing): %v %v", ok, err)
+	}
+	// Multi: all or nothing, with ZooKeeper's per-op failure results.
+	_, err = zc.Multi(&gozk.CreateRequest{Path: "/m", Acl: acl}, &gozk.CheckVersionRequest{Path: "/app", Version: 9})
+	if err == nil {
+		t.Fatal("failed multi reported success")
+	}
+	if ok, _, _ := zc.Exists("/m"); ok {
+		t.Fatal("failed multi applied its create")
+	}
+	res, err := zc.Multi(&gozk.CreateRequest{Path: "/m", Data: []byte("x"), Acl: acl}, &gozk.SetDataRequest{Path: "/m", Data: []byte("y"), Version: 0})
+	if err != nil || len(res) != 2 || res[0].String != "/m" || res[1].Stat == nil || res[1].Stat.Version != 1 {
+		t.Fatalf("multi: %+v %v", res, err)
+	}
+	if err := zc.Delete("/app", -1); !errors.Is(err, gozk.ErrNotEmpty) {
+		t.Fatalf("delete non-empty: %v", err)
+	}
+	if _, err := zc.Create("/bad//path", nil, 0, acl); err == nil {
+		t.Fatal("invalid path accepted")
+	}
+	// The same data through another member, via sync.
+	zc2, _ := zkConnect(t, tc.zkAddrs()[2:])
+	if _, err := zc2.Sync("/app"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _, err := zc2.Get("/m"); err != nil || string(d) != "y" {
+		t.Fatalf("other member: %q %v", d, err)
+	}
+}
+
+func TestZKWatchesAndEphemerals(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.SessionTickMs = 200 })
+	tc.leader()
+	owner, _ := zkConnect(t, tc.zkAddrs()[:1])
+	watcher, _ := zkConnect(t, tc.zkAddrs()[1:2])
+	acl := gozk.WorldACL(gozk.PermAll)
+	if _, err := owner.Create("/svc", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	// Another client's write reaches the watcher's server in its own time:
+	// sync, as a ZooKeeper client must.
+	if _, err := watcher.Sync("/svc"); err != nil {
+		t.Fatal(err)
+	}
+	ok, _, existsW, err := watcher.ExistsW("/svc/leader")
+	if err != nil || ok {
+		t.Fatalf("existsW: %v %v", ok, err)
+	}
+	_, _, childW, err := watcher.ChildrenW("/svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Create("/svc/leader", []byte("me"), gozk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan gozk.Event{existsW, childW} {
+		select {
+		case ev := <-ch:
+			if ev.Type != gozk.EventNodeCreated && ev.Type != gozk.EventNodeChildrenChanged {
+				t.Fatalf("event %+v", ev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("watch did not fire")
+		}
+	}
+	_, _, dataW, err := watcher.GetW("/svc/leader")
+	if err != nil {
+		ok, st, e2 := owner.Exists("/svc/leader")
+		t.Fatalf("getW: %v (owner sees exists=%v %+v %v)", err, ok, st, e2)
+	}
+	owner.Close() // the session ends: its ephemeral goes, the watcher hears it
+	select {
+	case ev := <-dataW:
+		if ev.Type != gozk.EventNodeDeleted || ev.Path != "/svc/leader" {
+			t.Fatalf("event %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delete event when the owner's session closed")
+	}
+	_, st, err := watcher.Get("/svc")
+	if err != nil || st.NumChildren != 0 || st.Cversion != 2 {
+		t.Fatalf("parent stat after ephemeral removal: %+v %v", st, err)
+	}
+}
+
+// rawZK opens a socket, performs a handshake, and returns the connection.
+func rawZK(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := make([]byte, 0, 64)
+	req = binary.BigEndian.AppendUint32(req, 0)    // protocol version
+	req = binary.BigEndian.AppendUint64(req, 0)    // last zxid
+	req = binary.BigEndian.AppendUint32(req, 4000) // timeout
+	req = binary.BigEndian.AppendUint64(req, 0)    // session
+	req = binary.BigEndian.AppendUint32(req, 16)   // passwd length
+	req = append(req, make([]byte, 16)...)         // passwd; no readOnly byte (old client)
+	c.Write(binary.BigEndian.AppendUint32(nil, uint32(len(req))))
+	c.Write(req)
+	readFrame(t, c) // ConnectResponse
+	return c
+}
+
+func readFrame(t *testing.T, c net.Conn) []byte {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	b := make([]byte, binary.BigEndian.Uint32(n[:]))
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return b
+}
+
+func TestZKBadInput(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	addr := tc.zkAddrs()[0]
+
+	// An unknown opcode gets ZUNIMPLEMENTED and the connection stays open.
+	c := rawZK(t, addr)
+	pkt := binary.BigEndian.AppendUint32(nil, 8)
+	pkt = binary.BigEndian.AppendUint32(pkt, 7)   // xid
+	pkt = binary.BigEndian.AppendUint32(pkt, 999) // opcode
+	c.Write(pkt)
+	reply := readFrame(t, c)
+	if xid, errc := int32(binary.BigEndian.Uint32(reply)), int32(binary.BigEndian.Uint32(reply[12:])); xid != 7 || errc != -6 {
+		t.Fatalf("unknown opcode reply xid=%d err=%d", xid, errc)
+	}
+	ping := binary.BigEndian.AppendUint32(nil, 8)
+	ping = binary.BigEndian.AppendUint32(ping, uint32(0xfffffffe)) // xid -2
+	ping = binary.BigEndian.AppendUint32(ping, 11)
+	c.Write(ping)
+	if r := readFrame(t, c); int32(binary.BigEndian.Uint32(r)) != -2 {
+		t.Fatal("no ping reply after the unknown opcode")
+	}
+
+	// A packet over the limit closes that connection.
+	c2 := rawZK(t, addr)
+	c2.Write(binary.BigEndian.AppendUint32(nil, 2<<20))
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c2.Read(make([]byte, 1)); err == nil {
+		t.Fatal("oversized packet did not close the connection")
+	}
+
+	// Four-letter words.
+	c3, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3.Write([]byte("ruok"))
+	b, _ := io.ReadAll(c3)
+	if string(b) != "imok" {
+		t.Fatalf("ruok = %q", b)
+	}
+	c4, _ := net.Dial("tcp", addr)
+	c4.Write([]byte("mntr"))
+	b, _ = io.ReadAll(c4)
+	if !strings.Contains(string(b), "zk_znode_count") {
+		t.Fatalf("mntr = %q", b)
+	}
+
+	// A wrong password for a live session gets the expired reply.
+	zc, _ := zkConnect(t, []string{addr})
+	c5, _ := net.Dial("tcp", addr)
+	req := binary.BigEndian.AppendUint32(nil, 0)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, 4000)
+	req = binary.BigEndian.AppendUint64(req, uint64(zc.SessionID()))
+	req = binary.BigEndian.AppendUint32(req, 16)
+	req = append(req, make([]byte, 16)...)
+	req = append(req, 0) // readOnly byte (new client)
+	c5.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...))
+	resp := readFrame(t, c5)
+	if to, sid := binary.BigEndian.Uint32(resp[4:]), binary.BigEndian.Uint64(resp[8:]); to != 0 || sid != 0 {
+		t.Fatalf("wrong password: timeout %d session %d, want 0 0", to, sid)
+	}
+}
