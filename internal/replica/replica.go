@@ -1,20 +1,14 @@
-// Package replica owns one consensus group: it drives go.etcd.io/raft's
-// RawNode from a single goroutine (the raft loop), keeps the raft log, hard
-// state and snapshots durable in Pebble, moves messages between peers over
-// TCP, takes snapshots and compacts the log, batches linearizable reads into
-// ReadIndex rounds, and transfers leadership on request.
-//
-// It knows nothing about what entries mean: it drives a StateMachine. It must
-// never panic on bytes from the network or the disk: malformed frames close
-// the connection, corrupt storage fails Open.
 package replica
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,13 +55,16 @@ type Config struct {
 	MaxProposalBytes int           // default 3 MiB; beyond: errs.ErrRequestTooLarge
 	Logger           *slog.Logger
 	// OnLeaderChange is called from the raft loop when the leader or term
-	// changes (leader 0: none known). It must not block.
+	// changes (leader 0: none known). It must not block and must not call
+	// back into the Replica's blocking methods (Status, Propose, ReadIndex,
+	// TransferLeadership, Campaign): the loop is what answers them.
 	OnLeaderChange func(leader, term uint64)
 	// ObserveFsync, if set, is given the duration of every synced write
 	// (called from the raft loop; must not block).
 	ObserveFsync func(time.Duration)
 	// OnSideMessage receives side-channel payloads (from a transport
-	// goroutine, or the caller of SendToLeader on the leader itself).
+	// goroutine, or the caller of SendToLeader on the leader itself). It
+	// should return quickly: raft messages from the same peer queue behind it.
 	OnSideMessage func(from uint64, payload []byte)
 }
 
@@ -162,6 +159,7 @@ type Replica struct {
 	readc     chan *readReq
 	eventc    chan loopEvent
 	transferc chan uint64
+	campaignc chan chan error
 	statusc   chan chan Status
 
 	leader  atomic.Uint64
@@ -188,14 +186,23 @@ type Replica struct {
 // Committed entries after the snapshot are re-applied by the loop.
 func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	cfg.defaults()
+	cfg.Peers = slices.Clone(cfg.Peers)
 	var self *Peer
-	for i := range cfg.Peers {
-		if cfg.Peers[i].ID == cfg.ID {
+	seen := map[uint64]bool{}
+	for i, p := range cfg.Peers {
+		if p.ID == 0 || seen[p.ID] {
+			return nil, fmt.Errorf("replica: peer ids must be non-zero and distinct (%d)", p.ID)
+		}
+		seen[p.ID] = true
+		if p.ID == cfg.ID {
 			self = &cfg.Peers[i]
 		}
 	}
 	if cfg.ID == 0 || self == nil {
 		return nil, fmt.Errorf("replica: id %d must be > 0 and among peers", cfg.ID)
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("replica: no data directory")
 	}
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = self.Addr
@@ -208,10 +215,18 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		cfg: cfg, sm: sm, log: cfg.Logger, disk: d, mem: raft.NewMemoryStorage(),
 		propc: make(chan proposal, 1024), recvc: make(chan *pb.Message, 4096),
 		readc: make(chan *readReq, 1024), eventc: make(chan loopEvent, 1024),
-		transferc: make(chan uint64, 1), statusc: make(chan chan Status),
+		transferc: make(chan uint64, 1), campaignc: make(chan chan error), statusc: make(chan chan Status),
 		inflight: map[string]*readBatch{}, stopc: make(chan struct{}), donec: make(chan struct{}),
 	}
 	r.applied.ch = make(chan struct{})
+	// Read request contexts: a random start makes them unique across members
+	// (the leader keys pending reads by context) and across restarts.
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		d.close()
+		return nil, err
+	}
+	r.readSeq = binary.BigEndian.Uint64(seed[:])
 	fresh, err := r.restore()
 	if err != nil {
 		d.close()
@@ -232,7 +247,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		Logger:                    raftLogger{cfg.Logger},
 	}
-	rn, err := raft.NewRawNode(rc)
+	rn, err := newRawNode(rc)
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("replica: %w", err)
@@ -248,7 +263,13 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 			return nil, fmt.Errorf("replica: bootstrap: %w", err)
 		}
 	}
-	tr, err := newTransport(cfg.ID, cfg.ListenAddr, cfg.Peers, (*events)(r), cfg.Logger)
+	// Peers are expected to share MaxSizePerMsg/MaxProposalBytes: a MsgApp
+	// larger than this is refused (and the connection closed) by the receiver.
+	maxMsgFrame := uint64(maxSnapFrame)
+	if cfg.MaxSizePerMsg < maxSnapFrame {
+		maxMsgFrame = min(cfg.MaxSizePerMsg+uint64(cfg.MaxProposalBytes)+msgFrameSlack, maxSnapFrame)
+	}
+	tr, err := newTransport(cfg.ID, cfg.ListenAddr, cfg.Peers, int(maxMsgFrame), (*events)(r), cfg.Logger)
 	if err != nil {
 		d.close()
 		return nil, err
@@ -256,6 +277,16 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	r.tr = tr
 	go r.loop()
 	return r, nil
+}
+
+// newRawNode turns raft's panics on inconsistent stored state into an error.
+func newRawNode(rc *raft.Config) (rn *raft.RawNode, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: raft rejected the stored state: %v", ErrCorrupt, p)
+		}
+	}()
+	return raft.NewRawNode(rc)
 }
 
 // restore loads the durable state into raft's memory storage and the state
@@ -304,9 +335,14 @@ func (r *Replica) Close() error {
 // Propose hands data to raft. It returns once raft accepted it (not once it
 // is committed); errs.ErrNotLeader when raft refused it (no leader known, or
 // a leadership transfer in progress), which means it will not be applied.
+//
+// raft keeps data: the caller must not modify it afterwards.
 func (r *Replica) Propose(ctx context.Context, data []byte) error {
 	if len(data) > r.cfg.MaxProposalBytes {
 		return errs.ErrRequestTooLarge
+	}
+	if r.stopped() {
+		return errs.ErrStopped
 	}
 	p := proposal{data: data, errc: make(chan error, 1)}
 	select {
@@ -327,7 +363,13 @@ func (r *Replica) Propose(ctx context.Context, data []byte) error {
 // ReadIndex is a linearizable read barrier: it returns a commit index at
 // least as high as any write acknowledged before the call, once this
 // replica has applied it. Concurrent callers share raft rounds.
+//
+// At most MaxPendingReads calls wait at once; beyond that ReadIndex fails
+// fast with errs.ErrThrottled.
 func (r *Replica) ReadIndex(ctx context.Context) (uint64, error) {
+	if r.stopped() {
+		return 0, errs.ErrStopped
+	}
 	if r.numReads.Add(1) > int64(r.cfg.MaxPendingReads) {
 		r.numReads.Add(-1)
 		return 0, errs.ErrThrottled
@@ -389,19 +431,64 @@ func (r *Replica) Term() uint64 { return r.term.Load() }
 // IsLeader reports whether this replica leads.
 func (r *Replica) IsLeader() bool { return r.leader.Load() == r.cfg.ID }
 
-// Status asks the raft loop for its state.
+func (r *Replica) stopped() bool {
+	select {
+	case <-r.stopc:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *Replica) isMember(id uint64) bool {
+	for _, p := range r.cfg.Peers {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Status asks the raft loop for its state. After Close (or a storage
+// failure) it reports Role "stopped".
 func (r *Replica) Status() Status {
 	ch := make(chan Status, 1)
 	select {
 	case r.statusc <- ch:
-		return <-ch
-	case <-r.stopc:
-		return Status{ID: r.cfg.ID, Role: "stopped", Members: r.cfg.Peers}
+		select {
+		case st := <-ch:
+			return st
+		case <-r.donec:
+		}
+	case <-r.donec:
+	}
+	return Status{ID: r.cfg.ID, Role: "stopped", Members: slices.Clone(r.cfg.Peers), Applied: r.AppliedIndex()}
+}
+
+// Campaign makes this replica start an election (tests, tools).
+func (r *Replica) Campaign() error {
+	ch := make(chan error, 1)
+	select {
+	case r.campaignc <- ch:
+	case <-r.donec:
+		return errs.ErrStopped
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-r.donec:
+		return errs.ErrStopped
 	}
 }
 
 // TransferLeadership moves leadership to target and waits until it leads.
+// The request is re-sent every election timeout until it takes (raft drops
+// it while another transfer is in progress or no leader is known); it may be
+// made on any member. A target that is not a member is errs.ErrBadArguments.
 func (r *Replica) TransferLeadership(ctx context.Context, target uint64) error {
+	if !r.isMember(target) {
+		return errs.ErrBadArguments
+	}
 	t := time.NewTicker(r.cfg.TickInterval)
 	defer t.Stop()
 	var asked time.Time
@@ -425,10 +512,14 @@ func (r *Replica) TransferLeadership(ctx context.Context, target uint64) error {
 }
 
 // SendToLeader sends an opaque payload (at most 1 MiB) to the current
-// leader, best effort.
+// leader, best effort: nil means queued, not delivered. errs.ErrNotLeader
+// when no leader is known, errs.ErrThrottled when the leader's queue is full.
 func (r *Replica) SendToLeader(payload []byte) error {
-	if len(payload) > maxSideFrame-frameHeader {
+	if len(payload) > maxSidePayload {
 		return errs.ErrRequestTooLarge
+	}
+	if r.stopped() {
+		return errs.ErrStopped
 	}
 	lead := r.Leader()
 	switch lead {
@@ -445,11 +536,12 @@ func (r *Replica) SendToLeader(payload []byte) error {
 
 type events Replica
 
+// deliver hands an inbound raft message to the loop. When the bounded inbound
+// queue is full the message is dropped: raft retransmits what matters.
 func (e *events) deliver(m *pb.Message) {
 	select {
 	case e.recvc <- m:
 	default:
-		// Full inbound queue: drop; raft retransmits.
 	}
 }
 func (e *events) side(from uint64, payload []byte) { e.cfg.OnSideMessage(from, payload) }
@@ -471,6 +563,15 @@ func (e *events) snapshotDone(id uint64, ok bool) {
 func (r *Replica) loop() {
 	defer close(r.donec)
 	defer r.failReads(errs.ErrStopped)
+	defer func() {
+		// raft panics on messages that contradict its log (only a buggy or
+		// hostile peer sends those) and so would a broken state machine. Stop
+		// this replica, not the process; nothing half-done was persisted.
+		if p := recover(); p != nil {
+			r.log.Error("raft loop panicked; replica stopping", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			go r.Close()
+		}
+	}()
 	ticker := time.NewTicker(r.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
@@ -488,6 +589,7 @@ func (r *Replica) loop() {
 			r.drain()
 		case req := <-r.readc:
 			r.pendingReads = append(r.pendingReads, req)
+			r.drain()
 		case ev := <-r.eventc:
 			switch ev.kind {
 			case evUnreachable:
@@ -501,6 +603,8 @@ func (r *Replica) loop() {
 			}
 		case target := <-r.transferc:
 			r.rn.TransferLeader(target)
+		case ch := <-r.campaignc:
+			ch <- r.rn.Campaign()
 		case ch := <-r.statusc:
 			ch <- r.status()
 		}
@@ -516,12 +620,13 @@ func (r *Replica) loop() {
 	}
 }
 
-// maxDrain bounds how many queued proposals and messages one Ready collects.
+// maxDrain bounds how many queued proposals, messages and reads one Ready
+// collects, so ticks are not starved.
 const maxDrain = 4096
 
-// drain takes every proposal and peer message already queued into raft
-// before the next Ready, so all of them share one fsync (group commit) and
-// one round of messages.
+// drain takes every proposal, peer message and read already queued into raft
+// before the next Ready, so all of them share one fsync (group commit), one
+// round of messages and one ReadIndex round.
 func (r *Replica) drain() {
 	for i := 0; i < maxDrain; i++ {
 		select {
@@ -529,6 +634,8 @@ func (r *Replica) drain() {
 			r.propose(p)
 		case m := <-r.recvc:
 			r.step(m)
+		case req := <-r.readc:
+			r.pendingReads = append(r.pendingReads, req)
 		default:
 			return
 		}
@@ -564,7 +671,7 @@ func (r *Replica) handleReady() error {
 	}
 	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
 		start := time.Now()
-		if err := r.disk.save(rd.HardState, rd.Entries, snap); err != nil {
+		if err := r.disk.save(rd.HardState, rd.Entries, snap, rd.MustSync || snap != nil); err != nil {
 			return err
 		}
 		r.cfg.ObserveFsync(time.Since(start))
@@ -687,9 +794,8 @@ func (r *Replica) issueReads() {
 		return
 	}
 	r.readSeq++
-	ctx := make([]byte, 16)
-	binary.BigEndian.PutUint64(ctx, r.cfg.ID)
-	binary.BigEndian.PutUint64(ctx[8:], r.readSeq)
+	ctx := make([]byte, 8)
+	binary.BigEndian.PutUint64(ctx, r.readSeq)
 	r.inflight[string(ctx)] = &readBatch{reqs: r.pendingReads, issued: time.Now()}
 	r.pendingReads = nil
 	r.readRounds.Add(1)
@@ -731,7 +837,7 @@ func (r *Replica) status() Status {
 		SnapshotIndex: r.snapIndex, FirstIndex: first, LastIndex: last,
 		Role: map[raft.StateType]string{raft.StateLeader: "leader", raft.StateFollower: "follower",
 			raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate"}[st.RaftState],
-		Members: r.cfg.Peers,
+		Members: slices.Clone(r.cfg.Peers),
 	}
 	if st.RaftState == raft.StateLeader {
 		out.Progress = map[uint64]uint64{}

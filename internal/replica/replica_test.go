@@ -3,46 +3,51 @@ package replica
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meridian-coord/meridian/internal/errs"
 )
 
 // kv is a small deterministic state machine: entries are "key=value".
 type kv struct {
 	mu       sync.Mutex
 	m        map[string]string
+	at       map[string]uint64 // key -> index of the entry that last set it
 	order    []uint64
 	restores []uint64
 }
 
-func newKV() *kv { return &kv{m: map[string]string{}} }
+func newKV() *kv { return &kv{m: map[string]string{}, at: map[string]uint64{}} }
 
 func (s *kv) Apply(index, term uint64, data []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k, v, _ := strings.Cut(string(data), "=")
 	s.m[k] = v
+	s.at[k] = index
 	s.order = append(s.order, index)
 }
 
 func (s *kv) Snapshot() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.m))
-	for k := range s.m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(s.m))
 	var b []byte
 	for _, k := range keys {
 		b = append(b, k+"="+s.m[k]+"\n"...)
@@ -70,10 +75,34 @@ func (s *kv) get(k string) (string, bool) {
 	return v, ok
 }
 
+func (s *kv) index(k string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.at[k]
+}
+
 func (s *kv) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.m)
+}
+
+func (s *kv) state() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.m)
+}
+
+func (s *kv) applied() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.order)
+}
+
+func (s *kv) restored() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.restores)
 }
 
 type cluster struct {
@@ -147,9 +176,10 @@ func (c *cluster) stop(i int) {
 	}
 }
 
+// leader waits until every running replica agrees on a running leader.
 func (c *cluster) leader() int {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		var lead uint64
 		ok := true
@@ -164,7 +194,7 @@ func (c *cluster) leader() int {
 			}
 			lead = l
 		}
-		if ok && lead != 0 && c.reps[lead-1] != nil {
+		if ok && lead != 0 && c.reps[lead-1] != nil && c.reps[lead-1].IsLeader() {
 			return int(lead - 1)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -176,7 +206,7 @@ func (c *cluster) leader() int {
 // put proposes until accepted and waits until every running replica applied it.
 func (c *cluster) put(via int, k, v string) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for {
 		err := c.reps[via].Propose(ctx, []byte(k+"="+v))
@@ -193,7 +223,7 @@ func (c *cluster) put(via int, k, v string) {
 
 func (c *cluster) waitAll(cond func(*kv) bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for i := range c.reps {
 		for c.reps[i] != nil && !cond(c.sms[i]) {
 			if time.Now().After(deadline) {
@@ -209,20 +239,33 @@ func TestReplicateFromLeaderAndFollower(t *testing.T) {
 	lead := c.leader()
 	c.put(lead, "a", "1")
 	c.put((lead+1)%3, "b", "2") // followers forward proposals
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	c.put(lead, "c", "3")
+	last := c.sms[lead].index("c")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	follower := (lead + 2) % 3
 	idx, err := c.reps[follower].ReadIndex(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if idx < c.reps[lead].AppliedIndex() || c.reps[follower].AppliedIndex() < idx {
-		t.Fatalf("read index %d, leader applied %d, follower applied %d", idx, c.reps[lead].AppliedIndex(), c.reps[follower].AppliedIndex())
+	if idx < last || c.reps[follower].AppliedIndex() < idx {
+		t.Fatalf("read index %d, last write at %d, follower applied %d", idx, last, c.reps[follower].AppliedIndex())
+	}
+	want := c.sms[0].applied()
+	if len(want) != 3 {
+		t.Fatalf("applied %v, want 3 entries", want)
 	}
 	for i, s := range c.sms {
-		if !slices.Equal(s.order, c.sms[0].order) {
-			t.Fatalf("replica %d applied %v, replica 1 %v", i+1, s.order, c.sms[0].order)
+		if got := s.applied(); !slices.Equal(got, want) {
+			t.Fatalf("replica %d applied %v, replica 1 %v", i+1, got, want)
 		}
+	}
+	st := c.reps[lead].Status()
+	if st.Role != "leader" || st.Leader != uint64(lead+1) || len(st.Progress) != 3 || st.Applied < last || len(st.Members) != 3 {
+		t.Fatalf("leader status %+v", st)
+	}
+	if st := c.reps[follower].Status(); st.Role != "follower" || st.Progress != nil {
+		t.Fatalf("follower status %+v", st)
 	}
 }
 
@@ -230,48 +273,113 @@ func TestReadIndexBatching(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.leader()
 	c.put(lead, "x", "1")
-	before := c.reps[lead].readRounds.Load()
-	var wg sync.WaitGroup
-	const n = 200
-	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err := c.reps[lead].ReadIndex(ctx)
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
+	for _, i := range []int{lead, (lead + 1) % 3} {
+		before := c.reps[i].readRounds.Load()
+		var wg sync.WaitGroup
+		const n = 200
+		errc := make(chan error, n)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				idx, err := c.reps[i].ReadIndex(ctx)
+				if err == nil && idx < c.sms[lead].index("x") {
+					err = fmt.Errorf("read index %d below the write at %d", idx, c.sms[lead].index("x"))
+				}
+				errc <- err
+			}()
 		}
-	}
-	if rounds := c.reps[lead].readRounds.Load() - before; rounds >= n/2 {
-		t.Fatalf("%d reads took %d ReadIndex rounds; want them batched", n, rounds)
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		rounds := c.reps[i].readRounds.Load() - before
+		t.Logf("replica %d: %d reads in %d rounds", i+1, n, rounds)
+		if rounds >= n/4 {
+			t.Fatalf("%d reads took %d ReadIndex rounds; want them batched", n, rounds)
+		}
 	}
 }
 
-func TestLeaderCrashAndRejoin(t *testing.T) {
+// TestLeaderCrashDuringWrites kills the leader under a stream of writes: a new
+// leader takes over, writes continue, nothing applied anywhere is lost, and
+// the old leader catches up when it comes back.
+func TestLeaderCrashDuringWrites(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.leader()
-	for i := 0; i < 20; i++ {
-		c.put(lead, fmt.Sprintf("k%d", i), "v")
+	reps := slices.Clone(c.reps) // writers use these; Propose on a closed one fails
+	stop := make(chan struct{})
+	var accepted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			target := g
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				err := reps[target%3].Propose(ctx, fmt.Appendf(nil, "w%d-%05d=%d", g, n, n))
+				cancel()
+				if err != nil {
+					target++ // try another replica
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				accepted.Add(1)
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
 	}
+	waitFor(t, func() bool { return c.sms[lead].len() >= 100 })
 	c.stop(lead)
+	dead := c.sms[lead].state()
 	nl := c.leader()
 	if nl == lead {
 		t.Fatal("stopped replica still leads")
 	}
-	for i := 20; i < 40; i++ {
-		c.put(nl, fmt.Sprintf("k%d", i), "v")
+	n := c.sms[nl].len()
+	waitFor(t, func() bool { return c.sms[nl].len() >= n+100 }) // writes continue
+	close(stop)
+	wg.Wait()
+	c.put(nl, "final", "x") // survivors have applied everything before it
+
+	a, b := c.sms[(lead+1)%3], c.sms[(lead+2)%3]
+	if !maps.Equal(a.state(), b.state()) || !slices.Equal(a.applied(), b.applied()) {
+		t.Fatal("survivors diverged")
 	}
+	for k, v := range dead {
+		if got, ok := a.get(k); !ok || got != v {
+			t.Fatalf("%s=%s applied on the old leader is missing on the survivors (%q)", k, v, got)
+		}
+	}
+	t.Logf("%d writes accepted, %d applied before the crash, %d after", accepted.Load(), len(dead), a.len()-len(dead))
+
 	c.start(lead)
-	c.waitAll(func(s *kv) bool { return s.len() == 40 })
+	c.waitAll(func(s *kv) bool { return s.len() == a.len() })
+	if !maps.Equal(c.sms[lead].state(), a.state()) {
+		t.Fatal("restarted leader diverged")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func TestFollowerCatchesUpFromSnapshot(t *testing.T) {
@@ -282,29 +390,44 @@ func TestFollowerCatchesUpFromSnapshot(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		c.put(lead, fmt.Sprintf("k%03d", i), fmt.Sprint(i))
 	}
+	if st := c.reps[lead].Status(); st.SnapshotIndex < 250 || st.FirstIndex < 200 {
+		t.Fatalf("leader did not snapshot and compact: %+v", st)
+	}
 	c.start(f)
 	c.waitAll(func(s *kv) bool { return s.len() == 300 })
-	if len(c.sms[f].restores) == 0 || c.sms[f].restores[len(c.sms[f].restores)-1] == 0 {
-		t.Fatalf("follower did not restore from a snapshot: %v", c.sms[f].restores)
+	if r := c.sms[f].restored(); len(r) == 0 || r[len(r)-1] == 0 {
+		t.Fatalf("follower did not restore from a snapshot: %v", r)
 	}
-	if v, _ := c.sms[f].get("k299"); v != "299" {
-		t.Fatalf("k299 = %q", v)
+	if !maps.Equal(c.sms[f].state(), c.sms[lead].state()) {
+		t.Fatal("follower diverged")
 	}
+	c.put(lead, "after", "snapshot")
 }
 
 func TestWholeClusterRestart(t *testing.T) {
-	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = 25 })
+	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = 25; cfg.CatchUpEntries = 5 })
 	lead := c.leader()
 	for i := 0; i < 60; i++ {
 		c.put(lead, fmt.Sprintf("k%d", i), fmt.Sprint(i))
 	}
+	want := c.sms[lead].state()
 	for i := range c.reps {
 		c.stop(i)
 	}
 	for i := range c.reps {
 		c.start(i)
 	}
+	for i, s := range c.sms {
+		if r := s.restored(); len(r) != 1 || r[0] == 0 {
+			t.Fatalf("replica %d: not rebuilt from its snapshot: %v", i+1, r)
+		}
+	}
 	c.waitAll(func(s *kv) bool { return s.len() == 60 })
+	for i, s := range c.sms {
+		if !maps.Equal(s.state(), want) {
+			t.Fatalf("replica %d: state differs after restart", i+1)
+		}
+	}
 	lead = c.leader()
 	c.put(lead, "after", "restart")
 }
@@ -313,7 +436,7 @@ func TestTransferLeadership(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.leader()
 	target := uint64((lead+1)%3 + 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Ask a follower: it forwards the request to the leader.
 	if err := c.reps[(lead+2)%3].TransferLeadership(ctx, target); err != nil {
@@ -322,96 +445,248 @@ func TestTransferLeadership(t *testing.T) {
 	if got := c.leader(); uint64(got+1) != target {
 		t.Fatalf("leader %d, want %d", got+1, target)
 	}
+	if err := c.reps[0].TransferLeadership(ctx, 42); !errors.Is(err, errs.ErrBadArguments) {
+		t.Fatalf("transfer to a non-member: %v", err)
+	}
+	c.put(int(target-1), "after", "transfer")
+}
+
+func TestSingleNodeCampaign(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	if err := c.reps[0].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	c.leader()
+	c.put(0, "a", "1")
+	r := c.reps[0]
+	c.stop(0)
+	if err := r.Campaign(); !errors.Is(err, errs.ErrStopped) {
+		t.Fatalf("campaign after close: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
 }
 
 func TestCorruptStorageFailsOpen(t *testing.T) {
-	c := newCluster(t, 1, nil)
-	c.leader()
-	c.put(0, "a", "1")
-	c.stop(0)
-	db, err := pebble.Open(c.dirs[0], &pebble.Options{Logger: pebbleLogger{logger()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Flip a byte of the hard state.
-	v, closer, err := db.Get(keyHardState)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad := slices.Clone(v)
-	closer.Close()
-	bad[len(bad)-1] ^= 0xff
-	if err := db.Set(keyHardState, bad, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	if _, err := Open(c.config(0), newKV()); err == nil {
-		t.Fatal("Open accepted a corrupt hard state")
+	for _, tc := range []struct {
+		name string
+		key  []byte
+		bad  func(v []byte) []byte
+	}{
+		{"hard state bit flip", keyHardState, func(v []byte) []byte { v[len(v)-1] ^= 0xff; return v }},
+		{"hard state garbage", keyHardState, func([]byte) []byte { return []byte("garbage") }},
+		{"entry garbage", entryKey(2), func([]byte) []byte { return []byte("garbage!") }},
+		{"entry bit flip", entryKey(4), func(v []byte) []byte { v[5] ^= 0x10; return v }},
+		{"entry deleted (gap)", entryKey(3), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 1, nil)
+			c.leader()
+			for i := 0; i < 5; i++ {
+				c.put(0, fmt.Sprint(i), "v")
+			}
+			c.stop(0)
+			db, err := pebble.Open(c.dirs[0], &pebble.Options{Logger: pebbleLogger{logger()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.bad == nil {
+				err = db.Delete(tc.key, pebble.Sync)
+			} else {
+				v, closer, err := db.Get(tc.key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bad := tc.bad(slices.Clone(v))
+				closer.Close()
+				err = db.Set(tc.key, bad, pebble.Sync)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			sm := newKV()
+			if r, err := Open(c.config(0), sm); err == nil {
+				r.Close()
+				t.Fatal("Open accepted corrupt storage")
+			} else {
+				t.Log(err)
+			}
+			if len(sm.applied()) != 0 {
+				t.Fatal("applied entries from corrupt storage")
+			}
+		})
 	}
 }
 
-func TestLogGapFailsOpen(t *testing.T) {
-	c := newCluster(t, 1, nil)
-	c.leader()
-	for i := 0; i < 5; i++ {
-		c.put(0, fmt.Sprint(i), "v")
-	}
-	c.stop(0)
-	db, err := pebble.Open(c.dirs[0], &pebble.Options{Logger: pebbleLogger{logger()}})
+func frameBytes(kind byte, from uint64, body []byte) []byte {
+	b := make([]byte, 4+frameHeader, 4+frameHeader+len(body))
+	binary.BigEndian.PutUint32(b, uint32(frameHeader+len(body)))
+	b[4] = kind
+	binary.BigEndian.PutUint64(b[5:], from)
+	return append(b, body...)
+}
+
+func withLen(frame []byte, n uint32) []byte {
+	binary.BigEndian.PutUint32(frame, n)
+	return frame
+}
+
+func marshal(t *testing.T, m *pb.Message) []byte {
+	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Delete(entryKey(3), pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	if _, err := Open(c.config(0), newKV()); err == nil {
-		t.Fatal("Open accepted a log with a hole")
-	}
+	return b
 }
 
 func TestGarbageFramesCloseOnlyThatConnection(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.leader()
-	for _, payload := range [][]byte{
-		{0xff, 0xff, 0xff, 0xff, 1},                                      // absurd length
-		{0, 0, 0, 20, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 2, 3},                // truncated body
-		{0, 0, 0, 13, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0xde, 0xad, 0xbe, 0xef}, // undecodable message
-		{0, 0, 0, 9, 7, 0, 0, 0, 0, 0, 0, 0, 2},                          // unknown kind
-	} {
+	me, other := uint64(lead+1), uint64((lead+1)%3+1)
+	typ := func(mt pb.MessageType) *pb.MessageType { return &mt }
+	normal := pb.EntryNormal
+	cases := map[string][]byte{
+		"absurd length":   withLen(frameBytes(kindRaft, other, nil), 0xffffffff),
+		"oversized raft":  withLen(frameBytes(kindRaft, other, nil), 64<<20),
+		"oversized side":  withLen(frameBytes(kindSide, other, nil), maxSidePayload+frameHeader+1),
+		"short length":    withLen(frameBytes(kindRaft, other, nil), 3),
+		"unknown kind":    frameBytes(7, other, nil),
+		"unknown sender":  frameBytes(kindRaft, 99, marshal(t, &pb.Message{Type: typ(pb.MsgHeartbeat), To: new(me), From: new(uint64(99))})),
+		"self as sender":  frameBytes(kindRaft, me, nil),
+		"undecodable":     frameBytes(kindRaft, other, []byte{0xde, 0xad, 0xbe, 0xef}),
+		"truncated frame": frameBytes(kindRaft, other, []byte{1, 2, 3})[:4+frameHeader+2],
+		"misaddressed":    frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgHeartbeat), To: new(uint64(77)), From: new(other)})),
+		"local type":      frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgHup), To: new(me), From: new(other)})),
+		"empty proposal":  frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgProp), To: new(me), From: new(other)})),
+		"gappy append": frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgApp), To: new(me), From: new(other),
+			Term: new(uint64(1 << 40)), Index: new(uint64(1)), LogTerm: new(uint64(1)),
+			Entries: []*pb.Entry{{Index: new(uint64(2)), Term: new(uint64(1)), Type: &normal}, {Index: new(uint64(9)), Term: new(uint64(1)), Type: &normal}}})),
+		"snapshot in a raft frame": frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other)})),
+		"empty snapshot":           frameBytes(kindSnap, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other)})),
+	}
+	for name, payload := range cases {
 		conn, err := net.Dial("tcp", c.peers[lead].Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conn.Write(payload)
-		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-		buf := make([]byte, 1)
-		if _, err := conn.Read(buf); err == nil {
-			t.Fatalf("payload %x: connection not closed", payload)
+		if name == "truncated frame" {
+			conn.(*net.TCPConn).CloseWrite()
+		}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		var ne net.Error
+		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("%s: connection not closed (%v)", name, err)
 		}
 		conn.Close()
+	}
+	if l := c.reps[lead].Leader(); l != me {
+		t.Fatalf("leadership moved to %d", l)
 	}
 	c.put(lead, "still", "works")
 }
 
-func TestProposalLimits(t *testing.T) {
-	c := newCluster(t, 1, func(cfg *Config) { cfg.MaxProposalBytes = 100 })
-	c.leader()
-	err := c.reps[0].Propose(context.Background(), make([]byte, 101))
-	if err == nil {
-		t.Fatal("oversized proposal accepted")
+func TestSendToLeader(t *testing.T) {
+	type side struct {
+		to, from uint64
+		payload  string
 	}
-	c.stop(0)
-	if err := func() error {
-		r, err := Open(c.config(0), newKV())
-		if err != nil {
-			return err
+	got := make(chan side, 10)
+	c := newCluster(t, 3, func(cfg *Config) {
+		id := cfg.ID
+		cfg.OnSideMessage = func(from uint64, payload []byte) { got <- side{id, from, string(payload)} }
+	})
+	lead := c.leader()
+	c.put(lead, "a", "1") // every member knows the leader
+	f := (lead + 1) % 3
+	for _, via := range []int{f, lead} {
+		if err := c.reps[via].SendToLeader([]byte(fmt.Sprint("hello from ", via+1))); err != nil {
+			t.Fatal(err)
 		}
-		r.Close()
-		return r.Propose(context.Background(), []byte("a=b"))
-	}(); err == nil {
-		t.Fatal("propose after close succeeded")
+		select {
+		case s := <-got:
+			if want := (side{uint64(lead + 1), uint64(via + 1), fmt.Sprint("hello from ", via+1)}); s != want {
+				t.Fatalf("got %+v, want %+v", s, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("side message not delivered")
+		}
+	}
+	if err := c.reps[f].SendToLeader(make([]byte, maxSidePayload+1)); !errors.Is(err, errs.ErrRequestTooLarge) {
+		t.Fatalf("oversized side payload: %v", err)
 	}
 }
 
-var _ = binary.BigEndian
+func TestLimitsAndClose(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) { cfg.MaxProposalBytes = 100; cfg.MaxPendingReads = 1 })
+	c.leader()
+	r := c.reps[0]
+	if err := r.Propose(context.Background(), make([]byte, 101)); !errors.Is(err, errs.ErrRequestTooLarge) {
+		t.Fatalf("oversized proposal: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := r.ReadIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var throttled atomic.Bool
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.ReadIndex(ctx); errors.Is(err, errs.ErrThrottled) {
+				throttled.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	if !throttled.Load() {
+		t.Log("no read was throttled (all finished before the next started)")
+	}
+	c.stop(0)
+	if err := r.Propose(context.Background(), []byte("a=b")); !errors.Is(err, errs.ErrStopped) {
+		t.Fatalf("propose after close: %v", err)
+	}
+	if _, err := r.ReadIndex(context.Background()); !errors.Is(err, errs.ErrStopped) {
+		t.Fatalf("read after close: %v", err)
+	}
+	if err := r.WaitApplied(context.Background(), 1<<40); !errors.Is(err, errs.ErrStopped) {
+		t.Fatalf("wait after close: %v", err)
+	}
+	if err := r.SendToLeader([]byte("x")); !errors.Is(err, errs.ErrStopped) {
+		t.Fatalf("side message after close: %v", err)
+	}
+	if st := r.Status(); st.Role != "stopped" {
+		t.Fatalf("status after close: %+v", st)
+	}
+}
+
+// TestCloseWakesWaiters checks that callers blocked on the replica get
+// errs.ErrStopped when it closes.
+func TestCloseWakesWaiters(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.leader()
+	// Stop two members: the third loses quorum and reads cannot complete.
+	c.stop(0)
+	c.stop(1)
+	r := c.reps[2]
+	errc := make(chan error, 2)
+	go func() { _, err := r.ReadIndex(context.Background()); errc <- err }()
+	go func() { errc <- r.WaitApplied(context.Background(), 1<<40) }()
+	time.Sleep(100 * time.Millisecond)
+	c.stop(2)
+	for range 2 {
+		select {
+		case err := <-errc:
+			if !errors.Is(err, errs.ErrStopped) {
+				t.Fatalf("got %v, want ErrStopped", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiter not woken by Close")
+		}
+	}
+}

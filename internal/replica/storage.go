@@ -22,6 +22,9 @@ import (
 // encoding, so a corrupt value is reported at open and never applied.
 type disk struct {
 	db *pebble.DB
+	// last is the highest entry index stored (or the snapshot index when the
+	// log is empty). Only the raft loop touches it.
+	last uint64
 }
 
 var (
@@ -82,6 +85,9 @@ func openDisk(dir string, log *slog.Logger) (*disk, error) {
 
 func (d *disk) close() error { return d.db.Close() }
 
+// entriesEnd is the exclusive upper bound of the entry key space.
+var entriesEnd = []byte{'e' + 1}
+
 // load returns everything stored: the hard state, the latest snapshot, and
 // the entries after the snapshot, in order.
 func (d *disk) load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
@@ -94,25 +100,39 @@ func (d *disk) load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
 		return nil, nil, nil, fmt.Errorf("snapshot: %w", err)
 	}
 	first := snap.GetMetadata().GetIndex() + 1
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(first), UpperBound: []byte{'f'}})
+	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(first), UpperBound: entriesEnd})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	defer it.Close()
 	var ents []*pb.Entry
 	want := first
+	prevTerm := snap.GetMetadata().GetTerm()
 	for it.First(); it.Valid(); it.Next() {
 		e := &pb.Entry{}
 		if err := unseal(it.Value(), e); err != nil {
 			return nil, nil, nil, fmt.Errorf("entry %x: %w", it.Key(), err)
 		}
-		if e.GetIndex() != want || binary.BigEndian.Uint64(it.Key()[1:]) != want {
+		if len(it.Key()) != 9 || e.GetIndex() != want || binary.BigEndian.Uint64(it.Key()[1:]) != want {
 			return nil, nil, nil, fmt.Errorf("%w: log gap or misplaced entry at index %d (want %d)", ErrCorrupt, e.GetIndex(), want)
 		}
+		if e.GetTerm() < prevTerm || (hs.GetTerm() != 0 && e.GetTerm() > hs.GetTerm()) {
+			return nil, nil, nil, fmt.Errorf("%w: entry %d has term %d (previous %d, hard state %d)", ErrCorrupt, want, e.GetTerm(), prevTerm, hs.GetTerm())
+		}
+		prevTerm = e.GetTerm()
 		want++
 		ents = append(ents, e)
 	}
-	return hs, snap, ents, it.Error()
+	if err := it.Error(); err != nil {
+		return nil, nil, nil, err
+	}
+	// raft panics on a commit index outside the log; refuse it here instead.
+	last := want - 1
+	if c := hs.GetCommit(); c != 0 && (c < snap.GetMetadata().GetIndex() || c > last) {
+		return nil, nil, nil, fmt.Errorf("%w: hard state commit %d outside the log [%d, %d]", ErrCorrupt, c, snap.GetMetadata().GetIndex(), last)
+	}
+	d.last = last
+	return hs, snap, ents, nil
 }
 
 func (d *disk) get(key []byte, m proto.Message) error {
@@ -127,13 +147,15 @@ func (d *disk) get(key []byte, m proto.Message) error {
 	return unseal(v, m)
 }
 
-// save persists one Ready's worth of state in a single synced batch: the
-// snapshot (if any), the new entries (dropping any conflicting suffix left
-// from an older leader), and the hard state. This is the group commit: one
-// fsync however many proposals the Ready carries.
-func (d *disk) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot) error {
+// save persists one Ready's worth of state in a single batch: the snapshot
+// (if any), the new entries (dropping any conflicting suffix left from an
+// older leader), and the hard state. This is the group commit: one fsync
+// however many proposals the Ready carries. sync is false only when raft says
+// the Ready need not be durable (a commit index advance alone).
+func (d *disk) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
 	b := d.db.NewBatch()
 	defer b.Close()
+	last := d.last
 	if snap != nil {
 		v, err := seal(snap)
 		if err != nil {
@@ -142,10 +164,13 @@ func (d *disk) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot) error
 		if err := b.Set(keySnapshot, v, nil); err != nil {
 			return err
 		}
-		// Entries up to the snapshot are covered by it.
-		if err := b.DeleteRange(entryKey(0), entryKey(snap.GetMetadata().GetIndex()+1), nil); err != nil {
+		// raft only installs a snapshot whose index it does not have a matching
+		// entry for, so every stored entry is either covered by it or belongs
+		// to a stale, conflicting suffix: drop them all (MemoryStorage does too).
+		if err := b.DeleteRange(entryKey(0), entriesEnd, nil); err != nil {
 			return err
 		}
+		last = snap.GetMetadata().GetIndex()
 	}
 	for _, e := range ents {
 		v, err := seal(e)
@@ -157,11 +182,15 @@ func (d *disk) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot) error
 		}
 	}
 	if n := len(ents); n > 0 {
-		// Raft appends after truncating a conflicting suffix; remove what
-		// lies beyond the new last entry.
-		if err := b.DeleteRange(entryKey(ents[n-1].GetIndex()+1), []byte{'f'}, nil); err != nil {
-			return err
+		// A new leader overwrote a suffix: remove whatever lies beyond the new
+		// last entry. Only then, so the common append adds no range tombstone.
+		newLast := ents[n-1].GetIndex()
+		if newLast < last {
+			if err := b.DeleteRange(entryKey(newLast+1), entriesEnd, nil); err != nil {
+				return err
+			}
 		}
+		last = newLast
 	}
 	if hs != nil {
 		v, err := seal(hs)
@@ -175,7 +204,15 @@ func (d *disk) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot) error
 	if b.Empty() {
 		return nil
 	}
-	return b.Commit(pebble.Sync)
+	opt := pebble.Sync
+	if !sync {
+		opt = pebble.NoSync
+	}
+	if err := b.Commit(opt); err != nil {
+		return err
+	}
+	d.last = last
+	return nil
 }
 
 // saveSnapshot stores a locally taken snapshot and drops log entries before

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,28 +12,42 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/meridian-coord/meridian/internal/errs"
 )
 
 // Frame: 4-byte big-endian body length, then the body: 1 byte kind, 8 bytes
-// sender id, payload.
+// sender id, payload. Snapshot messages travel under their own kind so a
+// reader can apply the large limit to them only, before reading the body.
 const (
-	kindRaft byte = 1
-	kindSide byte = 2
+	kindRaft byte = 1 // raft message other than MsgSnap
+	kindSide byte = 2 // side-channel payload for the leader
+	kindSnap byte = 3 // raft MsgSnap (carries the whole state machine snapshot)
 
 	frameHeader = 1 + 8
-	// maxFrame bounds one inbound frame: snapshots travel in one MsgSnap.
-	maxFrame = 256 << 20
-	// maxSideFrame bounds side-channel payloads.
-	maxSideFrame = 1 << 20
+	// maxSnapFrame bounds a MsgSnap frame, hence the state machine snapshot.
+	maxSnapFrame = 256 << 20
+	// maxSidePayload bounds side-channel payloads.
+	maxSidePayload = 1 << 20
+	// msgFrameSlack is added to MaxSizePerMsg+MaxProposalBytes for the
+	// largest ordinary raft message: a MsgApp holds up to MaxSizePerMsg of
+	// entries plus always at least one entry, which may be a full proposal.
+	msgFrameSlack = 1 << 20
 	// peerQueue bounds messages waiting for one peer; at the limit new
 	// messages are dropped and raft is told the peer is unreachable (it
 	// retransmits).
 	peerQueue = 4096
 	// writeBatch bounds messages coalesced into one write.
-	writeBatch  = 256
+	writeBatch = 256
+	// maxInbound bounds inbound connections; more are closed at accept.
+	maxInbound  = 256
 	dialTimeout = time.Second
+	// writeTimeout (plus a second per MiB) bounds one batched write, so a
+	// peer that stopped reading is noticed and redialled.
+	writeTimeout = 5 * time.Second
 )
 
 type outMsg struct {
@@ -50,17 +65,21 @@ type transportEvents interface {
 }
 
 type transport struct {
-	id    uint64
-	log   *slog.Logger
-	ev    transportEvents
-	ln    net.Listener
-	peers map[uint64]*peerConn
+	id      uint64
+	log     *slog.Logger
+	ev      transportEvents
+	ln      net.Listener
+	peers   map[uint64]*peerConn
+	members map[uint64]bool // all voters, self included
+	// maxMsgFrame bounds an ordinary (non-snapshot) raft message frame.
+	maxMsgFrame int
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	inbound int
+	closed  bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
 type peerConn struct {
@@ -69,14 +88,15 @@ type peerConn struct {
 	q    chan outMsg
 }
 
-func newTransport(id uint64, listen string, peers []Peer, ev transportEvents, log *slog.Logger) (*transport, error) {
+func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, ev transportEvents, log *slog.Logger) (*transport, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("peer listener: %w", err)
 	}
-	t := &transport{id: id, log: log, ev: ev, ln: ln, peers: map[uint64]*peerConn{},
-		conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	t := &transport{id: id, log: log, ev: ev, ln: ln, peers: map[uint64]*peerConn{}, members: map[uint64]bool{},
+		maxMsgFrame: maxMsgFrame, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	for _, p := range peers {
+		t.members[p.ID] = true
 		if p.ID == id {
 			continue
 		}
@@ -124,6 +144,27 @@ func (t *transport) untrack(c net.Conn) {
 	c.Close()
 }
 
+// admit tracks an inbound connection unless maxInbound are already open.
+func (t *transport) admit(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.inbound >= maxInbound {
+		c.Close()
+		return false
+	}
+	t.inbound++
+	t.conns[c] = struct{}{}
+	return true
+}
+
+func (t *transport) release(c net.Conn) {
+	t.mu.Lock()
+	t.inbound--
+	delete(t.conns, c)
+	t.mu.Unlock()
+	c.Close()
+}
+
 // send queues a raft message without blocking.
 func (t *transport) send(m *pb.Message) {
 	pc := t.peers[m.GetTo()]
@@ -143,16 +184,20 @@ func (t *transport) send(m *pb.Message) {
 func (t *transport) sendSide(to uint64, payload []byte) error {
 	pc := t.peers[to]
 	if pc == nil {
-		return fmt.Errorf("replica: unknown peer %d", to)
+		return errs.ErrNotLeader
 	}
 	select {
 	case pc.q <- outMsg{kind: kindSide, side: payload}:
 		return nil
 	default:
-		return errors.New("replica: peer queue full")
+		return errs.ErrThrottled
 	}
 }
 
+// writer owns the outbound connection to one peer: it dials lazily,
+// coalesces everything queued into one flushed write, and on any failure
+// drops the batch (reporting it to raft), closes the connection and redials
+// with backoff when the next message comes.
 func (t *transport) writer(pc *peerConn) {
 	defer t.wg.Done()
 	var conn net.Conn
@@ -181,10 +226,15 @@ func (t *transport) writer(pc *peerConn) {
 				break drain
 			}
 		}
+		frames, size := t.encode(pc.id, batch)
+		if len(frames) == 0 {
+			continue
+		}
 		if conn == nil {
 			c, err := net.DialTimeout("tcp", pc.addr, dialTimeout)
 			if err != nil {
-				t.failBatch(pc.id, batch)
+				t.log.Debug("peer dial failed", "peer", pc.id, "err", err)
+				t.failFrames(pc.id, frames)
 				select {
 				case <-t.stop:
 					return
@@ -199,7 +249,8 @@ func (t *transport) writer(pc *peerConn) {
 			backoff = 50 * time.Millisecond
 			conn, w = c, bufio.NewWriterSize(c, 64<<10)
 		}
-		err := t.writeBatch(w, batch)
+		conn.SetWriteDeadline(time.Now().Add(writeTimeout + time.Duration(size>>20)*time.Second))
+		err := writeFrames(w, t.id, frames)
 		if err == nil {
 			err = w.Flush()
 		}
@@ -207,51 +258,80 @@ func (t *transport) writer(pc *peerConn) {
 			t.log.Debug("peer write failed", "peer", pc.id, "err", err)
 			t.untrack(conn)
 			conn = nil
-			t.failBatch(pc.id, batch)
+			t.failFrames(pc.id, frames)
 			continue
 		}
-		for _, m := range batch {
-			if m.kind == kindRaft && m.msg.GetType() == pb.MsgSnap {
+		for _, f := range frames {
+			if f.kind == kindSnap {
 				t.ev.snapshotDone(pc.id, true)
 			}
 		}
 	}
 }
 
-func (t *transport) failBatch(id uint64, batch []outMsg) {
+// failFrames tells raft that frames were not sent: the peer is unreachable
+// (raft backs off to probing) and any snapshot failed (raft will retry it).
+func (t *transport) failFrames(id uint64, frames []frame) {
 	reported := false
-	for _, m := range batch {
-		if m.kind != kindRaft {
+	for _, f := range frames {
+		if f.kind == kindSide {
 			continue
 		}
 		if !reported {
 			t.ev.unreachable(id)
 			reported = true
 		}
-		if m.msg.GetType() == pb.MsgSnap {
+		if f.kind == kindSnap {
 			t.ev.snapshotDone(id, false)
 		}
 	}
 }
 
-func (t *transport) writeBatch(w *bufio.Writer, batch []outMsg) error {
-	var hdr [4 + frameHeader]byte
+type frame struct {
+	kind    byte
+	payload []byte
+}
+
+// encode marshals a batch. A message that cannot be encoded, or is larger
+// than peers accept, is dropped here and reported as a failed send instead of
+// getting the connection closed by the receiver.
+func (t *transport) encode(to uint64, batch []outMsg) ([]frame, int) {
+	frames := make([]frame, 0, len(batch))
+	size := 0
 	for _, m := range batch {
-		payload := m.side
+		f := frame{kind: m.kind, payload: m.side}
 		if m.kind == kindRaft {
-			b, err := proto.Marshal(m.msg)
-			if err != nil {
-				return err
+			limit := t.maxMsgFrame
+			if m.msg.GetType() == pb.MsgSnap {
+				f.kind, limit = kindSnap, maxSnapFrame
 			}
-			payload = b
+			b, err := proto.Marshal(m.msg)
+			if err == nil && len(b)+frameHeader > limit {
+				err = fmt.Errorf("%d bytes exceed the %d byte frame limit", len(b), limit)
+			}
+			if err != nil {
+				t.log.Error("dropping unsendable raft message", "peer", to, "type", m.msg.GetType().String(), "err", err)
+				t.failFrames(to, []frame{{kind: f.kind}})
+				continue
+			}
+			f.payload = b
 		}
-		binary.BigEndian.PutUint32(hdr[:4], uint32(frameHeader+len(payload)))
-		hdr[4] = m.kind
-		binary.BigEndian.PutUint64(hdr[5:], t.id)
+		frames = append(frames, f)
+		size += 4 + frameHeader + len(f.payload)
+	}
+	return frames, size
+}
+
+func writeFrames(w *bufio.Writer, from uint64, frames []frame) error {
+	var hdr [4 + frameHeader]byte
+	for _, f := range frames {
+		binary.BigEndian.PutUint32(hdr[:4], uint32(frameHeader+len(f.payload)))
+		hdr[4] = f.kind
+		binary.BigEndian.PutUint64(hdr[5:], from)
 		if _, err := w.Write(hdr[:]); err != nil {
 			return err
 		}
-		if _, err := w.Write(payload); err != nil {
+		if _, err := w.Write(f.payload); err != nil {
 			return err
 		}
 	}
@@ -272,8 +352,9 @@ func (t *transport) accept() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if !t.track(c) {
-			return
+		if !t.admit(c) {
+			t.log.Warn("too many inbound peer connections; closing", "remote", c.RemoteAddr().String())
+			continue
 		}
 		t.wg.Add(1)
 		go t.reader(c)
@@ -281,41 +362,126 @@ func (t *transport) accept() {
 }
 
 // reader decodes frames from one inbound connection. Anything malformed
-// closes the connection: the peer redials and raft retransmits.
+// closes the connection (the reason is logged): a real peer redials and raft
+// retransmits.
 func (t *transport) reader(c net.Conn) {
 	defer t.wg.Done()
-	defer t.untrack(c)
+	defer t.release(c)
 	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [4 + frameHeader]byte
+	bad := func(reason string, args ...any) {
+		t.log.Warn("bad peer frame; closing connection", append([]any{"remote", c.RemoteAddr().String(), "reason", reason}, args...)...)
+	}
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				t.log.Debug("peer read", "remote", c.RemoteAddr().String(), "err", err)
+			}
 			return
 		}
-		n := binary.BigEndian.Uint32(hdr[:4])
+		n := int64(binary.BigEndian.Uint32(hdr[:4]))
 		kind, from := hdr[4], binary.BigEndian.Uint64(hdr[5:])
-		limit := uint32(maxFrame)
-		if kind == kindSide {
-			limit = maxSideFrame
-		}
-		if n < frameHeader || n > limit || (kind != kindRaft && kind != kindSide) || t.peers[from] == nil {
-			t.log.Warn("peer sent a bad frame; closing", "remote", c.RemoteAddr().String(), "len", n, "kind", kind, "from", from)
+		var limit int64
+		switch kind {
+		case kindRaft:
+			limit = int64(t.maxMsgFrame)
+		case kindSnap:
+			limit = maxSnapFrame
+		case kindSide:
+			limit = maxSidePayload + frameHeader
+		default:
+			bad("unknown kind", "kind", kind)
 			return
 		}
-		body := make([]byte, n-frameHeader)
-		if _, err := io.ReadFull(r, body); err != nil {
+		if n < frameHeader || n > limit {
+			bad("length out of range", "len", n, "limit", limit)
+			return
+		}
+		if from == t.id || t.peers[from] == nil {
+			bad("unknown sender", "from", from)
+			return
+		}
+		// Grow the buffer as bytes arrive rather than trusting the length:
+		// a bogus header must not make us allocate 256 MiB.
+		body := bytes.NewBuffer(make([]byte, 0, min(n-frameHeader, 64<<10)))
+		if _, err := io.CopyN(body, r, n-frameHeader); err != nil {
+			bad("truncated frame", "err", err)
 			return
 		}
 		if kind == kindSide {
-			t.ev.side(from, body)
+			t.ev.side(from, body.Bytes())
 			continue
 		}
 		m := &pb.Message{}
-		// m.From need not be the sender: a follower forwards MsgTransferLeader
-		// with From set to the transferee.
-		if err := proto.Unmarshal(body, m); err != nil || m.GetTo() != t.id {
-			t.log.Warn("peer sent an undecodable or misaddressed raft message; closing", "remote", c.RemoteAddr().String(), "err", err)
+		if err := proto.Unmarshal(body.Bytes(), m); err != nil {
+			bad("undecodable raft message", "err", err)
+			return
+		}
+		if err := t.validate(m, kind == kindSnap); err != nil {
+			bad("invalid raft message", "err", err)
 			return
 		}
 		t.ev.deliver(m)
 	}
+}
+
+// validate rejects messages that raft would misbehave or panic on. Raft
+// trusts its peers; these checks make sure bytes that merely decode (garbage,
+// a confused peer) never reach it.
+func (t *transport) validate(m *pb.Message, snapFrame bool) error {
+	typ := m.GetType()
+	if _, ok := pb.MessageType_name[int32(typ)]; !ok || raft.IsLocalMsg(typ) {
+		return fmt.Errorf("message type %d not accepted from peers", typ)
+	}
+	if (typ == pb.MsgSnap) != snapFrame {
+		return fmt.Errorf("%s in a frame of the wrong kind", typ)
+	}
+	if m.GetTo() != t.id {
+		return fmt.Errorf("addressed to %d", m.GetTo())
+	}
+	// m.From need not be the frame's sender: a follower forwards
+	// MsgTransferLeader with From set to the transferee. It must be a member.
+	if !t.members[m.GetFrom()] {
+		return fmt.Errorf("from non-member %d", m.GetFrom())
+	}
+	ents := m.GetEntries()
+	switch typ {
+	case pb.MsgProp:
+		// Proposals are normal entries only (membership is static); raft
+		// panics on an empty one and on undecodable conf changes.
+		if len(ents) == 0 {
+			return errors.New("empty proposal")
+		}
+		for _, e := range ents {
+			if e.GetType() != pb.EntryNormal {
+				return fmt.Errorf("proposal of %s", e.GetType())
+			}
+		}
+	case pb.MsgApp:
+		// The same consistency raft asserts (logSlice.valid) before appending.
+		prevIdx, prevTerm := m.GetIndex(), m.GetLogTerm()
+		for _, e := range ents {
+			if e.GetIndex() != prevIdx+1 || e.GetTerm() < prevTerm {
+				return fmt.Errorf("entries not contiguous at %d", e.GetIndex())
+			}
+			prevIdx, prevTerm = e.GetIndex(), e.GetTerm()
+		}
+		if prevTerm > m.GetTerm() {
+			return fmt.Errorf("entry term %d above message term %d", prevTerm, m.GetTerm())
+		}
+	case pb.MsgSnap:
+		md := m.GetSnapshot().GetMetadata()
+		if md == nil || md.GetIndex() == 0 || len(md.GetConfState().GetVoters()) == 0 {
+			return errors.New("snapshot without metadata")
+		}
+		cs := md.GetConfState()
+		for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+			for _, id := range ids {
+				if !t.members[id] {
+					return fmt.Errorf("snapshot configuration names non-member %d", id)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -1,0 +1,16 @@
+// Package replica owns one consensus group: it drives go.etcd.io/raft's
+// RawNode from a single goroutine (the raft loop), keeps the raft log, hard
+// state and snapshots durable in Pebble (one batch, one fsync per Ready),
+// moves messages between peers over TCP, takes snapshots and compacts the
+// log, batches linearizable reads into ReadIndex rounds, transfers
+// leadership on request, and carries small opaque side messages to the
+// leader.
+//
+// It knows nothing about what entries mean: it drives a StateMachine, whose
+// Apply/Snapshot/Restore are only ever called from the raft loop.
+//
+// It must never touch the RawNode outside the raft loop, never block the
+// loop on the network (outbound queues are bounded and drop, raft
+// retransmits), and never panic on bytes from the network or the disk:
+// malformed frames close the connection, corrupt storage fails Open.
+package replica
