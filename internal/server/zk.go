@@ -12,6 +12,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -105,7 +106,7 @@ func (l *zkListener) sessionEnded(id int64) {
 	l.mu.Lock()
 	c := l.bySes[id]
 	l.mu.Unlock()
-	if c != nil {
+	if c != nil && !c.closing.Load() {
 		c.close("session ended")
 	}
 }
@@ -116,6 +117,7 @@ type zkConn struct {
 	c net.Conn
 
 	session  int64
+	closing  atomic.Bool // the client asked to close: reply before closing
 	timeout  time.Duration
 	auth     []tree.ID
 	lastZxid int64
@@ -128,6 +130,9 @@ type zkConn struct {
 	closeWhy string
 }
 
+// close ends the connection: the writer flushes what is queued (the reply
+// to closeSession, the expired ConnectResponse) and then closes the socket,
+// which also unblocks the reader.
 func (c *zkConn) close(why string) {
 	c.mu.Lock()
 	if c.closed {
@@ -137,7 +142,6 @@ func (c *zkConn) close(why string) {
 	c.closed, c.closeWhy = true, why
 	close(c.done)
 	c.mu.Unlock()
-	c.c.Close()
 }
 
 // enqueue adds a frame to the outbound queue; a connection whose client does
@@ -173,6 +177,7 @@ func (c *zkConn) Notify(ev tree.Event) {
 
 func (c *zkConn) writeLoop() {
 	defer c.s.wg.Done()
+	defer c.c.Close()
 	w := bufio.NewWriterSize(c.c, 64<<10)
 	for {
 		c.mu.Lock()
@@ -180,6 +185,8 @@ func (c *zkConn) writeLoop() {
 		c.out = nil
 		closed := c.closed
 		c.mu.Unlock()
+		// A client that stops reading cannot hold the writer forever.
+		c.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		for _, f := range frames {
 			if _, err := w.Write(f); err != nil {
 				c.close("write failed")
@@ -222,7 +229,7 @@ func (c *zkConn) readLoop() {
 	c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if head, err := r.Peek(4); err == nil && isFourLetterWord(string(head)) {
 		r.Discard(4)
-		c.c.Write([]byte(c.s.fourLetterWord(string(head))))
+		c.enqueue([]byte(c.s.fourLetterWord(string(head))))
 		return
 	}
 	pkt, err := zk.ReadFrame(r, zk.DefaultMaxPacket)
@@ -262,11 +269,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		// ZooKeeper's answer to a dead session: timeout 0, session 0, then close.
 		resp.Passwd = make([]byte, 16)
 		c.enqueue(frameOf(resp))
-		c.closeWhy = "session expired or invalid"
-		c.mu.Lock()
-		c.closed = true
-		close(c.done)
-		c.mu.Unlock()
+		c.close("session expired or invalid")
 		return false
 	}
 	if req.SessionID == 0 {
@@ -498,15 +501,10 @@ func (c *zkConn) serve(pkt []byte) bool {
 	case zk.OpMulti:
 		return c.multi(d, xid, write, reply)
 	case zk.OpCloseSession:
+		c.closing.Store(true)
 		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCloseSession}})
 		reply(idx, err, nil)
-		c.closeWhy = "session closed by client"
-		c.mu.Lock()
-		if !c.closed {
-			c.closed = true
-			close(c.done)
-		}
-		c.mu.Unlock()
+		c.close("session closed by client")
 		return false
 	case zk.OpSetWatches, zk.OpSetWatches2:
 		rel := d.Long()
