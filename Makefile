@@ -22,6 +22,8 @@ vet:
 
 test: vet
 	$(GO) test -race -count=1 -timeout 14m ./...
+	./scripts/pyenv.sh
+	MERIDIAN_PYTHON=$(CURDIR)/.venv/bin/python $(GO) test -tags compat -count=1 -run TestKazoo ./cmd/meridian
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
