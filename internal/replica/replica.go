@@ -48,7 +48,7 @@ type Config struct {
 	ElectionTicks    int           // default 10
 	HeartbeatTicks   int           // default 1
 	SnapshotEntries  uint64        // snapshot every N applied entries (default 10000)
-	CatchUpEntries   uint64        // entries kept behind a snapshot for slow followers (default 5000)
+	CatchUpEntries   uint64        // entries kept behind a snapshot for slow followers (default SnapshotEntries/2 = 5000)
 	MaxSizePerMsg    uint64        // default 1 MiB
 	MaxInflightMsgs  int           // default 256
 	MaxPendingReads  int           // default 10000; beyond: errs.ErrThrottled
@@ -154,6 +154,10 @@ type Replica struct {
 	rn   *raft.RawNode // raft loop only
 	tr   *transport
 
+	// Queues into the raft loop, all bounded. propc and readc block their
+	// callers when full (until ctx is done); recvc and eventc are fed by
+	// transport goroutines that must not block, so they drop when full
+	// (raft retransmits messages; an unreachable report is only advice).
 	propc     chan proposal
 	recvc     chan *pb.Message
 	readc     chan *readReq
@@ -310,6 +314,7 @@ func (r *Replica) restore() (bool, error) {
 		r.confState = snap.GetMetadata().GetConfState()
 		r.applied.set(r.snapIndex)
 	}
+	r.term.Store(hs.GetTerm())
 	if err := r.mem.SetHardState(hs); err != nil {
 		return false, err
 	}
@@ -658,13 +663,7 @@ func (r *Replica) propose(p proposal) {
 
 func (r *Replica) handleReady() error {
 	rd := r.rn.Ready()
-	if rd.SoftState != nil {
-		r.setLeader(rd.SoftState.Lead)
-	}
-	if rd.HardState != nil && rd.HardState.GetTerm() != r.term.Load() {
-		r.term.Store(rd.HardState.GetTerm())
-		r.cfg.OnLeaderChange(r.leader.Load(), rd.HardState.GetTerm())
-	}
+	r.noteLeader(rd.SoftState, rd.HardState)
 	var snap *pb.Snapshot
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		snap = rd.Snapshot
@@ -716,10 +715,31 @@ func (r *Replica) handleReady() error {
 	return r.maybeSnapshot()
 }
 
-func (r *Replica) setLeader(lead uint64) {
-	if old := r.leader.Swap(lead); old != lead {
-		r.cfg.OnLeaderChange(lead, r.term.Load())
+// noteLeader publishes leader and term changes: once per Ready, with both
+// values current, so the callback never sees a new leader with an old term.
+func (r *Replica) noteLeader(ss *raft.SoftState, hs *pb.HardState) {
+	lead, term := r.leader.Load(), r.term.Load()
+	newLead, newTerm := lead, term
+	if ss != nil {
+		newLead = ss.Lead
 	}
+	if hs != nil {
+		newTerm = hs.GetTerm()
+	}
+	if newLead == lead && newTerm == term {
+		return
+	}
+	r.leader.Store(newLead)
+	r.term.Store(newTerm)
+	if newLead != lead && len(r.inflight) > 0 {
+		// A round sent to the old leader will likely never be answered:
+		// re-issue it now under a fresh context rather than after a timeout.
+		for k, b := range r.inflight {
+			delete(r.inflight, k)
+			r.pendingReads = append(r.pendingReads, b.reqs...)
+		}
+	}
+	r.cfg.OnLeaderChange(newLead, newTerm)
 }
 
 func (r *Replica) apply(ents []*pb.Entry) error {

@@ -99,6 +99,9 @@ func (d *disk) load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
 	if err := d.get(keySnapshot, snap); err != nil {
 		return nil, nil, nil, fmt.Errorf("snapshot: %w", err)
 	}
+	// Entries kept behind the snapshot for slow followers are not loaded:
+	// MemoryStorage starts at the snapshot, so after a restart a follower
+	// that needs them gets the snapshot instead.
 	first := snap.GetMetadata().GetIndex() + 1
 	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(first), UpperBound: entriesEnd})
 	if err != nil {
