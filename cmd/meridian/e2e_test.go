@@ -15,6 +15,7 @@ import (
 
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/server"
+	"github.com/meridian-coord/meridian/internal/testutil"
 )
 
 // These tests run the real binary as separate processes, as a user would.
@@ -37,22 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePorts(t *testing.T, n int) []int {
-	var ls []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
+func freePorts(t testing.TB, n int) []int { return testutil.FreePorts(t, n) }
 
 type proc struct {
 	cmd  *exec.Cmd

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/testutil"
 )
 
 // testCluster runs n servers in this process, each with real Pebble storage
@@ -25,23 +25,7 @@ type testCluster struct {
 	servers []*Server
 }
 
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
+func freePorts(t testing.TB, n int) []int { return testutil.FreePorts(t, n) }
 
 func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 	t.Helper()
