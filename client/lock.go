@@ -20,6 +20,9 @@ type LockOptions struct {
 	// Delay is the lock-delay: if this session expires while holding the
 	// lock, nobody else gets it for this long.
 	Delay time.Duration
+	// Permits > 1 makes the name a counting semaphore with that many
+	// permits (every acquirer must use the same number).
+	Permits int
 }
 
 // Lease is a held lock. Token is its fencing token: strictly increasing for
@@ -58,7 +61,8 @@ func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Leas
 	var resp *pb.LockResponse
 	err := c.do(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
 		resp, err = api.Lock(ctx, &pb.LockRequest{SessionId: sid, Name: name, Shared: opts.Shared,
-			Wait: !opts.TryOnly, TimeoutMs: opts.Timeout.Milliseconds(), DelayMs: opts.Delay.Milliseconds()})
+			Wait: !opts.TryOnly, TimeoutMs: opts.Timeout.Milliseconds(), DelayMs: opts.Delay.Milliseconds(),
+			Permits: int32(opts.Permits)})
 		return resp.GetHeader(), err
 	})
 	if err != nil {

@@ -2697,7 +2697,11 @@ type LockRequest struct {
 	TimeoutMs int64 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// delay_ms: lock-delay. If this holder's session expires, the lock is not
 	// granted to anyone else for this long (Chubby/Consul semantics).
-	DelayMs       int64 `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	DelayMs int64 `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	// permits > 1 makes NAME a counting semaphore: up to that many sessions
+	// hold it at once, FIFO, each with its own token. Every acquire of a name
+	// must give the same permits.
+	Permits       int32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2770,6 +2774,13 @@ func (x *LockRequest) GetTimeoutMs() int64 {
 func (x *LockRequest) GetDelayMs() int64 {
 	if x != nil {
 		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *LockRequest) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
 	}
 	return 0
 }
@@ -3196,6 +3207,7 @@ type LockInfo struct {
 	Holders       []*LockHolder          `protobuf:"bytes,2,rep,name=holders,proto3" json:"holders,omitempty"`
 	Waiters       []*LockWaiter          `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	DelayUntilMs  int64                  `protobuf:"varint,4,opt,name=delay_until_ms,json=delayUntilMs,proto3" json:"delay_until_ms,omitempty"`
+	Permits       int32                  `protobuf:"varint,5,opt,name=permits,proto3" json:"permits,omitempty"` // 1 for a mutex
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3254,6 +3266,13 @@ func (x *LockInfo) GetWaiters() []*LockWaiter {
 func (x *LockInfo) GetDelayUntilMs() int64 {
 	if x != nil {
 		return x.DelayUntilMs
+	}
+	return 0
+}
+
+func (x *LockInfo) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
 	}
 	return 0
 }
@@ -3922,7 +3941,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12,\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x18.meridian.v1.WatcherTypeR\x04type\"D\n" +
 	"\x15RemoveWatchesResponse\x12+\n" +
-	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\xa6\x01\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\xc0\x01\n" +
 	"\vLockRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
@@ -3931,7 +3950,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04wait\x18\x04 \x01(\bR\x04wait\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x12\x19\n" +
-	"\bdelay_ms\x18\x06 \x01(\x03R\adelayMs\"Q\n" +
+	"\bdelay_ms\x18\x06 \x01(\x03R\adelayMs\x12\x18\n" +
+	"\apermits\x18\a \x01(\x05R\apermits\"Q\n" +
 	"\fLockResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"B\n" +
@@ -3960,12 +3980,13 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"LockWaiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x16\n" +
-	"\x06shared\x18\x02 \x01(\bR\x06shared\"\xaa\x01\n" +
+	"\x06shared\x18\x02 \x01(\bR\x06shared\"\xc4\x01\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\aholders\x18\x02 \x03(\v2\x17.meridian.v1.LockHolderR\aholders\x121\n" +
 	"\awaiters\x18\x03 \x03(\v2\x17.meridian.v1.LockWaiterR\awaiters\x12$\n" +
-	"\x0edelay_until_ms\x18\x04 \x01(\x03R\fdelayUntilMs\"@\n" +
+	"\x0edelay_until_ms\x18\x04 \x01(\x03R\fdelayUntilMs\x12\x18\n" +
+	"\apermits\x18\x05 \x01(\x05R\apermits\"@\n" +
 	"\x10ListLocksRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"m\n" +

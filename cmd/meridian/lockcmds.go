@@ -19,6 +19,7 @@ import (
 
 func lockCommands() []*cobra.Command {
 	var shared bool
+	var permits int
 	var wait, delay time.Duration
 	lock := &cobra.Command{
 		Use:   "lock NAME -- COMMAND [ARGS...]",
@@ -37,7 +38,7 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 			defer c.Close()
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
-			lease, err := c.Lock(ctx, args[0], client.LockOptions{Shared: shared, Timeout: wait, Delay: delay})
+			lease, err := c.Lock(ctx, args[0], client.LockOptions{Shared: shared, Timeout: wait, Delay: delay, Permits: permits})
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "error: lock:", err)
 				os.Exit(2)
@@ -84,6 +85,7 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 	lock.Flags().BoolVar(&shared, "shared", false, "take a shared (read) hold")
 	lock.Flags().DurationVar(&wait, "wait", 0, "give up after waiting this long (0: wait until interrupted)")
 	lock.Flags().DurationVar(&delay, "delay", 0, "lock-delay if this session expires while holding")
+	lock.Flags().IntVar(&permits, "permits", 1, "N > 1: a semaphore with N permits (at most N holders at once)")
 
 	locks := &cobra.Command{
 		Use:   "locks [PREFIX]",

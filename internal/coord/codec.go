@@ -31,6 +31,7 @@ func Encode(c *Command) ([]byte, error) {
 	b = binary.AppendVarint(b, c.DelayMs)
 	b = binary.AppendVarint(b, c.Target)
 	b = binary.AppendUvarint(b, c.Token)
+	b = binary.AppendVarint(b, int64(c.Permits))
 	b = binary.AppendUvarint(b, uint64(len(c.Lock)))
 	b = append(b, c.Lock...)
 	b = binary.AppendUvarint(b, uint64(len(c.Inner)))
@@ -83,6 +84,11 @@ func Decode(b []byte) (*Command, error) {
 	if c.Token, ok = uv(); !ok {
 		return nil, bad
 	}
+	permits, ok := sv()
+	if !ok || permits < 0 || permits > MaxPermits {
+		return nil, bad
+	}
+	c.Permits = int32(permits)
 	lock, ok := bytesField(MaxLockNameBytes)
 	if !ok {
 		return nil, bad

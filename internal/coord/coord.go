@@ -27,6 +27,7 @@ const (
 	MaxLocksPerSession = 1000 // held or waited for
 	MaxLocks           = 1000000
 	MaxDelayMs         = 600000 // 10 minutes of lock-delay at most
+	MaxPermits         = 10000  // permits of one semaphore
 )
 
 // Mode of a hold.
@@ -66,6 +67,7 @@ type Command struct {
 	Mode    Mode
 	Wait    bool   // acquire: queue if not free (false: try-lock)
 	DelayMs int64  // acquire: lock-delay applied if this holder's session expires
+	Permits int32  // acquire: >1 makes the lock a counting semaphore with that many permits
 	Target  int64  // force-release: the session to evict
 	Token   uint64 // fenced: the token presented
 	Inner   []byte // fenced: an encoded tree command
@@ -111,6 +113,7 @@ type Waiter struct {
 }
 
 type lock struct {
+	permits    int32 // 1: a mutex (exclusive/shared); >1: a semaphore, each holder takes one permit
 	holders    []Holder
 	waiters    []Waiter
 	delays     map[int64]int64 // holder session -> lock-delay ms
@@ -175,13 +178,19 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 }
 
 func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Grant, []Loss) {
-	if c.Mode != Exclusive && c.Mode != Shared || c.DelayMs < 0 || c.DelayMs > MaxDelayMs {
+	permits := max(c.Permits, 1)
+	if c.Mode != Exclusive && c.Mode != Shared || c.DelayMs < 0 || c.DelayMs > MaxDelayMs ||
+		permits > MaxPermits || (permits > 1 && c.Mode == Shared) {
 		return Result{Err: errs.ErrBadArguments}, nil, nil
 	}
 	if !live(c.Session) {
 		return Result{Err: errs.ErrSessionExpired}, nil, nil
 	}
 	l := s.locks[c.Lock]
+	if l != nil && l.permits != permits {
+		// A name is a mutex or a semaphore of one size, whoever asks.
+		return Result{Err: errs.ErrBadArguments}, nil, nil
+	}
 	if l != nil {
 		// Idempotent: a retried acquire (after an unknown outcome) finds its
 		// own hold or its own place in the queue.
@@ -203,10 +212,10 @@ func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Gran
 		if len(s.locks) >= MaxLocks {
 			return Result{Err: errs.ErrTooManyLocks}, nil, nil
 		}
-		l = &lock{}
+		l = &lock{permits: permits}
 		s.locks[c.Lock] = l
 	}
-	free := len(l.waiters) == 0 && c.TimeMs >= l.delayUntil && compatible(l.holders, c.Mode)
+	free := len(l.waiters) == 0 && c.TimeMs >= l.delayUntil && l.admits(c.Mode)
 	if free {
 		s.hold(c.Lock, l, Holder{Session: c.Session, Token: index, Mode: c.Mode}, c.DelayMs)
 		return Result{Granted: true, Token: index}, []Grant{{Lock: c.Lock, Session: c.Session, Token: index, Mode: c.Mode}}, nil
@@ -223,11 +232,16 @@ func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Gran
 	return Result{Position: len(l.waiters)}, nil, nil
 }
 
-func compatible(holders []Holder, m Mode) bool {
-	if len(holders) == 0 {
+// admits reports whether a new holder of mode m fits: a free permit of a
+// semaphore; for a mutex, no holder, or only shared ones for a shared hold.
+func (l *lock) admits(m Mode) bool {
+	if l.permits > 1 {
+		return int32(len(l.holders)) < l.permits
+	}
+	if len(l.holders) == 0 {
 		return true
 	}
-	return m == Shared && holders[0].Mode == Shared
+	return m == Shared && l.holders[0].Mode == Shared
 }
 
 func (s *State) hold(name string, l *lock, h Holder, delayMs int64) {
@@ -268,7 +282,7 @@ func (s *State) grantNext(name string, index uint64, nowMs int64) []Grant {
 	}
 	l.delayUntil = 0
 	var grants []Grant
-	for len(l.waiters) > 0 && compatible(l.holders, l.waiters[0].Mode) {
+	for len(l.waiters) > 0 && l.admits(l.waiters[0].Mode) {
 		w := l.waiters[0]
 		l.waiters = l.waiters[1:]
 		s.hold(name, l, Holder{Session: w.Session, Token: index, Mode: w.Mode}, w.DelayMs)
@@ -412,6 +426,7 @@ func (s *State) CheckToken(name string, token uint64) error {
 // LockInfo describes one lock for listings.
 type LockInfo struct {
 	Name         string
+	Permits      int32
 	Holders      []Holder
 	Waiters      []Waiter
 	DelayUntilMs int64
@@ -423,7 +438,7 @@ func (s *State) Get(name string) (LockInfo, bool) {
 	if l == nil {
 		return LockInfo{}, false
 	}
-	return LockInfo{Name: name, Holders: append([]Holder(nil), l.holders...),
+	return LockInfo{Name: name, Permits: l.permits, Holders: append([]Holder(nil), l.holders...),
 		Waiters: append([]Waiter(nil), l.waiters...), DelayUntilMs: l.delayUntil}, true
 }
 

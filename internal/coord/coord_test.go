@@ -13,7 +13,7 @@ import (
 // TestScripts runs the lock-queue scripts in testdata/scripts/ (rewrite the golden
 // output with: go test ./internal/coord -rewrite).
 //
-//	acquire lock=a session=1 [shared] [wait] [delay=MS] [time=MS]
+//	acquire lock=a session=1 [shared] [wait] [delay=MS] [time=MS] [permits=N]
 //	release lock=a session=1 [time=MS]
 //	cancel lock=a session=2
 //	force-release lock=a target=1
@@ -52,6 +52,8 @@ func TestScripts(t *testing.T) {
 					c.Wait = true
 				case "delay":
 					fmt.Sscan(v, &c.DelayMs)
+				case "permits":
+					fmt.Sscan(v, &c.Permits)
 				case "time":
 					fmt.Sscan(v, &c.TimeMs)
 				case "token":
@@ -129,6 +131,9 @@ func show(s *State) string {
 	var out strings.Builder
 	for _, l := range s.List("", 1000) {
 		fmt.Fprintf(&out, "%s:", l.Name)
+		if l.Permits > 1 {
+			fmt.Fprintf(&out, " permits=%d", l.Permits)
+		}
 		for _, h := range l.Holders {
 			fmt.Fprintf(&out, " holder(s%d,t%d,%s)", h.Session, h.Token, h.Mode)
 		}

@@ -23,6 +23,7 @@ func (s *State) Snapshot() []byte {
 		b = binary.AppendUvarint(b, uint64(len(name)))
 		b = append(b, name...)
 		b = binary.AppendVarint(b, l.delayUntil)
+		b = binary.AppendUvarint(b, uint64(l.permits))
 		b = binary.AppendUvarint(b, uint64(len(l.holders)))
 		for _, h := range l.holders {
 			b = binary.AppendVarint(b, h.Session)
@@ -91,7 +92,10 @@ func Restore(b []byte) (*State, error) {
 		if _, dup := s.locks[name]; dup {
 			return nil, corrupt("duplicate lock")
 		}
-		l := &lock{delayUntil: sv()}
+		l := &lock{delayUntil: sv(), permits: int32(uv(MaxPermits))}
+		if l.permits < 1 {
+			return nil, corrupt("permits")
+		}
 		nh := uv(uint64(len(b)))
 		for j := uint64(0); j < nh && !fail; j++ {
 			h := Holder{Session: sv(), Token: uv(^uint64(0)), Mode: Mode(byt())}

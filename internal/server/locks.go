@@ -234,7 +234,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 	}
 	defer a.s.grants.remove(key)
 	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpAcquire,
-		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs()})
+		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits()})
 	if err == nil {
 		err = res.Err
 	}
@@ -328,7 +328,7 @@ func (a *api) ListLocks(ctx context.Context, r *pb.ListLocksRequest) (*pb.ListLo
 	a.s.mu.RUnlock()
 	out := &pb.ListLocksResponse{Header: a.header(idx)}
 	for _, l := range locks {
-		li := &pb.LockInfo{Name: l.Name, DelayUntilMs: l.DelayUntilMs}
+		li := &pb.LockInfo{Name: l.Name, DelayUntilMs: l.DelayUntilMs, Permits: l.Permits}
 		for _, h := range l.Holders {
 			li.Holders = append(li.Holders, &pb.LockHolder{SessionId: h.Session, Token: h.Token, Shared: h.Mode == coord.Shared})
 		}

@@ -185,3 +185,36 @@ func TestLocksSurviveRestart(t *testing.T) {
 		t.Fatalf("after restart CheckToken = %v, %v", ok, err)
 	}
 }
+
+func TestSemaphore(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	a, b, c := tc.client(), tc.client(), tc.client()
+	cx := ctx(t)
+	opts := client.LockOptions{Permits: 2}
+	la, err := a.Lock(cx, "pool", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Lock(cx, "pool", opts)
+	if err != nil || lb.Token <= la.Token {
+		t.Fatalf("second permit: %+v %v", lb, err)
+	}
+	if _, err := c.Lock(cx, "pool", client.LockOptions{Permits: 2, TryOnly: true}); !errors.Is(err, client.ErrLockHeld) {
+		t.Fatalf("third holder of a 2-permit semaphore: %v", err)
+	}
+	got := make(chan *client.Lease, 1)
+	go func() { l, _ := c.Lock(context.Background(), "pool", opts); got <- l }()
+	waitForWaiters(t, a, "pool", 1)
+	if err := la.Unlock(cx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l == nil || l.Token <= lb.Token {
+			t.Fatalf("waiter's permit %+v", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("freed permit not handed to the waiter")
+	}
+}
