@@ -81,6 +81,17 @@ func (h *hub) attach() uint64 {
 	return g
 }
 
+// reset drops the hub's queue and ends its stream like an overflow: the
+// client re-registers its watches relative to its last zxid, which fires
+// those whose node changed.
+func (h *hub) reset() {
+	h.mu.Lock()
+	h.overflow = true
+	h.queue = nil
+	h.mu.Unlock()
+	h.wake()
+}
+
 func (h *hub) end(expired bool) {
 	h.mu.Lock()
 	h.done = true
@@ -119,6 +130,16 @@ func (hs *hubs) remove(session int64) *hub {
 	h := hs.m[session]
 	delete(hs.m, session)
 	return h
+}
+
+func (hs *hubs) all() []*hub {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	out := make([]*hub, 0, len(hs.m))
+	for _, h := range hs.m {
+		out = append(out, h)
+	}
+	return out
 }
 
 func (hs *hubs) closeAll() {

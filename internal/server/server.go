@@ -319,6 +319,16 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 	s.mu.coord = c
 	s.mu.applied = index
 	sessions := t.Sessions()
+	// The state jumped past changes whose events were never triggered here:
+	// make every client re-register its watches relative to its last zxid,
+	// which fires those whose node changed (ZooKeeper's setWatches).
+	for _, h := range s.hubs.all() {
+		s.watches.RemoveAll(h)
+		h.reset()
+	}
+	if s.zk != nil {
+		s.zk.closeAllConns("state replaced by a leader snapshot")
+	}
 	s.mu.Unlock()
 	live := make(map[int64]time.Duration, len(sessions))
 	for _, si := range sessions {

@@ -101,6 +101,16 @@ func (l *zkListener) close() {
 	l.mu.Unlock()
 }
 
+// closeAllConns closes every client connection (clients reconnect and
+// re-register their watches).
+func (l *zkListener) closeAllConns(why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		c.close(why)
+	}
+}
+
 // sessionEnded closes the connection of a session that closed or expired.
 func (l *zkListener) sessionEnded(id int64) {
 	l.mu.Lock()
