@@ -7,14 +7,17 @@ import (
 	"crypto/sha1"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-coord/meridian/internal/coord"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/session"
 	"github.com/meridian-coord/meridian/internal/tree"
@@ -402,6 +405,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 		return err
 	}
 
+	if handled := c.serveReservedRead(op, pkt, xid, reply, applied); handled {
+		return true
+	}
 	switch op {
 	case zk.OpPing:
 		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidPing, Zxid: c.lastZxid}, nil))
@@ -473,6 +479,11 @@ func (c *zkConn) serve(pkt []byte) bool {
 		var kids []string
 		var st tree.Stat
 		err := read(path, w, watch.KindChild, tree.PermRead, func(t *tree.Tree) (err error) { kids, st, err = t.Children(path); return })
+		if path == "/" && err == nil {
+			// The read-only view of Meridian's own state hangs off the root.
+			kids = append(kids, tree.ReservedRoot[1:])
+			st.NumChildren++
+		}
 		reply(applied(), err, func(e *zk.Encoder) {
 			e.Strings(kids)
 			if op == zk.OpGetChildren2 {
@@ -607,6 +618,88 @@ func (c *zkConn) serve(pkt []byte) bool {
 		reply(0, errs.ErrUnimplemented, nil)
 	}
 	return true
+}
+
+// serveReservedRead answers reads under /meridian from the lock table:
+// /meridian/locks lists locks (names path-escaped), each node's data is its
+// holders and waiters as JSON. These nodes are read-only and carry no watches.
+func (c *zkConn) serveReservedRead(op int32, pkt []byte, xid int32, reply func(int64, error, func(*zk.Encoder)), applied func() int64) bool {
+	switch op {
+	case zk.OpExists, zk.OpGetData, zk.OpGetChildren, zk.OpGetChildren2, zk.OpGetACL:
+	default:
+		return false
+	}
+	d := zk.NewDecoder(pkt[8:])
+	path := d.Ustring()
+	if d.Err() != nil || !tree.Reserved(path) {
+		return false
+	}
+	kids, data, err := c.s.lockView(path)
+	st := tree.Stat{DataLength: int32(len(data)), NumChildren: int32(len(kids))}
+	reply(applied(), err, func(e *zk.Encoder) {
+		switch op {
+		case zk.OpExists:
+			toZKStat(st).Encode(e)
+		case zk.OpGetData:
+			e.Buffer(data)
+			toZKStat(st).Encode(e)
+		case zk.OpGetChildren:
+			e.Strings(kids)
+		case zk.OpGetChildren2:
+			e.Strings(kids)
+			toZKStat(st).Encode(e)
+		case zk.OpGetACL:
+			zk.EncodeACLs(e, []zk.ACL{{Perms: tree.PermRead, Scheme: "world", ID: "anyone"}})
+			toZKStat(st).Encode(e)
+		}
+	})
+	return true
+}
+
+// lockView renders the reserved subtree.
+func (s *Server) lockView(path string) (children []string, data []byte, err error) {
+	const locksDir = tree.ReservedRoot + "/locks"
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	switch {
+	case path == tree.ReservedRoot:
+		return []string{"locks"}, nil, nil
+	case path == locksDir:
+		for _, l := range s.mu.coord.List("", 10000) {
+			children = append(children, url.PathEscape(l.Name))
+		}
+		return children, nil, nil
+	case strings.HasPrefix(path, locksDir+"/"):
+		name, uerr := url.PathUnescape(path[len(locksDir)+1:])
+		if uerr != nil {
+			return nil, nil, errs.ErrNoNode
+		}
+		info, ok := s.mu.coord.Get(name)
+		if !ok {
+			return nil, nil, errs.ErrNoNode
+		}
+		type holder struct {
+			Session string `json:"session"`
+			Token   uint64 `json:"token"`
+			Shared  bool   `json:"shared,omitempty"`
+		}
+		view := struct {
+			Name         string   `json:"name"`
+			Permits      int32    `json:"permits"`
+			Holders      []holder `json:"holders"`
+			Waiters      []string `json:"waiters"`
+			DelayUntilMs int64    `json:"delay_until_ms,omitempty"`
+		}{Name: info.Name, Permits: info.Permits, Holders: []holder{}, Waiters: []string{}, DelayUntilMs: info.DelayUntilMs}
+		for _, h := range info.Holders {
+			view.Holders = append(view.Holders, holder{Session: fmt.Sprintf("0x%x", h.Session), Token: h.Token, Shared: h.Mode == coord.Shared})
+		}
+		for _, w := range info.Waiters {
+			view.Waiters = append(view.Waiters, fmt.Sprintf("0x%x", w.Session))
+		}
+		data, _ = json.Marshal(view)
+		return nil, data, nil
+	}
+	return nil, nil, errs.ErrNoNode
 }
 
 func (c *zkConn) malformed(op int32) bool {

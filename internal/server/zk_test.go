@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
+
+	"github.com/meridian-coord/meridian/client"
 )
 
 // These tests drive the ZooKeeper listener with an unmodified ZooKeeper
@@ -262,5 +265,36 @@ func TestZKBadInput(t *testing.T) {
 	resp := readFrame(t, c5)
 	if to, sid := binary.BigEndian.Uint32(resp[4:]), binary.BigEndian.Uint64(resp[8:]); to != 0 || sid != 0 {
 		t.Fatalf("wrong password: timeout %d session %d, want 0 0", to, sid)
+	}
+}
+
+// TestZKLockView: Meridian's locks are visible to ZooKeeper tools as
+// read-only znodes under /meridian/locks.
+func TestZKLockView(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	c := tc.client(tc.endpoints()[0])
+	l, err := c.Lock(ctx(t), "jobs/db", client.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc, _ := zkConnect(t, tc.zkAddrs()[:1])
+	root, _, err := zc.Children("/")
+	if err != nil || !slices.Contains(root, "meridian") {
+		t.Fatalf("/ children %v %v", root, err)
+	}
+	kids, _, err := zc.Children("/meridian/locks")
+	if err != nil || !slices.Equal(kids, []string{"jobs%2Fdb"}) {
+		t.Fatalf("/meridian/locks children %v %v", kids, err)
+	}
+	data, _, err := zc.Get("/meridian/locks/jobs%2Fdb")
+	if err != nil || !strings.Contains(string(data), fmt.Sprintf(`"token":%d`, l.Token)) {
+		t.Fatalf("lock node data %s %v", data, err)
+	}
+	if _, err := zc.Create("/meridian/x", nil, 0, gozk.WorldACL(gozk.PermAll)); err == nil {
+		t.Fatal("write under /meridian accepted")
+	}
+	if _, _, err := zc.Get("/meridian/locks/nope"); !errors.Is(err, gozk.ErrNoNode) {
+		t.Fatalf("missing lock: %v", err)
 	}
 }

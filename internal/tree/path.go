@@ -73,5 +73,14 @@ func baseName(path string) string {
 // protected reports whether path is the reserved "/zookeeper" subtree, which
 // clients may read but not modify.
 func protected(path string) bool {
-	return path == "/zookeeper" || strings.HasPrefix(path, "/zookeeper/")
+	return path == "/zookeeper" || strings.HasPrefix(path, "/zookeeper/") || Reserved(path)
+}
+
+// ReservedRoot is where Meridian shows its own state (locks) to ZooKeeper
+// clients as read-only znodes; no client write may touch it.
+const ReservedRoot = "/meridian"
+
+// Reserved reports whether path is ReservedRoot or below it.
+func Reserved(path string) bool {
+	return path == ReservedRoot || strings.HasPrefix(path, ReservedRoot+"/")
 }
