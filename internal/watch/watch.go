@@ -1,11 +1,16 @@
-// Package watch owns the per-server watch registry: which session (Watcher)
-// waits for which change, and ZooKeeper's rules for which change fires which
-// watch. Watches are not replicated; each server keeps those of the clients
-// connected to it.
+// Package watch owns the per-server watch registry: which watcher (session or
+// connection) waits for which change, and ZooKeeper's rules for which change
+// fires which watch (server/watch/WatchManager and DataTree.triggerWatch).
 //
-// The manager calls Watcher.Notify while holding its lock, so notifications
-// reach each watcher in the order Trigger was called (zxid order). Notify must
-// therefore never block: the watcher queues and enforces its own bound.
+// Watches are not replicated: each server keeps those of the clients connected
+// to it, and a client re-registers them after reconnecting (SetWatches). This
+// package never reads or changes the tree itself; it sees the tree only
+// through the events it is handed and, for SetWatches, a NodeReader.
+//
+// The manager calls Watcher.Notify while holding its lock, so each watcher
+// receives notifications in the order Trigger was called (zxid order). Notify
+// must therefore never block and never call back into the Manager: the
+// watcher queues the event and enforces its own bound.
 package watch
 
 import (
@@ -17,9 +22,12 @@ import (
 	"github.com/meridian-coord/meridian/internal/tree"
 )
 
-// Watcher receives notifications; one per session (or connection).
+// Watcher receives notifications; one per session (or connection). It is
+// used as a map key, so it must be comparable (in practice, a pointer).
 type Watcher interface {
-	// Notify queues one notification. It must not block.
+	// Notify queues one notification. It must not block; the implementation
+	// (the connection) enforces its own bound and disconnects the client
+	// when full.
 	Notify(ev tree.Event)
 }
 
@@ -27,33 +35,50 @@ type Watcher interface {
 type Kind int
 
 const (
-	// KindData is getData's watch; KindExist is exists' (on a missing or an
-	// existing node). Like ZooKeeper they share one table: both fire on the
-	// node's creation, data change and deletion.
+	// KindData is getData's one-shot watch; KindExist is exists' (on a
+	// missing or an existing node). As in ZooKeeper they share one table: a
+	// registration fires on the node's creation, data change or deletion,
+	// and registering both at one path is one registration. The kind given
+	// to Add only decides which list Snapshot reports it in; like
+	// ZooKeeper's client, callers should register an exists() that found
+	// the node as KindData, so that re-registering it through SetWatches
+	// does not fire a spurious NodeCreated.
 	KindData Kind = iota
 	KindExist
+	// KindChild is getChildren's one-shot watch.
 	KindChild
+	// KindPersistent and KindPersistentRecursive are addWatch modes 0 and 1;
+	// they stay until removed.
 	KindPersistent
 	KindPersistentRecursive
-	// KindAny matches every kind, for Remove.
+	// KindAny matches every kind; only for Remove and Has.
 	KindAny
+
+	kindInvalid Kind = -1
 )
 
 // KindFromWatcherType maps ZooKeeper's WatcherType (removeWatches,
-// checkWatches: 1 children, 2 data, 3 any) to a Kind.
+// checkWatches: 1 children, 2 data, 3 any, and since 3.7 4 persistent, 5
+// persistent recursive) to a Kind. Any other value yields a kind that Remove
+// refuses with errs.ErrBadArguments and Has reports absent.
 func KindFromWatcherType(t int32) Kind {
 	switch t {
 	case 1:
 		return KindChild
 	case 2:
 		return KindData
-	default:
+	case 3:
 		return KindAny
+	case 4:
+		return KindPersistent
+	case 5:
+		return KindPersistentRecursive
 	}
+	return kindInvalid
 }
 
-// table kinds: data and exist registrations share the data table.
-type table int
+// table is where a registration lives: data and exist share tData.
+type table uint8
 
 const (
 	tData table = iota
@@ -63,17 +88,21 @@ const (
 	nTables
 )
 
-func tableOf(k Kind) table {
+// tablesOf returns the tables a Kind names, nil if it names none.
+func tablesOf(k Kind) []table {
 	switch k {
 	case KindData, KindExist:
-		return tData
+		return []table{tData}
 	case KindChild:
-		return tChild
+		return []table{tChild}
 	case KindPersistent:
-		return tPersistent
-	default:
-		return tRecursive
+		return []table{tPersistent}
+	case KindPersistentRecursive:
+		return []table{tRecursive}
+	case KindAny:
+		return []table{tData, tChild, tPersistent, tRecursive}
 	}
+	return nil
 }
 
 type reg struct {
@@ -85,55 +114,63 @@ type reg struct {
 type Manager struct {
 	maxPerWatcher int
 
-	mu       sync.Mutex
-	byPath   [nTables]map[string]map[Watcher]struct{}
-	byWatch  map[Watcher]map[reg]struct{}
+	mu sync.Mutex
+	// Both directions are indexed so that Trigger is proportional to the
+	// watchers of one path and RemoveAll to the registrations of one watcher.
+	byPath [nTables]map[string]map[Watcher]struct{}
+	// byWatch values record, for tData, whether the registration was made
+	// only through exists (reported as exist by Snapshot).
+	byWatch  map[Watcher]map[reg]bool
 	total    int
-	recCount int // recursive registrations: skip ancestor walks when zero
+	recCount int // recursive registrations: Trigger skips the ancestor walk when zero
 }
 
 // NewManager returns a registry allowing at most maxPerWatcher registrations
-// per watcher (further ones fail with errs.ErrTooManyWatches).
+// per watcher; further ones fail with errs.ErrTooManyWatches.
 func NewManager(maxPerWatcher int) *Manager {
-	m := &Manager{maxPerWatcher: maxPerWatcher, byWatch: map[Watcher]map[reg]struct{}{}}
+	m := &Manager{maxPerWatcher: maxPerWatcher, byWatch: map[Watcher]map[reg]bool{}}
 	for i := range m.byPath {
 		m.byPath[i] = map[string]map[Watcher]struct{}{}
 	}
 	return m
 }
 
-// Add registers w for path.
+// Add registers w for path. Registering an existing (path, kind) again is a
+// no-op and does not count against the limit.
 func (m *Manager) Add(w Watcher, path string, k Kind) error {
-	if k == KindAny {
+	if k < KindData || k > KindPersistentRecursive {
 		return errs.ErrBadArguments
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.addLocked(w, path, tableOf(k))
+	return m.addLocked(w, path, k)
 }
 
-func (m *Manager) addLocked(w Watcher, path string, t table) error {
-	r := reg{path, t}
+func (m *Manager) addLocked(w Watcher, path string, k Kind) error {
+	r := reg{path, tablesOf(k)[0]}
 	regs := m.byWatch[w]
-	if _, ok := regs[r]; ok {
+	if existOnly, ok := regs[r]; ok {
+		if existOnly && k == KindData {
+			regs[r] = false
+		}
 		return nil
 	}
 	if len(regs) >= m.maxPerWatcher {
 		return errs.ErrTooManyWatches
 	}
 	if regs == nil {
-		regs = map[reg]struct{}{}
+		regs = map[reg]bool{}
 		m.byWatch[w] = regs
 	}
-	regs[r] = struct{}{}
-	set := m.byPath[t][path]
+	regs[r] = k == KindExist
+	set := m.byPath[r.t][path]
 	if set == nil {
 		set = map[Watcher]struct{}{}
-		m.byPath[t][path] = set
+		m.byPath[r.t][path] = set
 	}
 	set[w] = struct{}{}
 	m.total++
-	if t == tRecursive {
+	if r.t == tRecursive {
 		m.recCount++
 	}
 	return nil
@@ -161,22 +198,14 @@ func (m *Manager) removeLocked(w Watcher, r reg) bool {
 }
 
 // Remove removes w's registrations of kind k at path (ZooKeeper
-// removeWatches). KindData removes the data/exist and persistent ones,
-// KindChild the child and persistent ones, KindAny all. It fails with
+// removeWatches, 3.7+ semantics): KindData (or KindExist) removes the
+// data/exist watch, KindChild the child watch, KindPersistent and
+// KindPersistentRecursive those watches, KindAny all of them. It fails with
 // errs.ErrNoWatcher when nothing matched.
 func (m *Manager) Remove(w Watcher, path string, k Kind) error {
-	var tables []table
-	switch k {
-	case KindData, KindExist:
-		tables = []table{tData, tPersistent, tRecursive}
-	case KindChild:
-		tables = []table{tChild, tPersistent, tRecursive}
-	case KindPersistent:
-		tables = []table{tPersistent}
-	case KindPersistentRecursive:
-		tables = []table{tRecursive}
-	default:
-		tables = []table{tData, tChild, tPersistent, tRecursive}
+	tables := tablesOf(k)
+	if tables == nil {
+		return errs.ErrBadArguments
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -192,8 +221,8 @@ func (m *Manager) Remove(w Watcher, path string, k Kind) error {
 	return nil
 }
 
-// RemoveAll drops every registration of w (its session ended or its
-// connection closed).
+// RemoveAll drops every registration of w (its connection closed or its
+// session ended).
 func (m *Manager) RemoveAll(w Watcher) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -202,32 +231,31 @@ func (m *Manager) RemoveAll(w Watcher) {
 	}
 }
 
-// Has reports whether w has a registration of kind k at path (checkWatches).
+// Has reports whether w has a registration of kind k at path (checkWatches),
+// with the same matching as Remove.
 func (m *Manager) Has(w Watcher, path string, k Kind) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	regs := m.byWatch[w]
-	has := func(t table) bool { _, ok := regs[reg{path, t}]; return ok }
-	switch k {
-	case KindAny:
-		return has(tData) || has(tChild) || has(tPersistent) || has(tRecursive)
-	case KindData, KindExist:
-		return has(tData) || has(tPersistent) || has(tRecursive)
-	case KindChild:
-		return has(tChild) || has(tPersistent) || has(tRecursive)
+	for _, t := range tablesOf(k) {
+		if _, ok := regs[reg{path, t}]; ok {
+			return true
+		}
 	}
-	return has(tableOf(k))
+	return false
 }
 
-// Count returns the number of registrations.
+// Count returns the number of registrations (a path watched by one watcher
+// for data and for children counts twice).
 func (m *Manager) Count() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.total
 }
 
-// Trigger fires the watches ev matches, each watcher at most once, and removes
-// the one-shot registrations that fired.
+// Trigger fires the watches ev matches, notifying each watcher at most once
+// (ZooKeeper's suppress set), and removes the one-shot registrations that
+// fired. Call it for every event in apply (zxid) order.
 func (m *Manager) Trigger(ev tree.Event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -243,8 +271,8 @@ func (m *Manager) Trigger(ev tree.Event) {
 		w.Notify(ev)
 	}
 	oneShot := func(t table) {
-		set := m.byPath[t][ev.Path]
-		for w := range set {
+		// Deleting from the set while ranging over it is safe in Go.
+		for w := range m.byPath[t][ev.Path] {
 			fire(w)
 			m.removeLocked(w, reg{ev.Path, t})
 		}
@@ -257,18 +285,20 @@ func (m *Manager) Trigger(ev tree.Event) {
 		oneShot(tChild)
 	case tree.EventNodeChildrenChanged:
 		oneShot(tChild)
+	default:
+		return
 	}
 	for w := range m.byPath[tPersistent][ev.Path] {
 		fire(w)
 	}
 	// Recursive watches see every change in their subtree except child-list
-	// changes (ZooKeeper 3.6 semantics).
+	// changes (ZooKeeper 3.6: they live only in the data table).
 	if m.recCount > 0 && ev.Type != tree.EventNodeChildrenChanged {
 		for p := ev.Path; ; p = parent(p) {
 			for w := range m.byPath[tRecursive][p] {
 				fire(w)
 			}
-			if p == "/" {
+			if p == "/" || p == "" {
 				break
 			}
 		}
@@ -285,75 +315,96 @@ func parent(p string) string {
 
 // NodeReader is what SetWatches needs to know about the tree.
 type NodeReader interface {
+	// Exists returns the node's stat, or errs.ErrNoNode if it is missing.
 	Exists(path string) (tree.Stat, error)
 }
 
 // SetWatches re-registers a reconnecting client's watches (ZooKeeper
-// setWatches/setWatches2). Watches whose node changed after relZxid fire at
-// once (with Zxid -1) instead of being registered. The caller holds the
-// tree's read lock so no change slips between the check and the registration.
-// Registrations beyond the watcher's limit are dropped silently, as a full
-// queue would be; the client learns of it through a missing notification only
-// if it registered more than the limit, which Add already refuses.
-func (m *Manager) SetWatches(w Watcher, relZxid int64, r NodeReader, data, exist, child, persistent, persistentRecursive []string) {
+// setWatches/setWatches2). A watch whose node changed after relZxid fires at
+// once, with Zxid -1, instead of being registered:
+//
+//   - data: missing -> NodeDeleted; Mzxid > relZxid -> NodeDataChanged.
+//   - exist: present -> NodeCreated.
+//   - child: missing -> NodeDeleted; Pzxid > relZxid -> NodeChildrenChanged.
+//   - persistent, persistentRecursive: always registered.
+//
+// Any error from r counts as a missing node, as in ZooKeeper. The caller
+// holds the tree's read lock so no change slips between the check and the
+// registration.
+//
+// Registrations beyond the watcher's limit are not made; SetWatches then
+// still processes every path and returns errs.ErrTooManyWatches, so the
+// caller can tell the client its watches are incomplete.
+func (m *Manager) SetWatches(w Watcher, relZxid int64, r NodeReader, data, exist, child, persistent, persistentRecursive []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var err error
+	add := func(p string, k Kind) {
+		if e := m.addLocked(w, p, k); e != nil {
+			err = e
+		}
+	}
 	notify := func(t tree.EventType, p string) { w.Notify(tree.Event{Type: t, Path: p, Zxid: -1}) }
 	for _, p := range data {
-		st, err := r.Exists(p)
+		st, e := r.Exists(p)
 		switch {
-		case err != nil:
+		case e != nil:
 			notify(tree.EventNodeDeleted, p)
 		case st.Mzxid > relZxid:
 			notify(tree.EventNodeDataChanged, p)
 		default:
-			m.addLocked(w, p, tData)
+			add(p, KindData)
 		}
 	}
 	for _, p := range exist {
-		if _, err := r.Exists(p); err == nil {
+		if _, e := r.Exists(p); e == nil {
 			notify(tree.EventNodeCreated, p)
 		} else {
-			m.addLocked(w, p, tData)
+			add(p, KindExist)
 		}
 	}
 	for _, p := range child {
-		st, err := r.Exists(p)
+		st, e := r.Exists(p)
 		switch {
-		case err != nil:
+		case e != nil:
 			notify(tree.EventNodeDeleted, p)
 		case st.Pzxid > relZxid:
 			notify(tree.EventNodeChildrenChanged, p)
 		default:
-			m.addLocked(w, p, tChild)
+			add(p, KindChild)
 		}
 	}
 	for _, p := range persistent {
-		m.addLocked(w, p, tPersistent)
+		add(p, KindPersistent)
 	}
 	for _, p := range persistentRecursive {
-		m.addLocked(w, p, tRecursive)
+		add(p, KindPersistentRecursive)
 	}
+	return err
 }
 
-// Snapshot lists w's registrations by kind, sorted (for re-registration and
-// the wchc four-letter word).
+// Snapshot lists w's registrations by kind, each sorted: the arguments
+// SetWatches takes, and the paths the wchc four-letter word prints. A
+// data/exist registration is listed under exist only if it was made only
+// with KindExist.
 func (m *Manager) Snapshot(w Watcher) (data, exist, child, persistent, persistentRecursive []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for r := range m.byWatch[w] {
-		switch r.t {
-		case tData:
+	for r, existOnly := range m.byWatch[w] {
+		switch {
+		case r.t == tData && existOnly:
+			exist = append(exist, r.path)
+		case r.t == tData:
 			data = append(data, r.path)
-		case tChild:
+		case r.t == tChild:
 			child = append(child, r.path)
-		case tPersistent:
+		case r.t == tPersistent:
 			persistent = append(persistent, r.path)
-		case tRecursive:
+		case r.t == tRecursive:
 			persistentRecursive = append(persistentRecursive, r.path)
 		}
 	}
-	for _, s := range [][]string{data, child, persistent, persistentRecursive} {
+	for _, s := range [][]string{data, exist, child, persistent, persistentRecursive} {
 		sort.Strings(s)
 	}
 	return data, exist, child, persistent, persistentRecursive
