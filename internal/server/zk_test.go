@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -296,5 +297,34 @@ func TestZKLockView(t *testing.T) {
 	}
 	if _, _, err := zc.Get("/meridian/locks/nope"); !errors.Is(err, gozk.ErrNoNode) {
 		t.Fatalf("missing lock: %v", err)
+	}
+}
+
+// TestZKGarbageNeverKillsTheServer throws random request bodies at the
+// listener after a valid handshake: connections may close, the server lives.
+func TestZKGarbageNeverKillsTheServer(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	addr := tc.zkAddrs()[0]
+	rng := rand.New(rand.NewPCG(1, 2))
+	ops := []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 100, 101, 103, 104, 105, 106, 107, 999}
+	for i := 0; i < 300; i++ {
+		c := rawZK(t, addr)
+		body := binary.BigEndian.AppendUint32(nil, uint32(i))
+		body = binary.BigEndian.AppendUint32(body, ops[rng.IntN(len(ops))])
+		junk := make([]byte, rng.IntN(64))
+		for j := range junk {
+			junk[j] = byte(rng.IntN(256))
+		}
+		body = append(body, junk...)
+		c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...))
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		c.Read(make([]byte, 64))
+		c.Close()
+	}
+	// Still serving.
+	zc, _ := zkConnect(t, []string{addr})
+	if _, err := zc.Create("/alive", nil, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
+		t.Fatalf("server not serving after garbage: %v", err)
 	}
 }
