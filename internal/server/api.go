@@ -218,6 +218,9 @@ func (a *api) read(ctx context.Context, r *pb.ReadRequest, k watch.Kind, fn func
 	}
 	err := fn(a.s.mu.tree)
 	if r.GetWatch() && (err == nil || (k == watch.KindExist && errors.Is(err, errs.ErrNoNode))) {
+		if k == watch.KindExist && err == nil {
+			k = watch.KindData // as ZooKeeper: exists on an existing node sets a data watch
+		}
 		h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
 		if werr := a.s.watches.Add(h, r.GetPath(), k); werr != nil {
 			return 0, werr
@@ -373,9 +376,14 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 			return a.done("Watch", errs.ErrTooManyWatches)
 		}
 		a.s.mu.RLock()
-		a.s.watches.SetWatches(h, r.GetRelativeZxid(), treeReader{a.s.mu.tree},
+		err := a.s.watches.SetWatches(h, r.GetRelativeZxid(), treeReader{a.s.mu.tree},
 			r.GetData(), r.GetExist(), r.GetChild(), r.GetPersistent(), r.GetPersistentRecursive())
 		a.s.mu.RUnlock()
+		if err != nil {
+			// Some watches could not be registered: say so rather than
+			// leave the client believing it watches them.
+			return a.done("Watch", err)
+		}
 	}
 	if err := stream.Send(&pb.WatchEvent{Ready: true}); err != nil {
 		return err

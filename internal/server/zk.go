@@ -398,6 +398,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		err = fn(c.s.mu.tree)
 		if watchIt && (err == nil || (k == watch.KindExist && errors.Is(err, errs.ErrNoNode))) {
+			if k == watch.KindExist && err == nil {
+				k = watch.KindData // as ZooKeeper: exists on an existing node sets a data watch
+			}
 			if werr := c.s.watches.Add(c, path, k); werr != nil {
 				return werr
 			}
@@ -538,9 +541,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 			return c.malformed(op)
 		}
 		c.s.mu.RLock()
-		c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree}, data, exist, child, pers, rec)
+		err := c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree}, data, exist, child, pers, rec)
 		c.s.mu.RUnlock()
-		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: applied()}, nil))
+		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: applied(), Err: errs.ZKCode(err)}, nil))
 	case zk.OpAddWatch:
 		path, mode := d.Ustring(), d.Int()
 		if d.Finish() != nil {
