@@ -2701,7 +2701,9 @@ type LockRequest struct {
 	// permits > 1 makes NAME a counting semaphore: up to that many sessions
 	// hold it at once, FIFO, each with its own token. Every acquire of a name
 	// must give the same permits.
-	Permits       int32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
+	Permits int32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
+	// value: published with the hold (an election candidate's value).
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2783,6 +2785,13 @@ func (x *LockRequest) GetPermits() int32 {
 		return x.Permits
 	}
 	return 0
+}
+
+func (x *LockRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type LockResponse struct {
@@ -3094,6 +3103,7 @@ type LockHolder struct {
 	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	Shared        bool                   `protobuf:"varint,3,opt,name=shared,proto3" json:"shared,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3149,6 +3159,245 @@ func (x *LockHolder) GetShared() bool {
 	return false
 }
 
+func (x *LockHolder) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type ProclaimRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimRequest) Reset() {
+	*x = ProclaimRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimRequest) ProtoMessage() {}
+
+func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
+func (*ProclaimRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ProclaimRequest) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *ProclaimRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type ProclaimResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimResponse) Reset() {
+	*x = ProclaimResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimResponse) ProtoMessage() {}
+
+func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
+func (*ProclaimResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ProclaimResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ProclaimResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type LeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderRequest) Reset() {
+	*x = LeaderRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderRequest) ProtoMessage() {}
+
+func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
+func (*LeaderRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *LeaderRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type LeaderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Elected       bool                   `protobuf:"varint,2,opt,name=elected,proto3" json:"elected,omitempty"` // false: nobody leads now
+	SessionId     int64                  `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderResponse) Reset() {
+	*x = LeaderResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderResponse) ProtoMessage() {}
+
+func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
+func (*LeaderResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *LeaderResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *LeaderResponse) GetElected() bool {
+	if x != nil {
+		return x.Elected
+	}
+	return false
+}
+
+func (x *LeaderResponse) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *LeaderResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LeaderResponse) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type LockWaiter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -3159,7 +3408,7 @@ type LockWaiter struct {
 
 func (x *LockWaiter) Reset() {
 	*x = LockWaiter{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[46]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3420,7 @@ func (x *LockWaiter) String() string {
 func (*LockWaiter) ProtoMessage() {}
 
 func (x *LockWaiter) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[46]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3433,7 @@ func (x *LockWaiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockWaiter.ProtoReflect.Descriptor instead.
 func (*LockWaiter) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{46}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LockWaiter) GetSessionId() int64 {
@@ -3214,7 +3463,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[47]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3475,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[47]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3488,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{47}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LockInfo) GetName() string {
@@ -3287,7 +3536,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[48]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3548,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[48]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3561,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{48}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -3339,7 +3588,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[49]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3600,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[49]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3613,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{49}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListLocksResponse) GetHeader() *Header {
@@ -3389,7 +3638,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[50]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3650,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[50]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3663,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{50}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{54}
 }
 
 type Member struct {
@@ -3433,7 +3682,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[51]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +3694,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[51]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +3707,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{51}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Member) GetId() uint64 {
@@ -3538,7 +3787,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[52]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3799,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[52]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3812,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{52}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StatusResponse) GetHeader() *Header {
@@ -3666,7 +3915,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[53]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3927,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[53]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3940,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{53}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TransferLeaderRequest) GetTargetId() uint64 {
@@ -3710,7 +3959,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3722,7 +3971,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3735,7 +3984,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{54}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TransferLeaderResponse) GetHeader() *Header {
@@ -3941,7 +4190,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12,\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x18.meridian.v1.WatcherTypeR\x04type\"D\n" +
 	"\x15RemoveWatchesResponse\x12+\n" +
-	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\xc0\x01\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\xd6\x01\n" +
 	"\vLockRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
@@ -3951,7 +4200,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x12\x19\n" +
 	"\bdelay_ms\x18\x06 \x01(\x03R\adelayMs\x12\x18\n" +
-	"\apermits\x18\a \x01(\x05R\apermits\"Q\n" +
+	"\apermits\x18\a \x01(\x05R\apermits\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"Q\n" +
 	"\fLockResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"B\n" +
@@ -3969,13 +4219,31 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"W\n" +
 	"\x12CheckTokenResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
-	"\x05valid\x18\x02 \x01(\bR\x05valid\"Y\n" +
+	"\x05valid\x18\x02 \x01(\bR\x05valid\"o\n" +
 	"\n" +
 	"LockHolder\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06shared\x18\x03 \x01(\bR\x06shared\"C\n" +
+	"\x06shared\x18\x03 \x01(\bR\x06shared\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\"Z\n" +
+	"\x0fProclaimRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"U\n" +
+	"\x10ProclaimResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"#\n" +
+	"\rLeaderRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa2\x01\n" +
+	"\x0eLeaderResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x18\n" +
+	"\aelected\x18\x02 \x01(\bR\aelected\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\x03R\tsessionId\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\"C\n" +
 	"\n" +
 	"LockWaiter\x12\x1d\n" +
 	"\n" +
@@ -4050,7 +4318,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\vWatcherType\x12\x0f\n" +
 	"\vWATCHER_ANY\x10\x00\x12\x14\n" +
 	"\x10WATCHER_CHILDREN\x10\x01\x12\x10\n" +
-	"\fWATCHER_DATA\x10\x022\xdd\r\n" +
+	"\fWATCHER_DATA\x10\x022\xaf\x0f\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -4074,7 +4342,10 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\vForceUnlock\x12\x1f.meridian.v1.ForceUnlockRequest\x1a\x1b.meridian.v1.UnlockResponse\x12M\n" +
 	"\n" +
 	"CheckToken\x12\x1e.meridian.v1.CheckTokenRequest\x1a\x1f.meridian.v1.CheckTokenResponse\x12J\n" +
-	"\tListLocks\x12\x1d.meridian.v1.ListLocksRequest\x1a\x1e.meridian.v1.ListLocksResponse\x12A\n" +
+	"\tListLocks\x12\x1d.meridian.v1.ListLocksRequest\x1a\x1e.meridian.v1.ListLocksResponse\x12G\n" +
+	"\bProclaim\x12\x1c.meridian.v1.ProclaimRequest\x1a\x1d.meridian.v1.ProclaimResponse\x12A\n" +
+	"\x06Leader\x12\x1a.meridian.v1.LeaderRequest\x1a\x1b.meridian.v1.LeaderResponse\x12D\n" +
+	"\aObserve\x12\x1a.meridian.v1.LeaderRequest\x1a\x1b.meridian.v1.LeaderResponse0\x01\x12A\n" +
 	"\x06Status\x12\x1a.meridian.v1.StatusRequest\x1a\x1b.meridian.v1.StatusResponse\x12Y\n" +
 	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
 
@@ -4091,7 +4362,7 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_meridian_v1_meridian_proto_goTypes = []any{
 	(CreateMode)(0),                // 0: meridian.v1.CreateMode
 	(Consistency)(0),               // 1: meridian.v1.Consistency
@@ -4144,15 +4415,19 @@ var file_meridian_v1_meridian_proto_goTypes = []any{
 	(*CheckTokenRequest)(nil),      // 48: meridian.v1.CheckTokenRequest
 	(*CheckTokenResponse)(nil),     // 49: meridian.v1.CheckTokenResponse
 	(*LockHolder)(nil),             // 50: meridian.v1.LockHolder
-	(*LockWaiter)(nil),             // 51: meridian.v1.LockWaiter
-	(*LockInfo)(nil),               // 52: meridian.v1.LockInfo
-	(*ListLocksRequest)(nil),       // 53: meridian.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),      // 54: meridian.v1.ListLocksResponse
-	(*StatusRequest)(nil),          // 55: meridian.v1.StatusRequest
-	(*Member)(nil),                 // 56: meridian.v1.Member
-	(*StatusResponse)(nil),         // 57: meridian.v1.StatusResponse
-	(*TransferLeaderRequest)(nil),  // 58: meridian.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 59: meridian.v1.TransferLeaderResponse
+	(*ProclaimRequest)(nil),        // 51: meridian.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),       // 52: meridian.v1.ProclaimResponse
+	(*LeaderRequest)(nil),          // 53: meridian.v1.LeaderRequest
+	(*LeaderResponse)(nil),         // 54: meridian.v1.LeaderResponse
+	(*LockWaiter)(nil),             // 55: meridian.v1.LockWaiter
+	(*LockInfo)(nil),               // 56: meridian.v1.LockInfo
+	(*ListLocksRequest)(nil),       // 57: meridian.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),      // 58: meridian.v1.ListLocksResponse
+	(*StatusRequest)(nil),          // 59: meridian.v1.StatusRequest
+	(*Member)(nil),                 // 60: meridian.v1.Member
+	(*StatusResponse)(nil),         // 61: meridian.v1.StatusResponse
+	(*TransferLeaderRequest)(nil),  // 62: meridian.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 63: meridian.v1.TransferLeaderResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	7,  // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
@@ -4200,66 +4475,74 @@ var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	5,  // 42: meridian.v1.LockResponse.header:type_name -> meridian.v1.Header
 	5,  // 43: meridian.v1.UnlockResponse.header:type_name -> meridian.v1.Header
 	5,  // 44: meridian.v1.CheckTokenResponse.header:type_name -> meridian.v1.Header
-	50, // 45: meridian.v1.LockInfo.holders:type_name -> meridian.v1.LockHolder
-	51, // 46: meridian.v1.LockInfo.waiters:type_name -> meridian.v1.LockWaiter
-	5,  // 47: meridian.v1.ListLocksResponse.header:type_name -> meridian.v1.Header
-	52, // 48: meridian.v1.ListLocksResponse.locks:type_name -> meridian.v1.LockInfo
-	5,  // 49: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
-	56, // 50: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
-	5,  // 51: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
-	9,  // 52: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	11, // 53: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	13, // 54: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	15, // 55: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	19, // 56: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	22, // 57: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	22, // 58: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	22, // 59: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	22, // 60: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	27, // 61: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	29, // 62: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	31, // 63: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	33, // 64: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	35, // 65: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	37, // 66: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	39, // 67: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	41, // 68: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	43, // 69: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
-	45, // 70: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
-	46, // 71: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
-	48, // 72: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
-	53, // 73: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
-	55, // 74: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	58, // 75: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	10, // 76: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	12, // 77: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	14, // 78: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	16, // 79: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	21, // 80: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	23, // 81: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	24, // 82: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	25, // 83: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	26, // 84: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	28, // 85: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	30, // 86: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	32, // 87: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	34, // 88: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	36, // 89: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	38, // 90: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	40, // 91: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	42, // 92: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	44, // 93: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	47, // 94: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	47, // 95: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	49, // 96: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	54, // 97: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	57, // 98: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	59, // 99: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	76, // [76:100] is the sub-list for method output_type
-	52, // [52:76] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	5,  // 45: meridian.v1.ProclaimResponse.header:type_name -> meridian.v1.Header
+	5,  // 46: meridian.v1.LeaderResponse.header:type_name -> meridian.v1.Header
+	50, // 47: meridian.v1.LockInfo.holders:type_name -> meridian.v1.LockHolder
+	55, // 48: meridian.v1.LockInfo.waiters:type_name -> meridian.v1.LockWaiter
+	5,  // 49: meridian.v1.ListLocksResponse.header:type_name -> meridian.v1.Header
+	56, // 50: meridian.v1.ListLocksResponse.locks:type_name -> meridian.v1.LockInfo
+	5,  // 51: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
+	60, // 52: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
+	5,  // 53: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
+	9,  // 54: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	11, // 55: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	13, // 56: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	15, // 57: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	19, // 58: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	22, // 59: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	22, // 60: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	22, // 61: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	22, // 62: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	27, // 63: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	29, // 64: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	31, // 65: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	33, // 66: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	35, // 67: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	37, // 68: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	39, // 69: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	41, // 70: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	43, // 71: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	45, // 72: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	46, // 73: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	48, // 74: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	57, // 75: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	51, // 76: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
+	53, // 77: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
+	53, // 78: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
+	59, // 79: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	62, // 80: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	10, // 81: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	12, // 82: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	14, // 83: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	16, // 84: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	21, // 85: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	23, // 86: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	24, // 87: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	25, // 88: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	26, // 89: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	28, // 90: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	30, // 91: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	32, // 92: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	34, // 93: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	36, // 94: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	38, // 95: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	40, // 96: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	42, // 97: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	44, // 98: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	47, // 99: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	47, // 100: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	49, // 101: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	58, // 102: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	52, // 103: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	54, // 104: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	54, // 105: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	61, // 106: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	63, // 107: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	81, // [81:108] is the sub-list for method output_type
+	54, // [54:81] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -4283,7 +4566,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   55,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,6 +49,9 @@ const (
 	Meridian_ForceUnlock_FullMethodName    = "/meridian.v1.Meridian/ForceUnlock"
 	Meridian_CheckToken_FullMethodName     = "/meridian.v1.Meridian/CheckToken"
 	Meridian_ListLocks_FullMethodName      = "/meridian.v1.Meridian/ListLocks"
+	Meridian_Proclaim_FullMethodName       = "/meridian.v1.Meridian/Proclaim"
+	Meridian_Leader_FullMethodName         = "/meridian.v1.Meridian/Leader"
+	Meridian_Observe_FullMethodName        = "/meridian.v1.Meridian/Observe"
 	Meridian_Status_FullMethodName         = "/meridian.v1.Meridian/Status"
 	Meridian_TransferLeader_FullMethodName = "/meridian.v1.Meridian/TransferLeader"
 )
@@ -90,6 +93,13 @@ type MeridianClient interface {
 	ForceUnlock(ctx context.Context, in *ForceUnlockRequest, opts ...grpc.CallOption) (*UnlockResponse, error)
 	CheckToken(ctx context.Context, in *CheckTokenRequest, opts ...grpc.CallOption) (*CheckTokenResponse, error)
 	ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
+	// Elections (etcd v3election parity): Campaign is Lock with a value;
+	// Resign is Unlock.
+	Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error)
+	Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderResponse, error)
+	// Observe streams the election's leader: the current one at once, then
+	// every change (new leader, new value, no leader).
+	Observe(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderResponse], error)
 	// Cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
@@ -332,6 +342,45 @@ func (c *meridianClient) ListLocks(ctx context.Context, in *ListLocksRequest, op
 	return out, nil
 }
 
+func (c *meridianClient) Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ProclaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProclaimResponse)
+	err := c.cc.Invoke(ctx, Meridian_Proclaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaderResponse)
+	err := c.cc.Invoke(ctx, Meridian_Leader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) Observe(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Meridian_ServiceDesc.Streams[1], Meridian_Observe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LeaderRequest, LeaderResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Meridian_ObserveClient = grpc.ServerStreamingClient[LeaderResponse]
+
 func (c *meridianClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -389,6 +438,13 @@ type MeridianServer interface {
 	ForceUnlock(context.Context, *ForceUnlockRequest) (*UnlockResponse, error)
 	CheckToken(context.Context, *CheckTokenRequest) (*CheckTokenResponse, error)
 	ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error)
+	// Elections (etcd v3election parity): Campaign is Lock with a value;
+	// Resign is Unlock.
+	Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error)
+	Leader(context.Context, *LeaderRequest) (*LeaderResponse, error)
+	// Observe streams the election's leader: the current one at once, then
+	// every change (new leader, new value, no leader).
+	Observe(*LeaderRequest, grpc.ServerStreamingServer[LeaderResponse]) error
 	// Cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
@@ -467,6 +523,15 @@ func (UnimplementedMeridianServer) CheckToken(context.Context, *CheckTokenReques
 }
 func (UnimplementedMeridianServer) ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListLocks not implemented")
+}
+func (UnimplementedMeridianServer) Proclaim(context.Context, *ProclaimRequest) (*ProclaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Proclaim not implemented")
+}
+func (UnimplementedMeridianServer) Leader(context.Context, *LeaderRequest) (*LeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Leader not implemented")
+}
+func (UnimplementedMeridianServer) Observe(*LeaderRequest, grpc.ServerStreamingServer[LeaderResponse]) error {
+	return status.Error(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedMeridianServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -884,6 +949,53 @@ func _Meridian_ListLocks_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_Proclaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProclaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Proclaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Proclaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Proclaim(ctx, req.(*ProclaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_Leader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Leader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Leader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Leader(ctx, req.(*LeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_Observe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(LeaderRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MeridianServer).Observe(m, &grpc.GenericServerStream[LeaderRequest, LeaderResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Meridian_ObserveServer = grpc.ServerStreamingServer[LeaderResponse]
+
 func _Meridian_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -1012,6 +1124,14 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Meridian_ListLocks_Handler,
 		},
 		{
+			MethodName: "Proclaim",
+			Handler:    _Meridian_Proclaim_Handler,
+		},
+		{
+			MethodName: "Leader",
+			Handler:    _Meridian_Leader_Handler,
+		},
+		{
 			MethodName: "Status",
 			Handler:    _Meridian_Status_Handler,
 		},
@@ -1024,6 +1144,11 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Watch",
 			Handler:       _Meridian_Watch_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Observe",
+			Handler:       _Meridian_Observe_Handler,
 			ServerStreams: true,
 		},
 	},

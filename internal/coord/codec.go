@@ -15,7 +15,7 @@ const MaxInnerBytes = 4 << 20
 
 // Encode serializes c: Tag, then varints and length-prefixed strings.
 func Encode(c *Command) ([]byte, error) {
-	if len(c.Lock) > MaxLockNameBytes || len(c.Inner) > MaxInnerBytes {
+	if len(c.Lock) > MaxLockNameBytes || len(c.Inner) > MaxInnerBytes || len(c.Value) > MaxValueBytes {
 		return nil, errs.ErrRequestTooLarge
 	}
 	b := make([]byte, 0, 48+len(c.Lock)+len(c.Inner))
@@ -36,6 +36,8 @@ func Encode(c *Command) ([]byte, error) {
 	b = append(b, c.Lock...)
 	b = binary.AppendUvarint(b, uint64(len(c.Inner)))
 	b = append(b, c.Inner...)
+	b = binary.AppendUvarint(b, uint64(len(c.Value)))
+	b = append(b, c.Value...)
 	return b, nil
 }
 
@@ -94,11 +96,17 @@ func Decode(b []byte) (*Command, error) {
 		return nil, bad
 	}
 	c.Lock = string(lock)
-	if c.Inner, ok = bytesField(MaxInnerBytes); !ok || len(b) != 0 {
+	if c.Inner, ok = bytesField(MaxInnerBytes); !ok {
+		return nil, bad
+	}
+	if c.Value, ok = bytesField(MaxValueBytes); !ok || len(b) != 0 {
 		return nil, bad
 	}
 	if len(c.Inner) == 0 {
 		c.Inner = nil
+	}
+	if len(c.Value) == 0 {
+		c.Value = nil
 	}
 	return c, nil
 }

@@ -28,6 +28,7 @@ const (
 	MaxLocks           = 1000000
 	MaxDelayMs         = 600000 // 10 minutes of lock-delay at most
 	MaxPermits         = 10000  // permits of one semaphore
+	MaxValueBytes      = 64 << 10
 )
 
 // Mode of a hold.
@@ -55,6 +56,7 @@ const (
 	OpForceRelease OpType = 4 // Lock, Target: an operator evicts a holder
 	OpTick         OpType = 5 // TimeMs: lets delayed locks be granted
 	OpFenced       OpType = 6 // Lock, Token, Inner: a tree write applied only if Token holds Lock
+	OpProclaim     OpType = 7 // Lock, Value: the holder publishes a new value (elections)
 )
 
 // Command is one coordination command in the raft log.
@@ -71,6 +73,7 @@ type Command struct {
 	Target  int64  // force-release: the session to evict
 	Token   uint64 // fenced: the token presented
 	Inner   []byte // fenced: an encoded tree command
+	Value   []byte // acquire/proclaim: the holder's published value (an election's leader value)
 }
 
 // Grant is a hold given by a command: to return to a waiting acquirer.
@@ -103,6 +106,7 @@ type Holder struct {
 	Session int64
 	Token   uint64
 	Mode    Mode
+	Value   []byte // published by the holder (elections); nil for plain locks
 }
 
 // Waiter is one queued acquire.
@@ -110,6 +114,7 @@ type Waiter struct {
 	Session int64
 	Mode    Mode
 	DelayMs int64
+	Value   []byte // becomes the holder's value when granted
 }
 
 type lock struct {
@@ -156,7 +161,7 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 			grants = append(grants, s.grantNext(name, index, c.TimeMs)...)
 		}
 		return Result{}, grants, nil
-	case OpAcquire, OpRelease, OpCancel, OpForceRelease, OpFenced:
+	case OpAcquire, OpRelease, OpCancel, OpForceRelease, OpFenced, OpProclaim:
 	default:
 		return Result{Err: errs.ErrUnimplemented}, nil, nil
 	}
@@ -172,6 +177,8 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 		return s.cancel(index, c)
 	case OpForceRelease:
 		return s.forceRelease(index, c)
+	case OpProclaim:
+		return s.proclaim(c)
 	default: // OpFenced: the caller checks with CheckToken and applies Inner
 		return Result{Err: s.CheckToken(c.Lock, c.Token)}, nil, nil
 	}
@@ -179,7 +186,7 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 
 func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 	permits := max(c.Permits, 1)
-	if c.Mode != Exclusive && c.Mode != Shared || c.DelayMs < 0 || c.DelayMs > MaxDelayMs ||
+	if c.Mode != Exclusive && c.Mode != Shared || c.DelayMs < 0 || c.DelayMs > MaxDelayMs || len(c.Value) > MaxValueBytes ||
 		permits > MaxPermits || (permits > 1 && c.Mode == Shared) {
 		return Result{Err: errs.ErrBadArguments}, nil, nil
 	}
@@ -217,7 +224,7 @@ func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Gran
 	}
 	free := len(l.waiters) == 0 && c.TimeMs >= l.delayUntil && l.admits(c.Mode)
 	if free {
-		s.hold(c.Lock, l, Holder{Session: c.Session, Token: index, Mode: c.Mode}, c.DelayMs)
+		s.hold(c.Lock, l, Holder{Session: c.Session, Token: index, Mode: c.Mode, Value: c.Value}, c.DelayMs)
 		return Result{Granted: true, Token: index}, []Grant{{Lock: c.Lock, Session: c.Session, Token: index, Mode: c.Mode}}, nil
 	}
 	if !c.Wait {
@@ -227,7 +234,7 @@ func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Gran
 	if len(l.waiters) >= MaxWaitersPerLock {
 		return Result{Err: errs.ErrTooManyWaiters}, nil, nil
 	}
-	l.waiters = append(l.waiters, Waiter{Session: c.Session, Mode: c.Mode, DelayMs: c.DelayMs})
+	l.waiters = append(l.waiters, Waiter{Session: c.Session, Mode: c.Mode, DelayMs: c.DelayMs, Value: c.Value})
 	s.track(c.Session, c.Lock)
 	return Result{Position: len(l.waiters)}, nil, nil
 }
@@ -285,7 +292,7 @@ func (s *State) grantNext(name string, index uint64, nowMs int64) []Grant {
 	for len(l.waiters) > 0 && l.admits(l.waiters[0].Mode) {
 		w := l.waiters[0]
 		l.waiters = l.waiters[1:]
-		s.hold(name, l, Holder{Session: w.Session, Token: index, Mode: w.Mode}, w.DelayMs)
+		s.hold(name, l, Holder{Session: w.Session, Token: index, Mode: w.Mode, Value: w.Value}, w.DelayMs)
 		grants = append(grants, Grant{Lock: name, Session: w.Session, Token: index, Mode: w.Mode})
 	}
 	s.dropIfEmpty(name, l)
@@ -350,6 +357,23 @@ func (s *State) cancel(index uint64, c *Command) (Result, []Grant, []Loss) {
 		return Result{}, s.grantNext(c.Lock, index, c.TimeMs), nil
 	}
 	return Result{}, nil, nil
+}
+
+// proclaim replaces the holder's published value (etcd's Proclaim): only
+// the session holding the lock may.
+func (s *State) proclaim(c *Command) (Result, []Grant, []Loss) {
+	if len(c.Value) > MaxValueBytes {
+		return Result{Err: errs.ErrBadArguments}, nil, nil
+	}
+	if l := s.locks[c.Lock]; l != nil {
+		for i := range l.holders {
+			if l.holders[i].Session == c.Session {
+				l.holders[i].Value = c.Value
+				return Result{Granted: true, Token: l.holders[i].Token}, nil, nil
+			}
+		}
+	}
+	return Result{Err: errs.ErrLockNotHeld}, nil, nil
 }
 
 func (s *State) forceRelease(index uint64, c *Command) (Result, []Grant, []Loss) {
@@ -438,7 +462,12 @@ func (s *State) Get(name string) (LockInfo, bool) {
 	if l == nil {
 		return LockInfo{}, false
 	}
-	return LockInfo{Name: name, Permits: l.permits, Holders: append([]Holder(nil), l.holders...),
+	holders := make([]Holder, len(l.holders))
+	for i, h := range l.holders {
+		h.Value = append([]byte(nil), h.Value...)
+		holders[i] = h
+	}
+	return LockInfo{Name: name, Permits: l.permits, Holders: holders,
 		Waiters: append([]Waiter(nil), l.waiters...), DelayUntilMs: l.delayUntil}, true
 }
 

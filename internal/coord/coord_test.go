@@ -17,6 +17,7 @@ import (
 //	release lock=a session=1 [time=MS]
 //	cancel lock=a session=2
 //	force-release lock=a target=1
+//	proclaim lock=a session=1 value=V
 //	end-session session=1 [expired] [time=MS]
 //	tick time=MS
 //	check lock=a token=N
@@ -54,6 +55,8 @@ func TestScripts(t *testing.T) {
 					fmt.Sscan(v, &c.DelayMs)
 				case "permits":
 					fmt.Sscan(v, &c.Permits)
+				case "value":
+					c.Value = []byte(v)
 				case "time":
 					fmt.Sscan(v, &c.TimeMs)
 				case "token":
@@ -86,7 +89,7 @@ func TestScripts(t *testing.T) {
 				grants, losses = s.SessionEnded(index, c.TimeMs, c.Session, expired)
 			default:
 				op := map[string]OpType{"acquire": OpAcquire, "release": OpRelease, "cancel": OpCancel,
-					"force-release": OpForceRelease, "tick": OpTick}[d.Cmd]
+					"force-release": OpForceRelease, "tick": OpTick, "proclaim": OpProclaim}[d.Cmd]
 				if op == 0 {
 					t.Fatalf("unknown command %s", d.Cmd)
 				}
@@ -135,7 +138,11 @@ func show(s *State) string {
 			fmt.Fprintf(&out, " permits=%d", l.Permits)
 		}
 		for _, h := range l.Holders {
-			fmt.Fprintf(&out, " holder(s%d,t%d,%s)", h.Session, h.Token, h.Mode)
+			fmt.Fprintf(&out, " holder(s%d,t%d,%s", h.Session, h.Token, h.Mode)
+			if h.Value != nil {
+				fmt.Fprintf(&out, ",%q", h.Value)
+			}
+			out.WriteString(")")
 		}
 		for _, w := range l.Waiters {
 			fmt.Fprintf(&out, " waiter(s%d,%s)", w.Session, w.Mode)

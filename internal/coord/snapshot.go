@@ -30,12 +30,16 @@ func (s *State) Snapshot() []byte {
 			b = binary.AppendUvarint(b, h.Token)
 			b = append(b, byte(h.Mode))
 			b = binary.AppendVarint(b, l.delays[h.Session])
+			b = binary.AppendUvarint(b, uint64(len(h.Value)))
+			b = append(b, h.Value...)
 		}
 		b = binary.AppendUvarint(b, uint64(len(l.waiters)))
 		for _, w := range l.waiters {
 			b = binary.AppendVarint(b, w.Session)
 			b = append(b, byte(w.Mode))
 			b = binary.AppendVarint(b, w.DelayMs)
+			b = binary.AppendUvarint(b, uint64(len(w.Value)))
+			b = append(b, w.Value...)
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
@@ -80,6 +84,19 @@ func Restore(b []byte) (*State, error) {
 		b = b[1:]
 		return v
 	}
+	value := func() []byte {
+		n := uv(MaxValueBytes)
+		if fail || n > uint64(len(b)) {
+			fail = true
+			return nil
+		}
+		if n == 0 {
+			return nil
+		}
+		v := append([]byte(nil), b[:n]...)
+		b = b[n:]
+		return v
+	}
 	s := New()
 	nLocks := uv(MaxLocks)
 	for i := uint64(0); i < nLocks && !fail; i++ {
@@ -105,12 +122,13 @@ func Restore(b []byte) (*State, error) {
 				}
 				l.delays[h.Session] = d
 			}
+			h.Value = value()
 			l.holders = append(l.holders, h)
 			s.track(h.Session, name)
 		}
 		nw := uv(uint64(len(b)))
 		for j := uint64(0); j < nw && !fail; j++ {
-			w := Waiter{Session: sv(), Mode: Mode(byt()), DelayMs: sv()}
+			w := Waiter{Session: sv(), Mode: Mode(byt()), DelayMs: sv(), Value: value()}
 			l.waiters = append(l.waiters, w)
 			s.track(w.Session, name)
 		}

@@ -38,6 +38,9 @@ func (s *Server) applyCoord(index uint64, data []byte) {
 	res, grants, losses := s.mu.coord.Apply(index, c, live)
 	s.mu.applied = index
 	s.mu.Unlock()
+	if c.Lock != "" && res.Err == nil {
+		s.obs.notify(c.Lock) // a release or proclaim changes what observers see
+	}
 	s.deliverGrants(grants, losses)
 	s.waiters.deliver(c.ID, applied{index: index, coord: res})
 }
@@ -96,6 +99,12 @@ func (g *grantWaiters) remove(k grantKey) {
 }
 
 func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
+	for _, g := range grants {
+		s.obs.notify(g.Lock)
+	}
+	for _, l := range losses {
+		s.obs.notify(l.Lock)
+	}
 	if len(grants) > 0 {
 		s.grants.mu.Lock()
 		for _, gr := range grants {
@@ -234,7 +243,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 	}
 	defer a.s.grants.remove(key)
 	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpAcquire,
-		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits()})
+		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits(), Value: r.GetValue()})
 	if err == nil {
 		err = res.Err
 	}
@@ -330,7 +339,7 @@ func (a *api) ListLocks(ctx context.Context, r *pb.ListLocksRequest) (*pb.ListLo
 	for _, l := range locks {
 		li := &pb.LockInfo{Name: l.Name, DelayUntilMs: l.DelayUntilMs, Permits: l.Permits}
 		for _, h := range l.Holders {
-			li.Holders = append(li.Holders, &pb.LockHolder{SessionId: h.Session, Token: h.Token, Shared: h.Mode == coord.Shared})
+			li.Holders = append(li.Holders, &pb.LockHolder{SessionId: h.Session, Token: h.Token, Shared: h.Mode == coord.Shared, Value: h.Value})
 		}
 		for _, w := range l.Waiters {
 			li.Waiters = append(li.Waiters, &pb.LockWaiter{SessionId: w.Session, Shared: w.Mode == coord.Shared})

@@ -218,3 +218,60 @@ func TestSemaphore(t *testing.T) {
 		t.Fatal("freed permit not handed to the waiter")
 	}
 }
+
+// TestElection: campaign blocks until elected, proclaim updates the value,
+// observers see each change, resign hands leadership to the next candidate.
+func TestElection(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	a, b, obs := tc.client(), tc.client(), tc.client()
+	cx := ctx(t)
+	la, err := a.Campaign(cx, "svc", []byte("a:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := context.WithCancel(cx)
+	defer cancel()
+	changes, err := obs.Observe(octx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect := func(value string, token uint64) {
+		t.Helper()
+		select {
+		case li := <-changes:
+			if !li.Elected || string(li.Value) != value || (token != 0 && li.Token != token) {
+				t.Fatalf("observed %+v, want value %q token %d", li, value, token)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no observation of %q", value)
+		}
+	}
+	expect("a:1", la.Token)
+	elected := make(chan *client.Lease, 1)
+	go func() { l, _ := b.Campaign(context.Background(), "svc", []byte("b:1")); elected <- l }()
+	waitForWaiters(t, obs, "svc", 1)
+	if err := la.Proclaim(cx, []byte("a:2")); err != nil {
+		t.Fatal(err)
+	}
+	expect("a:2", la.Token)
+	if li, err := obs.Leader(cx, "svc"); err != nil || string(li.Value) != "a:2" || li.Session != a.SessionID() {
+		t.Fatalf("Leader = %+v %v", li, err)
+	}
+	if err := la.Unlock(cx); err != nil { // resign
+		t.Fatal(err)
+	}
+	var lb *client.Lease
+	select {
+	case lb = <-elected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("next candidate not elected")
+	}
+	expect("b:1", lb.Token)
+	if lb.Token <= la.Token {
+		t.Fatalf("new term %d not above %d", lb.Token, la.Token)
+	}
+	if err := la.Proclaim(cx, []byte("stale")); !errors.Is(err, client.ErrLockNotHeld) {
+		t.Fatalf("proclaim after resigning: %v", err)
+	}
+}

@@ -59,6 +59,7 @@ type Server struct {
 	touches  *session.Batcher
 	waiters  waiters
 	grants   grantWaiters
+	obs      observers
 	hubs     hubs
 	idPrefix uint64
 	idSeq    atomic.Uint64
