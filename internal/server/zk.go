@@ -22,7 +22,7 @@ import (
 	"github.com/meridian-coord/meridian/internal/session"
 	"github.com/meridian-coord/meridian/internal/tree"
 	"github.com/meridian-coord/meridian/internal/watch"
-	"github.com/meridian-coord/meridian/internal/zk"
+	zk "github.com/meridian-coord/meridian/internal/zkproto"
 )
 
 // The ZooKeeper-protocol listener: one goroutine reads and serves a
@@ -183,9 +183,7 @@ func (c *zkConn) Notify(ev tree.Event) {
 	if ev.Type <= 0 {
 		return // Meridian-internal notifications (lock loss) have no ZooKeeper form
 	}
-	c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidNotification, Zxid: ev.Zxid}, func(e *zk.Encoder) {
-		zk.WatcherEvent(e, int32(ev.Type), zk.StateSyncConnected, ev.Path)
-	}))
+	c.enqueue(zk.EncodeNotification(ev.Zxid, zk.WatcherEvent{Type: int32(ev.Type), State: zk.StateSyncConnected, Path: ev.Path}))
 }
 
 func (c *zkConn) writeLoop() {
@@ -245,7 +243,7 @@ func (c *zkConn) readLoop() {
 		c.enqueue([]byte(c.s.fourLetterWord(string(head))))
 		return
 	}
-	pkt, err := zk.ReadFrame(r, zk.DefaultMaxPacket)
+	pkt, err := zk.ReadFrame(r, 0)
 	if err != nil {
 		c.closeWhy = "bad connect packet: " + err.Error()
 		return
@@ -255,7 +253,7 @@ func (c *zkConn) readLoop() {
 	}
 	for {
 		c.c.SetReadDeadline(time.Now().Add(c.timeout))
-		pkt, err := zk.ReadFrame(r, zk.DefaultMaxPacket)
+		pkt, err := zk.ReadFrame(r, 0)
 		if err != nil {
 			if errors.Is(err, zk.ErrFrameTooLarge) || errors.Is(err, zk.ErrBadLength) {
 				c.s.log.Warn("zk: closing connection", "remote", c.c.RemoteAddr().String(), "err", err)
@@ -277,7 +275,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
 	defer cancel()
-	resp := &zk.ConnectResponse{WithReadOnly: req.HasReadOnly}
+	resp := &zk.ConnectResponse{HasReadOnly: req.HasReadOnly}
 	expired := func() bool {
 		// ZooKeeper's answer to a dead session: timeout 0, session 0, then close.
 		resp.Passwd = make([]byte, 16)
@@ -286,7 +284,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		return false
 	}
 	if req.SessionID == 0 {
-		timeout := session.Negotiate(time.Duration(req.TimeoutMs)*time.Millisecond, c.s.cfg.sessionTick())
+		timeout := session.Negotiate(time.Duration(req.TimeOut)*time.Millisecond, c.s.cfg.sessionTick())
 		pw := make([]byte, 16)
 		rand.Read(pw)
 		res, idx, err := c.s.propose(ctx, &tree.Command{Op: tree.Op{Type: tree.OpCreateSession}, TimeoutMs: int32(timeout.Milliseconds()), Password: pw})
@@ -298,7 +296,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 			return false
 		}
 		c.session, c.timeout, c.lastZxid = res.SessionID, timeout, int64(idx)
-		resp.SessionID, resp.TimeoutMs, resp.Passwd = res.SessionID, int32(timeout.Milliseconds()), pw
+		resp.SessionID, resp.TimeOut, resp.Passwd = res.SessionID, int32(timeout.Milliseconds()), pw
 	} else {
 		// Never serve a client older data than it has seen: wait to catch up.
 		if err := c.s.readBarrier(ctx, false, req.LastZxidSeen); err != nil {
@@ -312,7 +310,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 			return expired()
 		}
 		c.session, c.timeout = si.ID, time.Duration(si.TimeoutMs)*time.Millisecond
-		resp.SessionID, resp.TimeoutMs, resp.Passwd = si.ID, si.TimeoutMs, req.Passwd
+		resp.SessionID, resp.TimeOut, resp.Passwd = si.ID, si.TimeoutMs, req.Passwd
 		c.s.touch(si.ID)
 	}
 	c.l.mu.Lock()
@@ -326,13 +324,12 @@ func (c *zkConn) handshake(pkt []byte) bool {
 }
 
 func frameOf(r *zk.ConnectResponse) []byte {
-	e := &zk.Encoder{}
-	r.Encode(e)
-	return zk.Frame(e.B)
+	b, _ := zk.AppendRecordFrame(nil, r)
+	return b
 }
 
-func toZKStat(st tree.Stat) *zk.Stat {
-	return &zk.Stat{Czxid: st.Czxid, Mzxid: st.Mzxid, Ctime: st.Ctime, Mtime: st.Mtime, Version: st.Version,
+func toZKStat(st tree.Stat) zk.Stat {
+	return zk.Stat{Czxid: st.Czxid, Mzxid: st.Mzxid, Ctime: st.Ctime, Mtime: st.Mtime, Version: st.Version,
 		Cversion: st.Cversion, Aversion: st.Aversion, EphemeralOwner: st.EphemeralOwner, DataLength: st.DataLength,
 		NumChildren: st.NumChildren, Pzxid: st.Pzxid}
 }
@@ -340,7 +337,7 @@ func toZKStat(st tree.Stat) *zk.Stat {
 func fromZKACL(in []zk.ACL) []tree.ACL {
 	out := make([]tree.ACL, len(in))
 	for i, a := range in {
-		out[i] = tree.ACL{Perms: a.Perms, ID: tree.ID{Scheme: a.Scheme, ID: a.ID}}
+		out[i] = tree.ACL{Perms: a.Perms, ID: tree.ID{Scheme: a.ID.Scheme, ID: a.ID.ID}}
 	}
 	return out
 }
@@ -348,30 +345,40 @@ func fromZKACL(in []zk.ACL) []tree.ACL {
 func toZKACL(in []tree.ACL) []zk.ACL {
 	out := make([]zk.ACL, len(in))
 	for i, a := range in {
-		out[i] = zk.ACL{Perms: a.Perms, Scheme: a.ID.Scheme, ID: a.ID.ID}
+		out[i] = zk.ACL{Perms: a.Perms, ID: zk.Id{Scheme: a.ID.Scheme, ID: a.ID.ID}}
 	}
 	return out
 }
 
 // serve handles one request; false closes the connection.
 func (c *zkConn) serve(pkt []byte) bool {
-	d := zk.NewDecoder(pkt)
-	xid, op := d.Int(), d.Int()
-	if d.Err() != nil {
-		c.closeWhy = "malformed request header"
-		return false
+	hdr, req, derr := zk.DecodeRequest(pkt)
+	if derr != nil && !errors.Is(derr, zk.ErrUnknownOpcode) {
+		return c.malformed(hdr.Type, derr)
 	}
 	c.s.touch(c.session)
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
 	defer cancel()
-	reply := func(zxid int64, err error, body func(*zk.Encoder)) {
+	reply := func(zxid int64, err error, body zk.Record) {
 		if zxid > c.lastZxid {
 			c.lastZxid = zxid
 		}
 		if zxid == 0 {
 			zxid = c.lastZxid
 		}
-		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: xid, Zxid: zxid, Err: errs.ZKCode(err)}, body))
+		code := errs.ZKCode(err)
+		if code != 0 {
+			body = nil
+		}
+		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Zxid: zxid, Err: code}, body))
+	}
+	if errors.Is(derr, zk.ErrUnknownOpcode) {
+		// Unknown or unsupported opcodes get ZUNIMPLEMENTED; the connection stays.
+		reply(0, errs.ErrUnimplemented, nil)
+		return true
+	}
+	if c.serveReservedRead(hdr, req, reply) {
+		return true
 	}
 	applied := func() int64 { return int64(c.s.appliedIndex()) }
 	write := func(cmd *tree.Command) (tree.Result, int64, error) {
@@ -390,13 +397,12 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		c.s.mu.RLock()
 		defer c.s.mu.RUnlock()
-		var err error
 		if perm != 0 {
-			if err = c.s.mu.tree.CheckACL(path, perm, c.auth); err != nil && !errors.Is(err, errs.ErrNoNode) {
+			if err := c.s.mu.tree.CheckACL(path, perm, c.auth); err != nil && !errors.Is(err, errs.ErrNoNode) {
 				return err
 			}
 		}
-		err = fn(c.s.mu.tree)
+		err := fn(c.s.mu.tree)
 		if watchIt && (err == nil || (k == watch.KindExist && errors.Is(err, errs.ErrNoNode))) {
 			if k == watch.KindExist && err == nil {
 				k = watch.KindData // as ZooKeeper: exists on an existing node sets a data watch
@@ -407,77 +413,54 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		return err
 	}
-
-	if handled := c.serveReservedRead(op, pkt, xid, reply, applied); handled {
-		return true
-	}
-	switch op {
-	case zk.OpPing:
-		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidPing, Zxid: c.lastZxid}, nil))
-	case zk.OpCreate, zk.OpCreate2, zk.OpCreateContainer, zk.OpCreateTTL:
-		path, data, acl, flags := d.Ustring(), d.Buffer(), zk.DecodeACLs(d), d.Int()
-		var ttl int64
-		if op == zk.OpCreateTTL {
-			ttl = d.Long()
-		}
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
+	create := func(path string, data []byte, acl []zk.ACL, flags int32, ttl int64, op int32) {
 		if op == zk.OpCreateContainer {
 			flags = int32(tree.ModeContainer)
 		}
 		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: path, Data: data, ACL: fromZKACL(acl), Mode: tree.CreateMode(flags), TTLMs: ttl}})
-		reply(idx, err, func(e *zk.Encoder) {
-			e.String(res.Op.Path)
-			if op != zk.OpCreate {
-				toZKStat(res.Op.Stat).Encode(e)
-			}
-		})
-	case zk.OpDelete, zk.OpDeleteContainer:
-		path, version := d.Ustring(), int32(-1)
-		if op == zk.OpDelete {
-			version = d.Int()
+		if op == zk.OpCreate {
+			reply(idx, err, &zk.CreateResponse{Path: res.Op.Path})
+		} else {
+			reply(idx, err, &zk.Create2Response{Path: res.Op.Path, Stat: toZKStat(res.Op.Stat)})
 		}
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
-		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpDelete, Path: path, Version: version}})
+	}
+
+	switch r := req.(type) {
+	case *zk.CreateRequest:
+		create(r.Path, r.Data, r.ACL, r.Flags, 0, hdr.Type)
+	case *zk.CreateTTLRequest:
+		create(r.Path, r.Data, r.ACL, r.Flags, r.TTL, hdr.Type)
+	case *zk.DeleteRequest:
+		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpDelete, Path: r.Path, Version: r.Version}})
 		reply(idx, err, nil)
-	case zk.OpSetData:
-		path, data, version := d.Ustring(), d.Buffer(), d.Int()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
-		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpSetData, Path: path, Data: data, Version: version}})
-		reply(idx, err, func(e *zk.Encoder) { toZKStat(res.Op.Stat).Encode(e) })
-	case zk.OpSetACL:
-		path, acl, version := d.Ustring(), zk.DecodeACLs(d), d.Int()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
-		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpSetACL, Path: path, ACL: fromZKACL(acl), Version: version}})
-		reply(idx, err, func(e *zk.Encoder) { toZKStat(res.Op.Stat).Encode(e) })
-	case zk.OpExists:
-		path, w := d.Ustring(), d.Bool()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
+	case *zk.DeleteContainerRequest:
+		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpDelete, Path: r.Path, Version: -1}})
+		reply(idx, err, nil)
+	case *zk.SetDataRequest:
+		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpSetData, Path: r.Path, Data: r.Data, Version: r.Version}})
+		reply(idx, err, &zk.SetDataResponse{Stat: toZKStat(res.Op.Stat)})
+	case *zk.SetACLRequest:
+		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpSetACL, Path: r.Path, ACL: fromZKACL(r.ACL), Version: r.Version}})
+		reply(idx, err, &zk.SetACLResponse{Stat: toZKStat(res.Op.Stat)})
+	case *zk.ExistsRequest:
 		var st tree.Stat
-		err := read(path, w, watch.KindExist, 0, func(t *tree.Tree) (err error) { st, err = t.Exists(path); return })
-		reply(applied(), err, func(e *zk.Encoder) { toZKStat(st).Encode(e) })
-	case zk.OpGetData:
-		path, w := d.Ustring(), d.Bool()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
+		err := read(r.Path, r.Watch, watch.KindExist, 0, func(t *tree.Tree) (err error) { st, err = t.Exists(r.Path); return })
+		reply(applied(), err, &zk.ExistsResponse{Stat: toZKStat(st)})
+	case *zk.GetDataRequest:
 		var data []byte
 		var st tree.Stat
-		err := read(path, w, watch.KindData, tree.PermRead, func(t *tree.Tree) (err error) { data, st, err = t.Get(path); return })
-		reply(applied(), err, func(e *zk.Encoder) { e.Buffer(data); toZKStat(st).Encode(e) })
-	case zk.OpGetChildren, zk.OpGetChildren2:
-		path, w := d.Ustring(), d.Bool()
-		if d.Finish() != nil {
-			return c.malformed(op)
+		err := read(r.Path, r.Watch, watch.KindData, tree.PermRead, func(t *tree.Tree) (err error) { data, st, err = t.Get(r.Path); return })
+		if data == nil {
+			data = []byte{} // a node's data is never null on the wire (kazoo reads null as None)
+		}
+		reply(applied(), err, &zk.GetDataResponse{Data: data, Stat: toZKStat(st)})
+	case *zk.GetChildrenRequest, *zk.GetChildren2Request:
+		path, w := "", false
+		if g, ok := r.(*zk.GetChildrenRequest); ok {
+			path, w = g.Path, g.Watch
+		} else {
+			g := r.(*zk.GetChildren2Request)
+			path, w = g.Path, g.Watch
 		}
 		var kids []string
 		var st tree.Stat
@@ -487,175 +470,211 @@ func (c *zkConn) serve(pkt []byte) bool {
 			kids = append(kids, tree.ReservedRoot[1:])
 			st.NumChildren++
 		}
-		reply(applied(), err, func(e *zk.Encoder) {
-			e.Strings(kids)
-			if op == zk.OpGetChildren2 {
-				toZKStat(st).Encode(e)
-			}
-		})
-	case zk.OpGetACL:
-		path := d.Ustring()
-		if d.Finish() != nil {
-			return c.malformed(op)
+		if hdr.Type == zk.OpGetChildren2 {
+			reply(applied(), err, &zk.GetChildren2Response{Children: kids, Stat: toZKStat(st)})
+		} else {
+			reply(applied(), err, &zk.GetChildrenResponse{Children: kids})
 		}
+	case *zk.GetACLRequest:
 		var acl []tree.ACL
 		var st tree.Stat
-		err := read(path, false, 0, 0, func(t *tree.Tree) (err error) { acl, st, err = t.GetACL(path); return })
-		reply(applied(), err, func(e *zk.Encoder) { zk.EncodeACLs(e, toZKACL(acl)); toZKStat(st).Encode(e) })
-	case zk.OpSync:
-		path := d.Ustring()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
+		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { acl, st, err = t.GetACL(r.Path); return })
+		reply(applied(), err, &zk.GetACLResponse{ACL: toZKACL(acl), Stat: toZKStat(st)})
+	case *zk.SyncRequest:
 		err := c.s.readBarrier(ctx, true, 0)
-		reply(applied(), err, func(e *zk.Encoder) { e.String(path) })
-	case zk.OpCheck:
-		path, version := d.Ustring(), d.Int()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
-		err := read(path, false, 0, 0, func(t *tree.Tree) error {
-			st, err := t.Exists(path)
-			if err == nil && version != -1 && st.Version != version {
+		reply(applied(), err, &zk.SyncResponse{Path: r.Path})
+	case *zk.CheckVersionRequest:
+		var st tree.Stat
+		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) {
+			st, err = t.Exists(r.Path)
+			if err == nil && r.Version != -1 && st.Version != r.Version {
 				err = errs.ErrBadVersion
 			}
 			return err
 		})
-		reply(applied(), err, nil)
-	case zk.OpMulti:
-		return c.multi(d, xid, write, reply)
-	case zk.OpCloseSession:
-		c.closing.Store(true)
-		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCloseSession}})
-		reply(idx, err, nil)
-		c.close("session closed by client")
-		return false
-	case zk.OpSetWatches, zk.OpSetWatches2:
-		rel := d.Long()
-		data, exist, child := d.Strings(), d.Strings(), d.Strings()
-		var pers, rec []string
-		if op == zk.OpSetWatches2 {
-			pers, rec = d.Strings(), d.Strings()
+		reply(applied(), err, &zk.SetDataResponse{Stat: toZKStat(st)})
+	case *zk.MultiRequest:
+		if hdr.Type == zk.OpMultiRead {
+			reply(0, errs.ErrUnimplemented, nil)
+			return true
 		}
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
-		c.s.mu.RLock()
-		err := c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree}, data, exist, child, pers, rec)
-		c.s.mu.RUnlock()
-		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: applied(), Err: errs.ZKCode(err)}, nil))
-	case zk.OpAddWatch:
-		path, mode := d.Ustring(), d.Int()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
+		c.multi(r, write, reply)
+	case *zk.SetWatches:
+		c.setWatches(r.RelativeZxid, r.DataWatches, r.ExistWatches, r.ChildWatches, nil, nil)
+	case *zk.SetWatches2:
+		c.setWatches(r.RelativeZxid, r.DataWatches, r.ExistWatches, r.ChildWatches, r.PersistentWatches, r.PersistentRecursiveWatches)
+	case *zk.AddWatchRequest:
 		k := watch.KindPersistent
-		if mode == 1 {
+		if r.Mode == zk.AddWatchModePersistentRecursive {
 			k = watch.KindPersistentRecursive
 		}
-		err := tree.ValidatePath(path, false)
+		err := tree.ValidatePath(r.Path, false)
 		if err == nil {
-			err = c.s.watches.Add(c, path, k)
+			err = c.s.watches.Add(c, r.Path, k)
 		}
-		reply(applied(), err, nil)
-	case zk.OpRemoveWatches, zk.OpCheckWatches:
-		path, typ := d.Ustring(), d.Int()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
-		k := watch.KindFromWatcherType(typ)
+		reply(applied(), err, &zk.ErrorResponse{Err: 0})
+	case *zk.RemoveWatchesRequest:
+		reply(applied(), c.s.watches.Remove(c, r.Path, watch.KindFromWatcherType(r.Type)), nil)
+	case *zk.CheckWatchesRequest:
 		var err error
-		if op == zk.OpRemoveWatches {
-			err = c.s.watches.Remove(c, path, k)
-		} else if !c.s.watches.Has(c, path, k) {
+		if !c.s.watches.Has(c, r.Path, watch.KindFromWatcherType(r.Type)) {
 			err = errs.ErrNoWatcher
 		}
 		reply(applied(), err, nil)
-	case zk.OpAuth:
-		typ, scheme, auth := d.Int(), d.Ustring(), d.Buffer()
-		_ = typ
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
-		if scheme != "digest" || !strings.Contains(string(auth), ":") {
-			// ZooKeeper answers an unknown scheme with AuthFailed and closes.
-			c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidAuth, Err: errs.ZKCode(errs.ErrAuthFailed)}, nil))
-			c.closeWhy = "auth failed"
+	case *zk.AuthPacket:
+		if r.Scheme != "digest" || !strings.Contains(string(r.Auth), ":") {
+			// ZooKeeper answers an unusable scheme with AuthFailed and closes.
+			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidAuth, Err: zk.CodeAuthFailed}, nil))
+			c.close("auth failed")
 			return false
 		}
-		user, _, _ := strings.Cut(string(auth), ":")
-		sum := sha1.Sum(auth)
+		user, _, _ := strings.Cut(string(r.Auth), ":")
+		sum := sha1.Sum(r.Auth)
 		c.auth = append(c.auth, tree.ID{Scheme: "digest", ID: user + ":" + base64.StdEncoding.EncodeToString(sum[:])})
-		c.enqueue(zk.Reply(zk.ReplyHeader{Xid: zk.XidAuth}, nil))
-	case zk.OpGetEphemerals:
-		prefix := d.Ustring()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
+		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidAuth}, nil))
+	case *zk.GetEphemeralsRequest:
 		c.s.mu.RLock()
-		paths := c.s.mu.tree.Ephemerals(c.session, prefix)
+		paths := c.s.mu.tree.Ephemerals(c.session, r.PrefixPath)
 		c.s.mu.RUnlock()
-		reply(applied(), nil, func(e *zk.Encoder) { e.Strings(paths) })
-	case zk.OpGetAllChildrenNumber:
-		path := d.Ustring()
-		if d.Finish() != nil {
-			return c.malformed(op)
-		}
+		reply(applied(), nil, &zk.GetEphemeralsResponse{Ephemerals: paths})
+	case *zk.GetAllChildrenNumberRequest:
 		var n int
-		err := read(path, false, 0, 0, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(path); return })
-		reply(applied(), err, func(e *zk.Encoder) { e.Int(int32(n)) })
-	case zk.OpWhoAmI:
-		reply(applied(), nil, func(e *zk.Encoder) {
-			ids := append([]tree.ID{{Scheme: "ip", ID: hostOf(c.c.RemoteAddr())}}, c.auth...)
-			e.Int(int32(len(ids)))
-			for _, id := range ids {
-				e.String(id.Scheme)
-				e.String(id.ID)
-			}
-		})
-	case zk.OpReconfig:
+		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(r.Path); return })
+		reply(applied(), err, &zk.GetAllChildrenNumberResponse{TotalNumber: int32(n)})
+	case *zk.ReconfigRequest:
 		reply(0, errs.ErrReconfigDisabled, nil)
 	default:
-		// Unknown or unsupported opcodes (sasl, multiRead for now) get
-		// ZUNIMPLEMENTED; the connection stays open.
-		reply(0, errs.ErrUnimplemented, nil)
+		switch hdr.Type {
+		case zk.OpPing:
+			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidPing, Zxid: c.lastZxid}, nil))
+		case zk.OpCloseSession:
+			c.closing.Store(true)
+			_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCloseSession}})
+			reply(idx, err, nil)
+			c.close("session closed by client")
+			return false
+		case zk.OpWhoAmI:
+			infos := []zk.ClientInfo{{AuthScheme: "ip", User: hostOf(c.c.RemoteAddr())}}
+			for _, id := range c.auth {
+				infos = append(infos, zk.ClientInfo{AuthScheme: id.Scheme, User: id.ID})
+			}
+			reply(applied(), nil, &zk.WhoAmIResponse{ClientInfo: infos})
+		default:
+			// sasl and anything else decoded but not served.
+			reply(0, errs.ErrUnimplemented, nil)
+		}
 	}
 	return true
+}
+
+func (c *zkConn) setWatches(rel int64, data, exist, child, pers, rec []string) {
+	c.s.mu.RLock()
+	err := c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree}, data, exist, child, pers, rec)
+	c.s.mu.RUnlock()
+	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: int64(c.s.appliedIndex()), Err: errs.ZKCode(err)}, nil))
+}
+
+// multi serves a multi: all ops in one command; on failure ZooKeeper's
+// error results (0 before the failing op, its code, -2 after) with a reply
+// header error of 0.
+func (c *zkConn) multi(r *zk.MultiRequest, write func(*tree.Command) (tree.Result, int64, error), reply func(int64, error, zk.Record)) {
+	cmd := &tree.Command{Op: tree.Op{Type: tree.OpMulti}}
+	for _, o := range r.Ops {
+		switch op := o.Op.(type) {
+		case *zk.CreateRequest:
+			mode := tree.CreateMode(op.Flags)
+			if o.Type == zk.OpCreateContainer {
+				mode = tree.ModeContainer
+			}
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCreate, Path: op.Path, Data: op.Data, ACL: fromZKACL(op.ACL), Mode: mode})
+		case *zk.CreateTTLRequest:
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCreate, Path: op.Path, Data: op.Data, ACL: fromZKACL(op.ACL), Mode: tree.CreateMode(op.Flags), TTLMs: op.TTL})
+		case *zk.DeleteRequest:
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpDelete, Path: op.Path, Version: op.Version})
+		case *zk.SetDataRequest:
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpSetData, Path: op.Path, Data: op.Data, Version: op.Version})
+		case *zk.CheckVersionRequest:
+			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCheck, Path: op.Path, Version: op.Version})
+		default:
+			reply(0, errs.ErrBadArguments, nil)
+			return
+		}
+	}
+	res, idx, err := write(cmd)
+	if err != nil && len(res.Multi) == 0 {
+		reply(idx, err, nil)
+		return
+	}
+	if res.Err != nil {
+		failed := 0
+		for i, o := range res.Multi {
+			if o.Err != nil && !errors.Is(o.Err, errs.ErrRuntimeInconsistency) {
+				failed = i
+				break
+			}
+		}
+		reply(idx, nil, zk.MultiFailure(len(res.Multi), failed, errs.ZKCode(res.Err)))
+		return
+	}
+	out := &zk.MultiResponse{}
+	for i, o := range res.Multi {
+		switch r.Ops[i].Type {
+		case zk.OpCreate:
+			out.Results = append(out.Results, zk.OpResult{Type: zk.OpCreate, Path: o.Path})
+		case zk.OpCreate2, zk.OpCreateContainer, zk.OpCreateTTL:
+			out.Results = append(out.Results, zk.OpResult{Type: zk.OpCreate2, Path: o.Path, Stat: toZKStat(o.Stat)})
+		case zk.OpSetData:
+			out.Results = append(out.Results, zk.OpResult{Type: zk.OpSetData, Stat: toZKStat(o.Stat)})
+		case zk.OpDelete:
+			out.Results = append(out.Results, zk.OpResult{Type: zk.OpDelete})
+		case zk.OpCheck:
+			out.Results = append(out.Results, zk.OpResult{Type: zk.OpCheck})
+		}
+	}
+	reply(idx, nil, out)
 }
 
 // serveReservedRead answers reads under /meridian from the lock table:
 // /meridian/locks lists locks (names path-escaped), each node's data is its
 // holders and waiters as JSON. These nodes are read-only and carry no watches.
-func (c *zkConn) serveReservedRead(op int32, pkt []byte, xid int32, reply func(int64, error, func(*zk.Encoder)), applied func() int64) bool {
-	switch op {
-	case zk.OpExists, zk.OpGetData, zk.OpGetChildren, zk.OpGetChildren2, zk.OpGetACL:
+func (c *zkConn) serveReservedRead(hdr zk.RequestHeader, req any, reply func(int64, error, zk.Record)) bool {
+	var path string
+	switch r := req.(type) {
+	case *zk.ExistsRequest:
+		path = r.Path
+	case *zk.GetDataRequest:
+		path = r.Path
+	case *zk.GetChildrenRequest:
+		path = r.Path
+	case *zk.GetChildren2Request:
+		path = r.Path
+	case *zk.GetACLRequest:
+		path = r.Path
 	default:
 		return false
 	}
-	d := zk.NewDecoder(pkt[8:])
-	path := d.Ustring()
-	if d.Err() != nil || !tree.Reserved(path) {
+	if !tree.Reserved(path) {
 		return false
 	}
 	kids, data, err := c.s.lockView(path)
-	st := tree.Stat{DataLength: int32(len(data)), NumChildren: int32(len(kids))}
-	reply(applied(), err, func(e *zk.Encoder) {
-		switch op {
-		case zk.OpExists:
-			toZKStat(st).Encode(e)
-		case zk.OpGetData:
-			e.Buffer(data)
-			toZKStat(st).Encode(e)
-		case zk.OpGetChildren:
-			e.Strings(kids)
-		case zk.OpGetChildren2:
-			e.Strings(kids)
-			toZKStat(st).Encode(e)
-		case zk.OpGetACL:
-			zk.EncodeACLs(e, []zk.ACL{{Perms: tree.PermRead, Scheme: "world", ID: "anyone"}})
-			toZKStat(st).Encode(e)
-		}
-	})
+	st := toZKStat(tree.Stat{DataLength: int32(len(data)), NumChildren: int32(len(kids))})
+	if data == nil {
+		data = []byte{}
+	}
+	var body zk.Record
+	switch hdr.Type {
+	case zk.OpExists:
+		body = &zk.ExistsResponse{Stat: st}
+	case zk.OpGetData:
+		body = &zk.GetDataResponse{Data: data, Stat: st}
+	case zk.OpGetChildren:
+		body = &zk.GetChildrenResponse{Children: kids}
+	case zk.OpGetChildren2:
+		body = &zk.GetChildren2Response{Children: kids, Stat: st}
+	case zk.OpGetACL:
+		body = &zk.GetACLResponse{ACL: []zk.ACL{{Perms: tree.PermRead, ID: zk.Id{Scheme: "world", ID: "anyone"}}}, Stat: st}
+	}
+	reply(int64(c.s.appliedIndex()), err, body)
 	return true
 }
 
@@ -705,8 +724,8 @@ func (s *Server) lockView(path string) (children []string, data []byte, err erro
 	return nil, nil, errs.ErrNoNode
 }
 
-func (c *zkConn) malformed(op int32) bool {
-	c.closeWhy = fmt.Sprintf("malformed request (opcode %d)", op)
+func (c *zkConn) malformed(op int32, err error) bool {
+	c.closeWhy = fmt.Sprintf("malformed request (%s): %v", zk.OpName(op), err)
 	c.s.log.Warn("zk: closing connection", "remote", c.c.RemoteAddr().String(), "why", c.closeWhy)
 	return false
 }
@@ -717,69 +736,6 @@ func hostOf(a net.Addr) string {
 		return a.String()
 	}
 	return h
-}
-
-// multi serves a multi request: all ops in one command, ZooKeeper's per-op
-// results, and on failure error results (0 before, the code, -2 after) with
-// a reply header error of 0.
-func (c *zkConn) multi(d *zk.Decoder, xid int32, write func(*tree.Command) (tree.Result, int64, error), reply func(int64, error, func(*zk.Encoder))) bool {
-	ops, err := zk.DecodeMulti(d)
-	if err != nil || d.Finish() != nil {
-		return c.malformed(zk.OpMulti)
-	}
-	cmd := &tree.Command{Op: tree.Op{Type: tree.OpMulti}}
-	for _, o := range ops {
-		switch o.Type {
-		case zk.OpCreate, zk.OpCreate2, zk.OpCreateContainer, zk.OpCreateTTL:
-			mode := tree.CreateMode(o.Flags)
-			if o.Type == zk.OpCreateContainer {
-				mode = tree.ModeContainer
-			}
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCreate, Path: o.Path, Data: o.Data, ACL: fromZKACL(o.ACL), Mode: mode, TTLMs: o.TTL})
-		case zk.OpDelete:
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpDelete, Path: o.Path, Version: o.Version})
-		case zk.OpSetData:
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpSetData, Path: o.Path, Data: o.Data, Version: o.Version})
-		case zk.OpCheck:
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCheck, Path: o.Path, Version: o.Version})
-		default:
-			reply(0, errs.ErrBadArguments, nil)
-			return true
-		}
-	}
-	res, idx, err := write(cmd)
-	if err != nil && len(res.Multi) == 0 {
-		reply(idx, err, nil)
-		return true
-	}
-	reply(idx, nil, func(e *zk.Encoder) {
-		for i, r := range res.Multi {
-			if res.Err != nil {
-				e.Int(zk.OpError)
-				e.Bool(false)
-				code := errs.ZKCode(r.Err)
-				e.Int(code)
-				e.Int(code)
-				continue
-			}
-			e.Int(ops[i].Type)
-			e.Bool(false)
-			e.Int(0)
-			switch ops[i].Type {
-			case zk.OpCreate:
-				e.String(r.Path)
-			case zk.OpCreate2, zk.OpCreateContainer, zk.OpCreateTTL:
-				e.String(r.Path)
-				toZKStat(r.Stat).Encode(e)
-			case zk.OpSetData:
-				toZKStat(r.Stat).Encode(e)
-			}
-		}
-		e.Int(-1)
-		e.Bool(true)
-		e.Int(-1)
-	})
-	return true
 }
 
 // ---- four-letter words ----
