@@ -143,27 +143,22 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 		Short: "Campaign in an election, lead with VALUE until Ctrl-C (then resign)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			defer cancel()
-			fmt.Fprintf(os.Stderr, "campaigning for %s as %q...\n", args[0], args[1])
-			lease, err := c.Campaign(ctx, args[0], []byte(args[1]))
-			if err != nil {
-				return err
-			}
-			fmt.Printf("elected %s token=%d\n", args[0], lease.Token)
-			select {
-			case <-ctx.Done():
-				rctx, rcancel := context.WithTimeout(context.Background(), flagTimeout)
-				defer rcancel()
-				return lease.Unlock(rctx)
-			case <-lease.Lost():
-				return fmt.Errorf("leadership of %s lost", args[0])
-			}
+			return untilInterrupted(func(ctx context.Context, c *client.Client) error {
+				fmt.Fprintf(os.Stderr, "campaigning for %s as %q...\n", args[0], args[1])
+				lease, err := c.Campaign(ctx, args[0], []byte(args[1]))
+				if err != nil {
+					return err
+				}
+				fmt.Printf("elected %s token=%d\n", args[0], lease.Token)
+				select {
+				case <-ctx.Done():
+					rctx, rcancel := context.WithTimeout(context.Background(), flagTimeout)
+					defer rcancel()
+					return lease.Unlock(rctx)
+				case <-lease.Lost():
+					return fmt.Errorf("leadership of %s lost", args[0])
+				}
+			})
 		},
 	}
 	observe := &cobra.Command{
@@ -171,30 +166,38 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 		Short: "Print an election's leader and every change until Ctrl-C",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-			defer cancel()
-			ch, err := c.Observe(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			for li := range ch {
-				if err := output(li, func() {
-					if !li.Elected {
-						fmt.Println("no leader")
-						return
-					}
-					fmt.Printf("leader session=0x%x token=%d value=%s\n", li.Session, li.Token, li.Value)
-				}); err != nil {
+			return untilInterrupted(func(ctx context.Context, c *client.Client) error {
+				ch, err := c.Observe(ctx, args[0])
+				if err != nil {
 					return err
 				}
-			}
-			return ctx.Err()
+				for li := range ch {
+					if err := output(li, func() {
+						if !li.Elected {
+							fmt.Println("no leader")
+							return
+						}
+						fmt.Printf("leader session=0x%x token=%d value=%s\n", li.Session, li.Token, li.Value)
+					}); err != nil {
+						return err
+					}
+				}
+				return ctx.Err()
+			})
 		},
 	}
 	return []*cobra.Command{lock, locks, unlock, elect, observe}
+}
+
+// untilInterrupted runs fn with a session and a context that ends on Ctrl-C
+// or SIGTERM, then closes the session.
+func untilInterrupted(fn func(ctx context.Context, c *client.Client) error) error {
+	c, err := dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	return fn(ctx, c)
 }
