@@ -47,6 +47,10 @@ type Config struct {
 	MaxSessions          int `yaml:"max_sessions"`            // default 100000
 
 	LogLevel string `yaml:"log_level"` // debug, info, warn, error
+
+	// SuperDigest is ZooKeeper's superDigest: "user:base64(sha1(user:password))".
+	// A client that authenticates (addauth digest) as it bypasses every ACL.
+	SuperDigest string `yaml:"super_digest,omitempty"`
 }
 
 // LoadConfig reads and validates a YAML config file.

@@ -313,6 +313,8 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		resp.SessionID, resp.TimeOut, resp.Passwd = si.ID, si.TimeoutMs, req.Passwd
 		c.s.touch(si.ID)
 	}
+	// ZooKeeper gives every connection the ip identity of its peer.
+	c.auth = []tree.ID{{Scheme: "ip", ID: hostOf(c.c.RemoteAddr())}}
 	c.l.mu.Lock()
 	if old := c.l.bySes[c.session]; old != nil && old != c {
 		old.close("session moved to a new connection")
@@ -495,7 +497,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 		reply(applied(), err, &zk.SetDataResponse{Stat: toZKStat(st)})
 	case *zk.MultiRequest:
 		if hdr.Type == zk.OpMultiRead {
-			reply(0, errs.ErrUnimplemented, nil)
+			reply(applied(), nil, c.multiRead(r))
 			return true
 		}
 		c.multi(r, write, reply)
@@ -522,16 +524,23 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		reply(applied(), err, nil)
 	case *zk.AuthPacket:
-		if r.Scheme != "digest" || !strings.Contains(string(r.Auth), ":") {
+		if r.Scheme != "digest" || !strings.Contains(string(r.Auth), ":") || len(c.auth) >= tree.MaxAuthIDs-1 {
 			// ZooKeeper answers an unusable scheme with AuthFailed and closes.
-			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidAuth, Err: zk.CodeAuthFailed}, nil))
+			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Err: zk.CodeAuthFailed}, nil))
 			c.close("auth failed")
 			return false
 		}
 		user, _, _ := strings.Cut(string(r.Auth), ":")
 		sum := sha1.Sum(r.Auth)
-		c.auth = append(c.auth, tree.ID{Scheme: "digest", ID: user + ":" + base64.StdEncoding.EncodeToString(sum[:])})
-		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidAuth}, nil))
+		id := user + ":" + base64.StdEncoding.EncodeToString(sum[:])
+		c.auth = append(c.auth, tree.ID{Scheme: "digest", ID: id})
+		if sd := c.s.cfg.SuperDigest; sd != "" && subtle.ConstantTimeCompare([]byte(id), []byte(sd)) == 1 {
+			// ZooKeeper's superDigest: this identity bypasses every ACL.
+			c.auth = append(c.auth, tree.ID{Scheme: "super"})
+		}
+		// ZooKeeper echoes the request's xid: kazoo sends -4, go-zookeeper a
+		// normal one.
+		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid}, nil))
 	case *zk.GetEphemeralsRequest:
 		c.s.mu.RLock()
 		paths := c.s.mu.tree.Ephemerals(c.session, r.PrefixPath)
@@ -554,7 +563,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 			c.close("session closed by client")
 			return false
 		case zk.OpWhoAmI:
-			infos := []zk.ClientInfo{{AuthScheme: "ip", User: hostOf(c.c.RemoteAddr())}}
+			var infos []zk.ClientInfo
 			for _, id := range c.auth {
 				infos = append(infos, zk.ClientInfo{AuthScheme: id.Scheme, User: id.ID})
 			}
@@ -565,6 +574,49 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 	}
 	return true
+}
+
+// multiRead answers each getData/getChildren op on its own (no atomicity, as
+// in ZooKeeper), all from one consistent view of the tree.
+func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
+	out := &zk.MultiResponse{}
+	c.s.mu.RLock()
+	defer c.s.mu.RUnlock()
+	t := c.s.mu.tree
+	for _, o := range r.Ops {
+		var path string
+		switch op := o.Op.(type) {
+		case *zk.GetDataRequest:
+			path = op.Path
+		case *zk.GetChildrenRequest:
+			path = op.Path
+		}
+		err := tree.ValidatePath(path, false)
+		if err == nil {
+			err = t.CheckACL(path, tree.PermRead, c.auth)
+		}
+		var res zk.OpResult
+		if err == nil && o.Type == zk.OpGetData {
+			var data []byte
+			var st tree.Stat
+			if data, st, err = t.Get(path); err == nil {
+				if data == nil {
+					data = []byte{}
+				}
+				res = zk.OpResult{Type: zk.OpGetData, Data: data, Stat: toZKStat(st)}
+			}
+		} else if err == nil {
+			var kids []string
+			if kids, _, err = t.Children(path); err == nil {
+				res = zk.OpResult{Type: zk.OpGetChildren, Children: kids}
+			}
+		}
+		if err != nil {
+			res = zk.OpResult{Type: zk.OpError, Err: errs.ZKCode(err)}
+		}
+		out.Results = append(out.Results, res)
+	}
+	return out
 }
 
 func (c *zkConn) setWatches(rel int64, data, exist, child, pers, rec []string) {

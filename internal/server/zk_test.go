@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/sha1"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/zkproto"
 )
 
 // These tests drive the ZooKeeper listener with an unmodified ZooKeeper
@@ -326,5 +329,76 @@ func TestZKGarbageNeverKillsTheServer(t *testing.T) {
 	zc, _ := zkConnect(t, []string{addr})
 	if _, err := zc.Create("/alive", nil, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
 		t.Fatalf("server not serving after garbage: %v", err)
+	}
+}
+
+func TestZKACLsIPAndSuperDigest(t *testing.T) {
+	sum := sha1.Sum([]byte("super:secret"))
+	tc := newTestCluster(t, 3, func(c *Config) { c.SuperDigest = "super:" + base64.StdEncoding.EncodeToString(sum[:]) })
+	tc.leader()
+	zc, _ := zkConnect(t, tc.zkAddrs()[:1])
+	// ip identities come from the connection: 127.0.0.1 may, 10.9.9.9 may not.
+	if _, err := zc.Create("/mine", []byte("x"), 0, []gozk.ACL{{Perms: gozk.PermAll, Scheme: "ip", ID: "127.0.0.0/8"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := zc.Get("/mine"); err != nil {
+		t.Fatalf("ip-allowed read: %v", err)
+	}
+	if _, err := zc.Create("/theirs", []byte("x"), 0, []gozk.ACL{{Perms: gozk.PermAll, Scheme: "ip", ID: "10.9.9.9"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := zc.Get("/theirs"); !errors.Is(err, gozk.ErrNoAuth) {
+		t.Fatalf("ip-denied read: %v", err)
+	}
+	if _, err := zc.Set("/theirs", nil, -1); !errors.Is(err, gozk.ErrNoAuth) {
+		t.Fatalf("ip-denied write: %v", err)
+	}
+	// The super digest bypasses ACLs.
+	su, _ := zkConnect(t, tc.zkAddrs()[:1])
+	if err := su.AddAuth("digest", []byte("super:secret")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := su.Get("/theirs"); err != nil {
+		t.Fatalf("super read: %v", err)
+	}
+	if _, err := su.Set("/theirs", []byte("y"), -1); err != nil {
+		t.Fatalf("super write: %v", err)
+	}
+	// A wrong password is just another digest identity: still denied.
+	other, _ := zkConnect(t, tc.zkAddrs()[:1])
+	if err := other.AddAuth("digest", []byte("super:wrong")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := other.Get("/theirs"); !errors.Is(err, gozk.ErrNoAuth) {
+		t.Fatalf("wrong super password: %v", err)
+	}
+}
+
+func TestZKMultiRead(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	zc, _ := zkConnect(t, tc.zkAddrs()[:1])
+	zc.Create("/mr", []byte("d"), 0, gozk.WorldACL(gozk.PermAll))
+	zc.Create("/mr/k", nil, 0, gozk.WorldACL(gozk.PermAll))
+	c := rawZK(t, tc.zkAddrs()[0])
+	req := &zkproto.MultiRequest{Ops: []zkproto.MultiOp{
+		{Type: zkproto.OpGetData, Op: &zkproto.GetDataRequest{Path: "/mr"}},
+		{Type: zkproto.OpGetChildren, Op: &zkproto.GetChildrenRequest{Path: "/mr"}},
+		{Type: zkproto.OpGetData, Op: &zkproto.GetDataRequest{Path: "/missing"}},
+	}}
+	e := zkproto.NewEncoder(nil)
+	(&zkproto.RequestHeader{Xid: 5, Type: zkproto.OpMultiRead}).Encode(e)
+	req.Encode(e)
+	c.Write(zkproto.AppendFrame(nil, e.Bytes()))
+	d := zkproto.NewDecoder(readFrame(t, c))
+	var h zkproto.ReplyHeader
+	var resp zkproto.MultiResponse
+	if h.Decode(d) != nil || h.Xid != 5 || h.Err != 0 || resp.Decode(d) != nil {
+		t.Fatalf("multiRead reply: %+v %v", h, d.Err())
+	}
+	r := resp.Results
+	if len(r) != 3 || string(r[0].Data) != "d" || !slices.Equal(r[1].Children, []string{"k"}) ||
+		r[2].Type != zkproto.OpError || r[2].Err != zkproto.CodeNoNode {
+		t.Fatalf("multiRead results %+v", r)
 	}
 }
