@@ -90,3 +90,14 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan LeaderInfo, e
 	}()
 	return out, nil
 }
+
+// Add atomically adds delta to the named counter and returns its new value
+// (delta 0 reads it). Counters start at 0.
+func (c *Client) Add(ctx context.Context, name string, delta int64) (int64, error) {
+	var resp *pb.AddResponse
+	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.Add(ctx, &pb.AddRequest{Name: name, Delta: delta})
+		return resp.GetHeader(), err
+	})
+	return resp.GetValue(), err
+}

@@ -3630,6 +3630,110 @@ func (x *ListLocksResponse) GetLocks() []*LockInfo {
 	return nil
 }
 
+type AddRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Delta         int64                  `protobuf:"varint,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddRequest) Reset() {
+	*x = AddRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddRequest) ProtoMessage() {}
+
+func (x *AddRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddRequest.ProtoReflect.Descriptor instead.
+func (*AddRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *AddRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddRequest) GetDelta() int64 {
+	if x != nil {
+		return x.Delta
+	}
+	return 0
+}
+
+type AddResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Value         int64                  `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"` // after the add
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddResponse) Reset() {
+	*x = AddResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddResponse) ProtoMessage() {}
+
+func (x *AddResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddResponse.ProtoReflect.Descriptor instead.
+func (*AddResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *AddResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *AddResponse) GetValue() int64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3638,7 +3742,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3754,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[54]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3767,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{54}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{56}
 }
 
 type Member struct {
@@ -3682,7 +3786,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[55]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3694,7 +3798,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[55]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3707,7 +3811,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{55}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Member) GetId() uint64 {
@@ -3787,7 +3891,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +3903,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +3916,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{56}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StatusResponse) GetHeader() *Header {
@@ -3915,7 +4019,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3927,7 +4031,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3940,7 +4044,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{57}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TransferLeaderRequest) GetTargetId() uint64 {
@@ -3959,7 +4063,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4075,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4088,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{58}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TransferLeaderResponse) GetHeader() *Header {
@@ -4260,7 +4364,14 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"m\n" +
 	"\x11ListLocksResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12+\n" +
-	"\x05locks\x18\x02 \x03(\v2\x15.meridian.v1.LockInfoR\x05locks\"\x0f\n" +
+	"\x05locks\x18\x02 \x03(\v2\x15.meridian.v1.LockInfoR\x05locks\"6\n" +
+	"\n" +
+	"AddRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05delta\x18\x02 \x01(\x03R\x05delta\"P\n" +
+	"\vAddResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value\"\x0f\n" +
 	"\rStatusRequest\"\xd5\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
@@ -4318,7 +4429,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\vWatcherType\x12\x0f\n" +
 	"\vWATCHER_ANY\x10\x00\x12\x14\n" +
 	"\x10WATCHER_CHILDREN\x10\x01\x12\x10\n" +
-	"\fWATCHER_DATA\x10\x022\xaf\x0f\n" +
+	"\fWATCHER_DATA\x10\x022\xe9\x0f\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -4345,7 +4456,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\tListLocks\x12\x1d.meridian.v1.ListLocksRequest\x1a\x1e.meridian.v1.ListLocksResponse\x12G\n" +
 	"\bProclaim\x12\x1c.meridian.v1.ProclaimRequest\x1a\x1d.meridian.v1.ProclaimResponse\x12A\n" +
 	"\x06Leader\x12\x1a.meridian.v1.LeaderRequest\x1a\x1b.meridian.v1.LeaderResponse\x12D\n" +
-	"\aObserve\x12\x1a.meridian.v1.LeaderRequest\x1a\x1b.meridian.v1.LeaderResponse0\x01\x12A\n" +
+	"\aObserve\x12\x1a.meridian.v1.LeaderRequest\x1a\x1b.meridian.v1.LeaderResponse0\x01\x128\n" +
+	"\x03Add\x12\x17.meridian.v1.AddRequest\x1a\x18.meridian.v1.AddResponse\x12A\n" +
 	"\x06Status\x12\x1a.meridian.v1.StatusRequest\x1a\x1b.meridian.v1.StatusResponse\x12Y\n" +
 	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
 
@@ -4362,7 +4474,7 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_meridian_v1_meridian_proto_goTypes = []any{
 	(CreateMode)(0),                // 0: meridian.v1.CreateMode
 	(Consistency)(0),               // 1: meridian.v1.Consistency
@@ -4423,11 +4535,13 @@ var file_meridian_v1_meridian_proto_goTypes = []any{
 	(*LockInfo)(nil),               // 56: meridian.v1.LockInfo
 	(*ListLocksRequest)(nil),       // 57: meridian.v1.ListLocksRequest
 	(*ListLocksResponse)(nil),      // 58: meridian.v1.ListLocksResponse
-	(*StatusRequest)(nil),          // 59: meridian.v1.StatusRequest
-	(*Member)(nil),                 // 60: meridian.v1.Member
-	(*StatusResponse)(nil),         // 61: meridian.v1.StatusResponse
-	(*TransferLeaderRequest)(nil),  // 62: meridian.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 63: meridian.v1.TransferLeaderResponse
+	(*AddRequest)(nil),             // 59: meridian.v1.AddRequest
+	(*AddResponse)(nil),            // 60: meridian.v1.AddResponse
+	(*StatusRequest)(nil),          // 61: meridian.v1.StatusRequest
+	(*Member)(nil),                 // 62: meridian.v1.Member
+	(*StatusResponse)(nil),         // 63: meridian.v1.StatusResponse
+	(*TransferLeaderRequest)(nil),  // 64: meridian.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 65: meridian.v1.TransferLeaderResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	7,  // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
@@ -4481,68 +4595,71 @@ var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	55, // 48: meridian.v1.LockInfo.waiters:type_name -> meridian.v1.LockWaiter
 	5,  // 49: meridian.v1.ListLocksResponse.header:type_name -> meridian.v1.Header
 	56, // 50: meridian.v1.ListLocksResponse.locks:type_name -> meridian.v1.LockInfo
-	5,  // 51: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
-	60, // 52: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
-	5,  // 53: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
-	9,  // 54: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	11, // 55: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	13, // 56: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	15, // 57: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	19, // 58: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	22, // 59: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	22, // 60: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	22, // 61: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	22, // 62: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	27, // 63: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	29, // 64: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	31, // 65: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	33, // 66: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	35, // 67: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	37, // 68: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	39, // 69: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	41, // 70: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	43, // 71: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
-	45, // 72: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
-	46, // 73: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
-	48, // 74: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
-	57, // 75: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
-	51, // 76: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
-	53, // 77: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
-	53, // 78: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
-	59, // 79: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	62, // 80: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	10, // 81: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	12, // 82: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	14, // 83: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	16, // 84: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	21, // 85: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	23, // 86: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	24, // 87: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	25, // 88: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	26, // 89: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	28, // 90: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	30, // 91: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	32, // 92: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	34, // 93: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	36, // 94: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	38, // 95: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	40, // 96: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	42, // 97: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	44, // 98: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	47, // 99: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	47, // 100: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	49, // 101: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	58, // 102: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	52, // 103: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
-	54, // 104: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
-	54, // 105: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
-	61, // 106: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	63, // 107: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	81, // [81:108] is the sub-list for method output_type
-	54, // [54:81] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	5,  // 51: meridian.v1.AddResponse.header:type_name -> meridian.v1.Header
+	5,  // 52: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
+	62, // 53: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
+	5,  // 54: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
+	9,  // 55: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	11, // 56: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	13, // 57: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	15, // 58: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	19, // 59: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	22, // 60: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	22, // 61: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	22, // 62: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	22, // 63: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	27, // 64: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	29, // 65: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	31, // 66: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	33, // 67: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	35, // 68: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	37, // 69: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	39, // 70: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	41, // 71: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	43, // 72: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	45, // 73: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	46, // 74: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	48, // 75: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	57, // 76: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	51, // 77: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
+	53, // 78: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
+	53, // 79: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
+	59, // 80: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
+	61, // 81: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	64, // 82: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	10, // 83: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	12, // 84: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	14, // 85: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	16, // 86: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	21, // 87: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	23, // 88: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	24, // 89: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	25, // 90: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	26, // 91: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	28, // 92: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	30, // 93: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	32, // 94: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	34, // 95: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	36, // 96: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	38, // 97: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	40, // 98: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	42, // 99: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	44, // 100: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	47, // 101: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	47, // 102: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	49, // 103: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	58, // 104: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	52, // 105: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	54, // 106: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	54, // 107: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	60, // 108: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
+	63, // 109: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	65, // 110: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	83, // [83:111] is the sub-list for method output_type
+	55, // [55:83] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -4566,7 +4683,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   59,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,7 @@ const (
 	Meridian_Proclaim_FullMethodName       = "/meridian.v1.Meridian/Proclaim"
 	Meridian_Leader_FullMethodName         = "/meridian.v1.Meridian/Leader"
 	Meridian_Observe_FullMethodName        = "/meridian.v1.Meridian/Observe"
+	Meridian_Add_FullMethodName            = "/meridian.v1.Meridian/Add"
 	Meridian_Status_FullMethodName         = "/meridian.v1.Meridian/Status"
 	Meridian_TransferLeader_FullMethodName = "/meridian.v1.Meridian/TransferLeader"
 )
@@ -100,6 +101,9 @@ type MeridianClient interface {
 	// Observe streams the election's leader: the current one at once, then
 	// every change (new leader, new value, no leader).
 	Observe(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderResponse], error)
+	// Counters: atomic add; delta 0 reads the value (through the log, so
+	// linearizably). Overflow fails with an error instead of wrapping.
+	Add(ctx context.Context, in *AddRequest, opts ...grpc.CallOption) (*AddResponse, error)
 	// Cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
@@ -381,6 +385,16 @@ func (c *meridianClient) Observe(ctx context.Context, in *LeaderRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Meridian_ObserveClient = grpc.ServerStreamingClient[LeaderResponse]
 
+func (c *meridianClient) Add(ctx context.Context, in *AddRequest, opts ...grpc.CallOption) (*AddResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddResponse)
+	err := c.cc.Invoke(ctx, Meridian_Add_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *meridianClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -445,6 +459,9 @@ type MeridianServer interface {
 	// Observe streams the election's leader: the current one at once, then
 	// every change (new leader, new value, no leader).
 	Observe(*LeaderRequest, grpc.ServerStreamingServer[LeaderResponse]) error
+	// Counters: atomic add; delta 0 reads the value (through the log, so
+	// linearizably). Overflow fails with an error instead of wrapping.
+	Add(context.Context, *AddRequest) (*AddResponse, error)
 	// Cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
@@ -532,6 +549,9 @@ func (UnimplementedMeridianServer) Leader(context.Context, *LeaderRequest) (*Lea
 }
 func (UnimplementedMeridianServer) Observe(*LeaderRequest, grpc.ServerStreamingServer[LeaderResponse]) error {
 	return status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedMeridianServer) Add(context.Context, *AddRequest) (*AddResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Add not implemented")
 }
 func (UnimplementedMeridianServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -996,6 +1016,24 @@ func _Meridian_Observe_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Meridian_ObserveServer = grpc.ServerStreamingServer[LeaderResponse]
 
+func _Meridian_Add_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Add(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Add_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Add(ctx, req.(*AddRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meridian_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -1130,6 +1168,10 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Leader",
 			Handler:    _Meridian_Leader_Handler,
+		},
+		{
+			MethodName: "Add",
+			Handler:    _Meridian_Add_Handler,
 		},
 		{
 			MethodName: "Status",

@@ -186,7 +186,28 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 			})
 		},
 	}
-	return []*cobra.Command{lock, locks, unlock, elect, observe}
+	counter := &cobra.Command{
+		Use:   "counter NAME [DELTA]",
+		Short: "Atomically add DELTA (default 0: read) to a counter and print its value",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var delta int64
+			if len(args) == 2 {
+				var err error
+				if delta, err = strconv.ParseInt(args[1], 10, 64); err != nil {
+					return fmt.Errorf("delta: %w", err)
+				}
+			}
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				v, err := c.Add(ctx, args[0], delta)
+				if err != nil {
+					return err
+				}
+				return output(map[string]int64{"value": v}, func() { fmt.Println(v) })
+			})
+		},
+	}
+	return []*cobra.Command{lock, locks, unlock, elect, observe, counter}
 }
 
 // untilInterrupted runs fn with a session and a context that ends on Ctrl-C

@@ -32,6 +32,7 @@ func Encode(c *Command) ([]byte, error) {
 	b = binary.AppendVarint(b, c.Target)
 	b = binary.AppendUvarint(b, c.Token)
 	b = binary.AppendVarint(b, int64(c.Permits))
+	b = binary.AppendVarint(b, c.Delta)
 	b = binary.AppendUvarint(b, uint64(len(c.Lock)))
 	b = append(b, c.Lock...)
 	b = binary.AppendUvarint(b, uint64(len(c.Inner)))
@@ -91,6 +92,9 @@ func Decode(b []byte) (*Command, error) {
 		return nil, bad
 	}
 	c.Permits = int32(permits)
+	if c.Delta, ok = sv(); !ok {
+		return nil, bad
+	}
 	lock, ok := bytesField(MaxLockNameBytes)
 	if !ok {
 		return nil, bad

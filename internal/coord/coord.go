@@ -29,6 +29,7 @@ const (
 	MaxDelayMs         = 600000 // 10 minutes of lock-delay at most
 	MaxPermits         = 10000  // permits of one semaphore
 	MaxValueBytes      = 64 << 10
+	MaxCounters        = 1000000
 )
 
 // Mode of a hold.
@@ -57,6 +58,7 @@ const (
 	OpTick         OpType = 5 // TimeMs: lets delayed locks be granted
 	OpFenced       OpType = 6 // Lock, Token, Inner: a tree write applied only if Token holds Lock
 	OpProclaim     OpType = 7 // Lock, Value: the holder publishes a new value (elections)
+	OpAdd          OpType = 8 // Lock (the counter's name), Delta: atomic add; the result carries the new value
 )
 
 // Command is one coordination command in the raft log.
@@ -74,6 +76,7 @@ type Command struct {
 	Token   uint64 // fenced: the token presented
 	Inner   []byte // fenced: an encoded tree command
 	Value   []byte // acquire/proclaim: the holder's published value (an election's leader value)
+	Delta   int64  // add: the amount added to the counter
 }
 
 // Grant is a hold given by a command: to return to a waiting acquirer.
@@ -99,6 +102,7 @@ type Result struct {
 	Granted  bool   // acquire/cancel: the caller holds the lock now
 	Token    uint64 // when Granted
 	Position int    // acquire with wait, not granted: place in the queue (1 = next)
+	Counter  int64  // add: the counter's value after the add
 }
 
 // Holder is one current hold.
@@ -129,11 +133,12 @@ type lock struct {
 type State struct {
 	locks     map[string]*lock
 	bySession map[int64]map[string]struct{}
+	counters  map[string]int64 // atomic counters; a counter at 0 is dropped
 }
 
 // New returns an empty state.
 func New() *State {
-	return &State{locks: map[string]*lock{}, bySession: map[int64]map[string]struct{}{}}
+	return &State{locks: map[string]*lock{}, bySession: map[int64]map[string]struct{}{}, counters: map[string]int64{}}
 }
 
 // LiveFunc reports whether a session is live (from the tree's session table).
@@ -161,7 +166,7 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 			grants = append(grants, s.grantNext(name, index, c.TimeMs)...)
 		}
 		return Result{}, grants, nil
-	case OpAcquire, OpRelease, OpCancel, OpForceRelease, OpFenced, OpProclaim:
+	case OpAcquire, OpRelease, OpCancel, OpForceRelease, OpFenced, OpProclaim, OpAdd:
 	default:
 		return Result{Err: errs.ErrUnimplemented}, nil, nil
 	}
@@ -179,6 +184,8 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 		return s.forceRelease(index, c)
 	case OpProclaim:
 		return s.proclaim(c)
+	case OpAdd:
+		return s.add(c)
 	default: // OpFenced: the caller checks with CheckToken and applies Inner
 		return Result{Err: s.CheckToken(c.Lock, c.Token)}, nil, nil
 	}
@@ -358,6 +365,28 @@ func (s *State) cancel(index uint64, c *Command) (Result, []Grant, []Loss) {
 	}
 	return Result{}, nil, nil
 }
+
+// add adds Delta to a counter (missing counters are 0) and returns the new
+// value; overflow is refused rather than wrapped.
+func (s *State) add(c *Command) (Result, []Grant, []Loss) {
+	old, ok := s.counters[c.Lock]
+	if !ok && len(s.counters) >= MaxCounters {
+		return Result{Err: errs.ErrTooManyLocks}, nil, nil
+	}
+	v := old + c.Delta
+	if (c.Delta > 0 && v < old) || (c.Delta < 0 && v > old) {
+		return Result{Err: errs.ErrBadArguments}, nil, nil
+	}
+	if v == 0 {
+		delete(s.counters, c.Lock)
+	} else {
+		s.counters[c.Lock] = v
+	}
+	return Result{Counter: v}, nil, nil
+}
+
+// CounterValue returns a counter's value (0 if never set).
+func (s *State) CounterValue(name string) int64 { return s.counters[name] }
 
 // proclaim replaces the holder's published value (etcd's Proclaim): only
 // the session holding the lock may.

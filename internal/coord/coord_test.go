@@ -18,6 +18,7 @@ import (
 //	cancel lock=a session=2
 //	force-release lock=a target=1
 //	proclaim lock=a session=1 value=V
+//	add lock=c delta=N
 //	end-session session=1 [expired] [time=MS]
 //	tick time=MS
 //	check lock=a token=N
@@ -57,6 +58,8 @@ func TestScripts(t *testing.T) {
 					fmt.Sscan(v, &c.Permits)
 				case "value":
 					c.Value = []byte(v)
+				case "delta":
+					fmt.Sscan(v, &c.Delta)
 				case "time":
 					fmt.Sscan(v, &c.TimeMs)
 				case "token":
@@ -89,7 +92,7 @@ func TestScripts(t *testing.T) {
 				grants, losses = s.SessionEnded(index, c.TimeMs, c.Session, expired)
 			default:
 				op := map[string]OpType{"acquire": OpAcquire, "release": OpRelease, "cancel": OpCancel,
-					"force-release": OpForceRelease, "tick": OpTick, "proclaim": OpProclaim}[d.Cmd]
+					"force-release": OpForceRelease, "tick": OpTick, "proclaim": OpProclaim, "add": OpAdd}[d.Cmd]
 				if op == 0 {
 					t.Fatalf("unknown command %s", d.Cmd)
 				}
@@ -116,6 +119,8 @@ func TestScripts(t *testing.T) {
 				fmt.Fprintf(&out, "granted token=%d\n", res.Token)
 			case res.Position > 0:
 				fmt.Fprintf(&out, "waiting position=%d\n", res.Position)
+			case c.Op == OpAdd:
+				fmt.Fprintf(&out, "counter=%d\n", res.Counter)
 			default:
 				out.WriteString("ok\n")
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"sort"
 
 	"github.com/meridian-coord/meridian/internal/errs"
 )
@@ -41,6 +42,17 @@ func (s *State) Snapshot() []byte {
 			b = binary.AppendUvarint(b, uint64(len(w.Value)))
 			b = append(b, w.Value...)
 		}
+	}
+	cnames := make([]string, 0, len(s.counters))
+	for n := range s.counters {
+		cnames = append(cnames, n)
+	}
+	sort.Strings(cnames)
+	b = binary.AppendUvarint(b, uint64(len(cnames)))
+	for _, n := range cnames {
+		b = binary.AppendUvarint(b, uint64(len(n)))
+		b = append(b, n...)
+		b = binary.AppendVarint(b, s.counters[n])
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
@@ -133,6 +145,20 @@ func Restore(b []byte) (*State, error) {
 			s.track(w.Session, name)
 		}
 		s.locks[name] = l
+	}
+	nCounters := uv(MaxCounters)
+	for i := uint64(0); i < nCounters && !fail; i++ {
+		nl := uv(MaxLockNameBytes)
+		if fail || nl > uint64(len(b)) {
+			return nil, corrupt("counter name")
+		}
+		name := string(b[:nl])
+		b = b[nl:]
+		v := sv()
+		if _, dup := s.counters[name]; dup || v == 0 {
+			return nil, corrupt("duplicate or zero counter")
+		}
+		s.counters[name] = v
 	}
 	if fail || len(b) != 0 {
 		return nil, corrupt("truncated or trailing bytes")

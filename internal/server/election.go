@@ -134,3 +134,15 @@ func (a *api) Observe(r *pb.LeaderRequest, stream pb.Meridian_ObserveServer) err
 		}
 	}
 }
+
+// Add applies an atomic add to a counter.
+func (a *api) Add(ctx context.Context, r *pb.AddRequest) (*pb.AddResponse, error) {
+	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Op: coord.OpAdd, Lock: r.GetName(), Delta: r.GetDelta()})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return nil, a.done("Add", err)
+	}
+	return &pb.AddResponse{Header: a.header(idx), Value: res.Counter}, a.done("Add", nil)
+}

@@ -38,7 +38,7 @@ func (s *Server) applyCoord(index uint64, data []byte) {
 	res, grants, losses := s.mu.coord.Apply(index, c, live)
 	s.mu.applied = index
 	s.mu.Unlock()
-	if c.Lock != "" && res.Err == nil {
+	if c.Lock != "" && res.Err == nil && c.Op != coord.OpAdd {
 		s.obs.notify(c.Lock) // a release or proclaim changes what observers see
 	}
 	s.deliverGrants(grants, losses)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -273,5 +274,28 @@ func TestElection(t *testing.T) {
 	}
 	if err := la.Proclaim(cx, []byte("stale")); !errors.Is(err, client.ErrLockNotHeld) {
 		t.Fatalf("proclaim after resigning: %v", err)
+	}
+}
+
+func TestCounter(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		c := tc.client()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 25; j++ {
+				if _, err := c.Add(context.Background(), "hits", 1); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if v, err := tc.client().Add(ctx(t), "hits", 0); err != nil || v != 100 {
+		t.Fatalf("after 100 concurrent adds: %d, %v", v, err)
 	}
 }
