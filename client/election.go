@@ -23,17 +23,7 @@ func leaderInfo(r *pb.LeaderResponse) LeaderInfo {
 // candidates), publishing value. The Lease's Token is its fencing token;
 // Unlock resigns; Lost() closes if leadership is lost.
 func (c *Client) Campaign(ctx context.Context, name string, value []byte) (*Lease, error) {
-	var resp *pb.LockResponse
-	err := c.do(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
-		resp, err = api.Lock(ctx, &pb.LockRequest{SessionId: sid, Name: name, Wait: true, Value: value})
-		return resp.GetHeader(), err
-	})
-	if err != nil {
-		return nil, err
-	}
-	l := &Lease{c: c, Name: name, Token: resp.GetToken(), lost: make(chan struct{})}
-	c.leases.add(l)
-	return l, nil
+	return c.Lock(ctx, name, LockOptions{Value: value})
 }
 
 // Proclaim publishes a new value while leading.

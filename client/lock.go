@@ -23,6 +23,8 @@ type LockOptions struct {
 	// Permits > 1 makes the name a counting semaphore with that many
 	// permits (every acquirer must use the same number).
 	Permits int
+	// Value is published with the hold (an election candidate's value).
+	Value []byte
 }
 
 // Lease is a held lock. Token is its fencing token: strictly increasing for
@@ -62,7 +64,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Leas
 	err := c.do(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
 		resp, err = api.Lock(ctx, &pb.LockRequest{SessionId: sid, Name: name, Shared: opts.Shared,
 			Wait: !opts.TryOnly, TimeoutMs: opts.Timeout.Milliseconds(), DelayMs: opts.Delay.Milliseconds(),
-			Permits: int32(opts.Permits)})
+			Permits: int32(opts.Permits), Value: opts.Value})
 		return resp.GetHeader(), err
 	})
 	if err != nil {

@@ -217,12 +217,9 @@ func (a *api) read(ctx context.Context, r *pb.ReadRequest, k watch.Kind, fn func
 		}
 	}
 	err := fn(a.s.mu.tree)
-	if r.GetWatch() && (err == nil || (k == watch.KindExist && errors.Is(err, errs.ErrNoNode))) {
-		if k == watch.KindExist && err == nil {
-			k = watch.KindData // as ZooKeeper: exists on an existing node sets a data watch
-		}
+	if wk, ok := watchKindFor(k, err); r.GetWatch() && ok {
 		h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
-		if werr := a.s.watches.Add(h, r.GetPath(), k); werr != nil {
+		if werr := a.s.watches.Add(h, r.GetPath(), wk); werr != nil {
 			return 0, werr
 		}
 	}

@@ -172,9 +172,7 @@ func (s *Server) proposeCoordAsync(c *coord.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
-	defer cancel()
-	return s.rep.Propose(ctx, data)
+	return s.proposeDataAsync(data)
 }
 
 // proposeFenced wraps a tree write so it applies only under the given token.

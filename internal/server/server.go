@@ -436,9 +436,30 @@ func (s *Server) proposeAsync(cmd *tree.Command) error {
 	if err != nil {
 		return err
 	}
+	return s.proposeDataAsync(data)
+}
+
+// proposeDataAsync hands encoded leader-duty commands to raft, bounded by an
+// election timeout, without waiting for them to apply.
+func (s *Server) proposeDataAsync(data []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
 	defer cancel()
 	return s.rep.Propose(ctx, data)
+}
+
+// watchKindFor is the watch a read registers: exists on an existing node sets
+// a data watch, as ZooKeeper's client expects; on a missing node an exist
+// watch. Other reads register only when they succeeded (ok false: none).
+func watchKindFor(k watch.Kind, err error) (watch.Kind, bool) {
+	switch {
+	case err == nil && k == watch.KindExist:
+		return watch.KindData, true
+	case err == nil:
+		return k, true
+	case k == watch.KindExist && errors.Is(err, errs.ErrNoNode):
+		return k, true
+	}
+	return k, false
 }
 
 // withTimeout bounds a request by the caller's deadline and the server's

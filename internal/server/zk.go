@@ -405,11 +405,8 @@ func (c *zkConn) serve(pkt []byte) bool {
 			}
 		}
 		err := fn(c.s.mu.tree)
-		if watchIt && (err == nil || (k == watch.KindExist && errors.Is(err, errs.ErrNoNode))) {
-			if k == watch.KindExist && err == nil {
-				k = watch.KindData // as ZooKeeper: exists on an existing node sets a data watch
-			}
-			if werr := c.s.watches.Add(c, path, k); werr != nil {
+		if wk, ok := watchKindFor(k, err); watchIt && ok {
+			if werr := c.s.watches.Add(c, path, wk); werr != nil {
 				return werr
 			}
 		}
