@@ -6,7 +6,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build dev test test-short vet proto tools clean
+.PHONY: all build dev test test-short vet proto tools clean kazoo-test
 
 all: build
 
@@ -24,6 +24,11 @@ test: vet
 	$(GO) test -race -count=1 -timeout 14m ./...
 	./scripts/pyenv.sh
 	MERIDIAN_PYTHON=$(CURDIR)/.venv/bin/python $(GO) test -tags compat -count=1 -run TestKazoo ./cmd/meridian
+	./scripts/kazoo-test.sh
+
+# kazoo's own test suite against Meridian (part of `make test`).
+kazoo-test:
+	./scripts/kazoo-test.sh
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

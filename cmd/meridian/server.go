@@ -32,16 +32,44 @@ func newLogger(level string) *slog.Logger {
 }
 
 func serverCmd() *cobra.Command {
-	var configPath string
+	var configPath, zooCfg string
+	var props []string
 	cmd := &cobra.Command{
-		Use:   "server --config FILE",
+		Use:   "server (--config FILE | --zoo-cfg FILE)",
 		Short: "Run one Meridian server",
+		Long: `Runs one server until SIGINT or SIGTERM. --config takes Meridian's YAML config.
+--zoo-cfg takes a ZooKeeper zoo.cfg instead (server.N, clientPort, dataDir/myid,
+tickTime, admin.serverPort; -D passes JVM-style system properties such as
+zookeeper.DigestAuthenticationProvider.superDigest), so tools that start
+ZooKeeper can start Meridian in its place.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := server.LoadConfig(configPath)
-			if err != nil {
-				return err
+			var cfg server.Config
+			var ignored []string
+			switch {
+			case (configPath == "") == (zooCfg == ""):
+				return fmt.Errorf("give exactly one of --config and --zoo-cfg")
+			case configPath != "":
+				c, err := server.LoadConfig(configPath)
+				if err != nil {
+					return err
+				}
+				cfg = c
+			default:
+				sys := map[string]string{}
+				for _, p := range props {
+					k, v, _ := strings.Cut(p, "=")
+					sys[k] = v
+				}
+				z, err := server.FromZooCfg(zooCfg, sys)
+				if err != nil {
+					return err
+				}
+				cfg, ignored = z.Config, z.Ignored
 			}
 			log := newLogger(cfg.LogLevel)
+			if len(ignored) > 0 {
+				log.Info("zoo.cfg keys without a Meridian equivalent were ignored", "keys", strings.Join(ignored, ","))
+			}
 			s, err := server.New(cfg, log)
 			if err != nil {
 				return err
@@ -54,8 +82,9 @@ func serverCmd() *cobra.Command {
 			return s.Close()
 		},
 	}
-	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file (required)")
-	cmd.MarkFlagRequired("config")
+	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file")
+	cmd.Flags().StringVar(&zooCfg, "zoo-cfg", "", "ZooKeeper zoo.cfg to run from instead of --config")
+	cmd.Flags().StringArrayVarP(&props, "define", "D", nil, "system property key=value (with --zoo-cfg)")
 	return cmd
 }
 

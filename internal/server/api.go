@@ -88,7 +88,7 @@ func toACL(in []tree.ACL) []*pb.ACL {
 }
 
 func createOp(r *pb.CreateRequest) tree.Op {
-	return tree.Op{Type: tree.OpCreate, Path: r.GetPath(), Data: r.GetData(), ACL: fromACL(r.GetAcl()),
+	return tree.Op{Type: tree.OpCreate, Path: r.GetPath(), Data: nonNull(r.GetData()), ACL: fromACL(r.GetAcl()),
 		Mode: tree.CreateMode(r.GetMode()), TTLMs: r.GetTtlMs()}
 }
 
@@ -130,7 +130,7 @@ func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteRespon
 }
 
 func (a *api) SetData(ctx context.Context, r *pb.SetDataRequest) (*pb.SetDataResponse, error) {
-	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetData, Path: r.GetPath(), Data: r.GetData(), Version: version(r.Version)}, r.GetFence())
+	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetData, Path: r.GetPath(), Data: nonNull(r.GetData()), Version: version(r.Version)}, r.GetFence())
 	if err != nil {
 		return nil, a.done("SetData", err)
 	}
@@ -160,7 +160,7 @@ func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse,
 		case *pb.Op_Delete:
 			ops = append(ops, tree.Op{Type: tree.OpDelete, Path: x.Delete.GetPath(), Version: version(x.Delete.Version)})
 		case *pb.Op_SetData:
-			ops = append(ops, tree.Op{Type: tree.OpSetData, Path: x.SetData.GetPath(), Data: x.SetData.GetData(), Version: version(x.SetData.Version)})
+			ops = append(ops, tree.Op{Type: tree.OpSetData, Path: x.SetData.GetPath(), Data: nonNull(x.SetData.GetData()), Version: version(x.SetData.Version)})
 		case *pb.Op_Check:
 			ops = append(ops, tree.Op{Type: tree.OpCheck, Path: x.Check.GetPath(), Version: version(x.Check.Version)})
 		default:
@@ -480,4 +480,13 @@ func (a *api) TransferLeader(ctx context.Context, r *pb.TransferLeaderRequest) (
 		return nil, a.done("TransferLeader", err)
 	}
 	return &pb.TransferLeaderResponse{Header: a.header(0)}, a.done("TransferLeader", nil)
+}
+
+// nonNull: protobuf bytes cannot be null, so native writes store empty data,
+// never ZooKeeper's null (which only the ZooKeeper protocol can ask for).
+func nonNull(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }

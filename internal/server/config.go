@@ -51,6 +51,10 @@ type Config struct {
 	// SuperDigest is ZooKeeper's superDigest: "user:base64(sha1(user:password))".
 	// A client that authenticates (addauth digest) as it bypasses every ACL.
 	SuperDigest string `yaml:"super_digest,omitempty"`
+	// ReadOnlyMode: a server without a quorum admits ZooKeeper clients that
+	// allow it to read-only, local sessions (ZooKeeper's
+	// readonlymode.enabled). Off by default, as in ZooKeeper.
+	ReadOnlyMode bool `yaml:"read_only_mode,omitempty"`
 }
 
 // LoadConfig reads and validates a YAML config file.

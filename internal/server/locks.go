@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -129,7 +130,28 @@ func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
 
 // proposeData proposes an encoded command and waits until this server has
 // applied it.
+//
+// With no leader known raft drops a proposal, so it can never apply; that
+// case waits for an election (a restarted server learns the leader within a
+// heartbeat or two) and proposes again, until the request deadline, rather
+// than failing a client that reconnected a moment too early.
 func (s *Server) proposeData(ctx context.Context, id uint64, data []byte) (applied, error) {
+	for {
+		a, err := s.proposeOnce(ctx, id, data)
+		if !errors.Is(err, errs.ErrNotLeader) {
+			return a, err
+		}
+		select {
+		case <-time.After(s.cfg.tick()):
+		case <-ctx.Done():
+			return applied{}, err
+		case <-s.stop:
+			return applied{}, errs.ErrStopped
+		}
+	}
+}
+
+func (s *Server) proposeOnce(ctx context.Context, id uint64, data []byte) (applied, error) {
 	ch := s.waiters.add(id, s.rep.Leader())
 	defer s.waiters.remove(id)
 	if err := s.rep.Propose(ctx, data); err != nil {

@@ -37,6 +37,15 @@ import (
 // Version is reported by Status and the CLI.
 const Version = "0.1.0-dev"
 
+// ZooKeeperVersion is the ZooKeeper release whose client protocol and
+// features the ZooKeeper listener implements. Four-letter words report it
+// first, as "3.8.4-meridian-<Version>", because clients (kazoo's
+// server_version, Curator) parse the leading digits to decide which
+// features they may use.
+const ZooKeeperVersion = "3.8.4"
+
+func zkVersionString() string { return ZooKeeperVersion + "-meridian-" + Version }
+
 // Server is one member of a Meridian cluster.
 type Server struct {
 	cfg     Config
@@ -514,6 +523,28 @@ func (s *Server) onLeaderChange(leader, term uint64) {
 		s.metrics.isLeader.Set(0)
 	}
 	s.log.Info("leader changed", "leader", leader, "term", term)
+	if leader != 0 && s.zk != nil {
+		s.zk.closeReadOnly()
+	}
+}
+
+// awaitLeader reports whether a leader is known, waiting up to d (and ctx)
+// for an election to produce one.
+func (s *Server) awaitLeader(ctx context.Context, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for s.rep.Leader() == 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-time.After(s.cfg.tick() / 4):
+		case <-ctx.Done():
+			return false
+		case <-s.stop:
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) onSideMessage(from uint64, payload []byte) {

@@ -130,6 +130,7 @@ type zkConn struct {
 	c net.Conn
 
 	session  int64
+	readOnly bool        // a read-only session (no quorum): local, never in the tree
 	closing  atomic.Bool // the client asked to close: reply before closing
 	timeout  time.Duration
 	auth     []tree.ID
@@ -283,6 +284,16 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		c.close("session expired or invalid")
 		return false
 	}
+	// ZooKeeper serves no client while it is outside a quorum, so the client
+	// moves on to a server that can; with read-only mode enabled, a client
+	// that allows it gets a read-only session instead.
+	if !c.s.awaitLeader(ctx, c.s.cfg.tick()*time.Duration(c.s.cfg.ElectionTicks)) {
+		if !req.ReadOnly || !c.s.cfg.ReadOnlyMode {
+			c.closeWhy = "not serving: no leader known"
+			return false
+		}
+		return c.readOnlyHandshake(req, resp)
+	}
 	if req.SessionID == 0 {
 		timeout := session.Negotiate(time.Duration(req.TimeOut)*time.Millisecond, c.s.cfg.sessionTick())
 		pw := make([]byte, 16)
@@ -325,6 +336,43 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	return true
 }
 
+// readOnlyHandshake admits a client to a server that has no quorum, as
+// ZooKeeper's read-only mode does: the session is local to this server (not
+// replicated, no ephemerals), reads come from its possibly stale state,
+// writes answer ZNOTREADONLY, and the connection is closed once a leader is
+// known again so the client finds a read-write server.
+func (c *zkConn) readOnlyHandshake(req *zk.ConnectRequest, resp *zk.ConnectResponse) bool {
+	timeout := session.Negotiate(time.Duration(req.TimeOut)*time.Millisecond, c.s.cfg.sessionTick())
+	pw := make([]byte, 16)
+	rand.Read(pw)
+	// Local ids have the top bit clear and this server's id below it, so
+	// they cannot collide with replicated sessions or another server's.
+	c.session = int64(c.s.nextID() &^ (1 << 63))
+	c.readOnly, c.timeout = true, timeout
+	resp.SessionID, resp.TimeOut, resp.Passwd, resp.ReadOnly = c.session, int32(timeout.Milliseconds()), pw, true
+	c.auth = []tree.ID{{Scheme: "ip", ID: hostOf(c.c.RemoteAddr())}}
+	c.l.mu.Lock()
+	c.l.bySes[c.session] = c
+	c.l.mu.Unlock()
+	c.enqueue(frameOf(resp))
+	return true
+}
+
+// closeReadOnly ends read-only sessions once this server has a leader.
+func (l *zkListener) closeReadOnly() {
+	l.mu.Lock()
+	var ro []*zkConn
+	for c := range l.conns {
+		if c.readOnly {
+			ro = append(ro, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range ro {
+		c.close("read-only session ended: a leader is known again")
+	}
+}
+
 func frameOf(r *zk.ConnectResponse) []byte {
 	b, _ := zk.AppendRecordFrame(nil, r)
 	return b
@@ -358,7 +406,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 	if derr != nil && !errors.Is(derr, zk.ErrUnknownOpcode) {
 		return c.malformed(hdr.Type, derr)
 	}
-	c.s.touch(c.session)
+	if !c.readOnly {
+		c.s.touch(c.session)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
 	defer cancel()
 	reply := func(zxid int64, err error, body zk.Record) {
@@ -384,6 +434,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 	}
 	applied := func() int64 { return int64(c.s.appliedIndex()) }
 	write := func(cmd *tree.Command) (tree.Result, int64, error) {
+		if c.readOnly {
+			return tree.Result{}, 0, errs.ErrNotReadOnly
+		}
 		cmd.Session, cmd.Auth = c.session, c.auth
 		res, idx, err := c.s.propose(ctx, cmd)
 		if err == nil {
@@ -449,9 +502,6 @@ func (c *zkConn) serve(pkt []byte) bool {
 		var data []byte
 		var st tree.Stat
 		err := read(r.Path, r.Watch, watch.KindData, tree.PermRead, func(t *tree.Tree) (err error) { data, st, err = t.Get(r.Path); return })
-		if data == nil {
-			data = []byte{} // a node's data is never null on the wire (kazoo reads null as None)
-		}
 		reply(applied(), err, &zk.GetDataResponse{Data: data, Stat: toZKStat(st)})
 	case *zk.GetChildrenRequest, *zk.GetChildren2Request:
 		path, w := "", false
@@ -480,7 +530,10 @@ func (c *zkConn) serve(pkt []byte) bool {
 		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { acl, st, err = t.GetACL(r.Path); return })
 		reply(applied(), err, &zk.GetACLResponse{ACL: toZKACL(acl), Stat: toZKStat(st)})
 	case *zk.SyncRequest:
-		err := c.s.readBarrier(ctx, true, 0)
+		var err error = errs.ErrNotReadOnly
+		if !c.readOnly {
+			err = c.s.readBarrier(ctx, true, 0)
+		}
 		reply(applied(), err, &zk.SyncResponse{Path: r.Path})
 	case *zk.CheckVersionRequest:
 		var st tree.Stat
@@ -555,6 +608,11 @@ func (c *zkConn) serve(pkt []byte) bool {
 			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidPing, Zxid: c.lastZxid}, nil))
 		case zk.OpCloseSession:
 			c.closing.Store(true)
+			if c.readOnly { // a local session ends with its connection
+				reply(0, nil, nil)
+				c.close("session closed by client")
+				return false
+			}
 			_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCloseSession}})
 			reply(idx, err, nil)
 			c.close("session closed by client")
@@ -597,9 +655,6 @@ func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 			var data []byte
 			var st tree.Stat
 			if data, st, err = t.Get(path); err == nil {
-				if data == nil {
-					data = []byte{}
-				}
 				res = zk.OpResult{Type: zk.OpGetData, Data: data, Stat: toZKStat(st)}
 			}
 		} else if err == nil {
@@ -820,19 +875,22 @@ func (s *Server) fourLetterWord(w string) string {
 		}
 		return ""
 	case "isro":
+		if !serving && s.cfg.ReadOnlyMode {
+			return "ro"
+		}
 		return "rw"
 	case "srvr", "stat":
-		return fmt.Sprintf("Zookeeper version: Meridian %s\nLatency min/avg/max: 0/0/0\nReceived: 0\nSent: 0\nConnections: %d\nOutstanding: 0\nZxid: 0x%x\nMode: %s\nNode count: %d\n",
-			Version, conns, st.Applied, mode, nodes)
+		return fmt.Sprintf("Zookeeper version: %s\nLatency min/avg/max: 0/0/0\nReceived: 0\nSent: 0\nConnections: %d\nOutstanding: 0\nZxid: 0x%x\nMode: %s\nNode count: %d\n",
+			zkVersionString(), conns, st.Applied, mode, nodes)
 	case "mntr":
-		return fmt.Sprintf("zk_version\tMeridian %s\nzk_server_state\t%s\nzk_znode_count\t%d\nzk_watch_count\t%d\nzk_ephemerals_count\t%d\nzk_num_alive_connections\t%d\nzk_global_sessions\t%d\nzk_raft_term\t%d\nzk_raft_applied_index\t%d\n",
-			Version, mode, nodes, s.watches.Count(), ephemerals, conns, sessions, st.Term, st.Applied)
+		return fmt.Sprintf("zk_version\t%s\nzk_server_state\t%s\nzk_znode_count\t%d\nzk_watch_count\t%d\nzk_ephemerals_count\t%d\nzk_num_alive_connections\t%d\nzk_global_sessions\t%d\nzk_raft_term\t%d\nzk_raft_applied_index\t%d\n",
+			zkVersionString(), mode, nodes, s.watches.Count(), ephemerals, conns, sessions, st.Term, st.Applied)
 	case "conf":
 		self := s.cfg.Self()
 		return fmt.Sprintf("serverId=%d\ndataDir=%s\nclientPortAddress=%s\ntickTime=%d\nminSessionTimeout=%d\nmaxSessionTimeout=%d\n",
 			s.cfg.ID, s.cfg.DataDir, self.ZK, s.cfg.SessionTickMs, 2*s.cfg.SessionTickMs, 20*s.cfg.SessionTickMs)
 	case "envi":
-		return fmt.Sprintf("Environment:\nzookeeper.version=Meridian %s\n", Version)
+		return fmt.Sprintf("Environment:\nzookeeper.version=%s\nmeridian.version=%s\n", zkVersionString(), Version)
 	case "cons":
 		return fmt.Sprintf("connections: %d\n", conns)
 	case "wchs":

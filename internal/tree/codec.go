@@ -8,24 +8,32 @@ import (
 	"github.com/meridian-coord/meridian/internal/errs"
 )
 
-// Command wire format, version 1 (all integers varints unless noted):
+// Command wire format, version 2 (all integers varints unless noted):
 //
-//	byte version=1
+//	byte version=2
 //	uvarint ID, varint TimeMs, varint Session
 //	ids  Auth       (uvarint count, then scheme string, id string each)
 //	op   Op
 //	uvarint count, op each: Ops
 //	varint TimeoutMs, bytes Password, uvarint count + varint each: Sessions
 //
-//	op:     byte Type, string Path, bytes Data, acl ACL, varint Mode,
+//	op:     byte Type, string Path, nullable Data, acl ACL, varint Mode,
 //	        varint TTLMs, varint Version
 //	acl:    uvarint count, then varint Perms, string scheme, string id each
 //	string/bytes: uvarint length, then the bytes
+//	nullable: uvarint 0 for null, else length+1, then the bytes
+//
+// ZooKeeper tells null data from empty data (getData answers null for a node
+// created with null), so the data field keeps the difference. Version 1 had
+// plain bytes there; it is still decoded, empty meaning null as it then did.
 //
 // The decoder checks every length against both its limit and the bytes
 // left, so a lying prefix cannot make it allocate more than the input size
 // (times a small constant) or read out of bounds.
-const codecVersion = 1
+const (
+	codecVersion   = 2
+	codecVersionV1 = 1 // plain bytes for op data
+)
 
 // Limits on strings the codec accepts besides those in types.go.
 const (
@@ -131,10 +139,19 @@ func appendACL(b []byte, acl []ACL) []byte {
 	return b
 }
 
+// appendNullable writes b keeping nil apart from empty.
+func appendNullable(dst, b []byte) []byte {
+	if b == nil {
+		return append(dst, 0)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b))+1)
+	return append(dst, b...)
+}
+
 func appendOp(b []byte, op *Op) []byte {
 	b = append(b, byte(op.Type))
 	b = appendString(b, op.Path)
-	b = appendString(b, string(op.Data))
+	b = appendNullable(b, op.Data)
 	b = appendACL(b, op.ACL)
 	b = binary.AppendVarint(b, int64(op.Mode))
 	b = binary.AppendVarint(b, op.TTLMs)
@@ -148,10 +165,10 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if len(b) > MaxCommandBytes {
 		return nil, fmt.Errorf("%w: command of %d bytes", errs.ErrRequestTooLarge, len(b))
 	}
-	if len(b) == 0 || b[0] != codecVersion {
+	if len(b) == 0 || (b[0] != codecVersion && b[0] != codecVersionV1) {
 		return nil, fmt.Errorf("%w: unknown command encoding", errs.ErrMarshalling)
 	}
-	d := decoder{b: b[1:], base: errs.ErrMarshalling}
+	d := decoder{b: b[1:], base: errs.ErrMarshalling, v1: b[0] == codecVersionV1}
 	c := &Command{}
 	c.ID = d.uvarint()
 	c.TimeMs = d.varint()
@@ -192,6 +209,7 @@ type decoder struct {
 	b    []byte
 	base error // what every error wraps
 	err  error
+	v1   bool // version 1 input: data is plain bytes
 }
 
 func (d *decoder) fail(msg string) {
@@ -280,6 +298,28 @@ func (d *decoder) raw(max int) []byte {
 
 func (d *decoder) bytes(max int) []byte { return cloneBytes(d.raw(max)) }
 
+// nullable reads what appendNullable wrote (plain bytes in version 1, where
+// empty data was stored as null).
+func (d *decoder) nullable(max int) []byte {
+	if d.v1 {
+		if b := d.raw(max); len(b) > 0 {
+			return cloneBytes(b)
+		}
+		return nil
+	}
+	v := d.uvarint()
+	if v == 0 {
+		return nil
+	}
+	if v-1 > uint64(max) || v-1 > uint64(len(d.b)) {
+		d.fail("length out of range")
+		return nil
+	}
+	out := cloneBytes(d.b[: v-1 : v-1])
+	d.b = d.b[v-1:]
+	return out
+}
+
 func (d *decoder) str(max int) string { return string(d.raw(max)) }
 
 func (d *decoder) acl() []ACL {
@@ -298,7 +338,7 @@ func (d *decoder) acl() []ACL {
 func (d *decoder) op(op *Op) {
 	op.Type = OpType(d.byte())
 	op.Path = d.str(MaxPathBytes)
-	op.Data = d.bytes(MaxDataBytes)
+	op.Data = d.nullable(MaxDataBytes)
 	op.ACL = d.acl()
 	op.Mode = CreateMode(d.int32())
 	op.TTLMs = d.varint()

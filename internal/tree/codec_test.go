@@ -144,7 +144,7 @@ func TestDecodeRejects(t *testing.T) {
 	valid, _ := EncodeCommand(&Command{Op: Op{Type: OpNoop}})
 	for name, b := range map[string][]byte{
 		"empty":       nil,
-		"version":     append([]byte{2}, valid[1:]...),
+		"version":     append([]byte{3}, valid[1:]...),
 		"too large":   make([]byte, MaxCommandBytes+1),
 		"bad varint":  {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
 		"auth count":  {1, 0, 0, 0, MaxAuthIDs + 1},
@@ -241,4 +241,30 @@ func FuzzDecodeCommand(f *testing.F) {
 			t.Fatalf("failed command (%v) changed the tree", res.Err)
 		}
 	})
+}
+
+// ZooKeeper distinguishes null data from empty data; the log must too.
+func TestNullDataSurvivesCodec(t *testing.T) {
+	for name, data := range map[string][]byte{"null": nil, "empty": {}, "bytes": []byte("x")} {
+		b, err := EncodeCommand(&Command{Op: Op{Type: OpCreate, Path: "/a", Data: data}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := DecodeCommand(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (c.Op.Data == nil) != (data == nil) || !bytes.Equal(c.Op.Data, data) {
+			t.Errorf("%s: decoded %#v", name, c.Op.Data)
+		}
+	}
+	// Version 1 stored plain bytes, and the tree then kept empty data as null.
+	v1 := []byte{1, 0, 0, 0, 0, byte(OpCreate), 2, '/', 'a', 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	c, err := DecodeCommand(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Op.Data != nil || c.Op.Path != "/a" || c.Op.Type != OpCreate {
+		t.Errorf("version 1: decoded %+v", c.Op)
+	}
 }

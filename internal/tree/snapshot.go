@@ -13,12 +13,13 @@ import (
 	"github.com/meridian-coord/meridian/internal/errs"
 )
 
-// Snapshot format, version 1:
+// Snapshot format, version 2 (version 1 had plain bytes for data, empty
+// meaning null; it is still read):
 //
-//	"MTRE" byte version=1
+//	"MTRE" byte version=2
 //	uvarint count, session each: varint ID, varint TimeoutMs, bytes Password
 //	uvarint count, node each in increasing path order:
-//	    string path, bytes data, acl ACL, 11 varint Stat fields (in the
+//	    string path, nullable data (see codec.go), acl ACL, 11 varint Stat fields (in the
 //	    order of the Stat struct), varint mode, varint ttl
 //	4 bytes little-endian CRC32C of everything before
 //
@@ -26,7 +27,10 @@ import (
 // Restore see every parent before its children.
 var snapshotMagic = [4]byte{'M', 'T', 'R', 'E'}
 
-const snapshotVersion = 1
+const (
+	snapshotVersion   = 2
+	snapshotVersionV1 = 1
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -38,7 +42,7 @@ func appendSession(b []byte, s *session) []byte {
 
 func appendNode(b []byte, n *node) []byte {
 	b = appendString(b, n.path)
-	b = appendString(b, string(n.data))
+	b = appendNullable(b, n.data)
 	b = appendACL(b, n.acl)
 	s := &n.stat
 	for _, v := range [...]int64{s.Czxid, s.Mzxid, s.Ctime, s.Mtime, int64(s.Version),
@@ -128,10 +132,10 @@ func Restore(r io.Reader) (*Tree, error) {
 	if binary.LittleEndian.Uint32(b[len(b)-4:]) != crc32.Checksum(body, castagnoli) {
 		return nil, corrupt("checksum mismatch")
 	}
-	if [4]byte(body[:4]) != snapshotMagic || body[4] != snapshotVersion {
+	if [4]byte(body[:4]) != snapshotMagic || (body[4] != snapshotVersion && body[4] != snapshotVersionV1) {
 		return nil, corrupt("unknown format")
 	}
-	d := decoder{b: body[header:], base: errs.ErrDataInconsistency}
+	d := decoder{b: body[header:], base: errs.ErrDataInconsistency, v1: body[4] == snapshotVersionV1}
 	t := newEmpty()
 
 	for i, n := 0, d.count(math.MaxInt); i < n && d.err == nil; i++ {
@@ -153,7 +157,7 @@ func Restore(r io.Reader) (*Tree, error) {
 	for i := 0; i < count && d.err == nil; i++ {
 		n := &node{heapIdx: -1}
 		n.path = d.str(MaxPathBytes)
-		n.data = d.bytes(MaxDataBytes)
+		n.data = d.nullable(MaxDataBytes)
 		n.acl = intern(d.acl())
 		s := &n.stat
 		s.Czxid, s.Mzxid, s.Ctime, s.Mtime = d.varint(), d.varint(), d.varint(), d.varint()

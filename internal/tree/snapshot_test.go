@@ -196,3 +196,31 @@ func FuzzRestore(f *testing.F) {
 		checkRoundTrip(t, tr)
 	})
 }
+
+// A node created with null data reads back null, one created with empty
+// data reads back empty, and a snapshot keeps the difference.
+func TestNullDataSurvivesSnapshot(t *testing.T) {
+	tr := New()
+	for i, c := range []*Command{
+		{Op: Op{Type: OpCreate, Path: "/null", ACL: OpenACL}},
+		{Op: Op{Type: OpCreate, Path: "/empty", Data: []byte{}, ACL: OpenACL}},
+		{Op: Op{Type: OpCreate, Path: "/set", Data: []byte("x"), ACL: OpenACL}},
+		{Op: Op{Type: OpSetData, Path: "/set", Version: -1}},
+	} {
+		if res, _ := tr.Apply(uint64(i+1), c); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	back, err := Restore(bytes.NewReader(snapshot(t, tr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*Tree{tr, back} {
+		for path, wantNull := range map[string]bool{"/null": true, "/empty": false, "/set": true} {
+			data, st, err := x.Get(path)
+			if err != nil || (data == nil) != wantNull || len(data) != 0 || st.DataLength != 0 {
+				t.Errorf("%s: data %#v, stat %+v, err %v", path, data, st, err)
+			}
+		}
+	}
+}

@@ -215,11 +215,12 @@ func (t *Tree) lookup(path string) (*node, error) {
 	return n, nil
 }
 
+// cloneBytes copies b, keeping nil (ZooKeeper's null data) apart from empty.
 func cloneBytes(b []byte) []byte {
-	if len(b) == 0 {
+	if b == nil {
 		return nil
 	}
-	return append([]byte(nil), b...)
+	return append(make([]byte, 0, len(b)), b...)
 }
 
 // Get returns a copy of the node's data and its stat.

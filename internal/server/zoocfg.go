@@ -1,0 +1,219 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ZooCfg is what FromZooCfg made of a ZooKeeper config: the Meridian config
+// and the keys it read but has no equivalent for (reported, not fatal, so a
+// zoo.cfg written for ZooKeeper starts Meridian unchanged).
+type ZooCfg struct {
+	Config  Config
+	Ignored []string
+}
+
+// FromZooCfg translates a ZooKeeper zoo.cfg (Java properties) plus JVM system
+// properties (-Dkey=value, as QuorumPeerMain receives them) into a Config, so
+// tooling that starts ZooKeeper can start Meridian in its place.
+//
+// Mapping: dataDir/myid → id; dataDir/meridian → data_dir; clientPort and
+// clientPortAddress → zk_listen; tickTime → session_tick_ms;
+// server.N=host:quorumPort:electionPort[:role][;[host:]clientPort] → member N
+// with peer host:quorumPort and grpc host:electionPort; admin.serverPort →
+// http; the superDigest system property → super_digest; the
+// readonlymode.enabled system property → read_only_mode. A config without
+// server.N lines is a standalone server: one member on the client port's
+// host with its peer and gRPC ports chosen by the OS.
+func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
+	props, err := readProperties(path)
+	if err != nil {
+		return ZooCfg{}, err
+	}
+	var out ZooCfg
+	c := &out.Config
+	used := map[string]bool{}
+	get := func(k string) string { used[k] = true; return props[k] }
+
+	dataDir := get("dataDir")
+	if dataDir == "" {
+		return out, fmt.Errorf("zoo.cfg %s: dataDir is required", path)
+	}
+	if !filepath.IsAbs(dataDir) {
+		dataDir = filepath.Join(filepath.Dir(path), dataDir)
+	}
+	c.DataDir = filepath.Join(dataDir, "meridian")
+
+	host := "0.0.0.0"
+	if h := get("clientPortAddress"); h != "" {
+		host = h
+	}
+	clientPort := get("clientPort")
+	if clientPort == "" {
+		return out, fmt.Errorf("zoo.cfg %s: clientPort is required (Meridian has no TLS-only mode)", path)
+	}
+	if _, err := parsePort(clientPort); err != nil {
+		return out, fmt.Errorf("zoo.cfg %s: clientPort: %w", path, err)
+	}
+	c.ListenZK = net.JoinHostPort(host, clientPort)
+	if t := get("tickTime"); t != "" {
+		ms, err := strconv.Atoi(t)
+		if err != nil || ms <= 0 || ms > 60000 {
+			return out, fmt.Errorf("zoo.cfg %s: tickTime %q must be 1..60000 ms", path, t)
+		}
+		c.SessionTickMs = ms
+	}
+	if p := get("admin.serverPort"); p != "" && get("admin.enableServer") != "false" {
+		if _, err := parsePort(p); err != nil {
+			return out, fmt.Errorf("zoo.cfg %s: admin.serverPort: %w", path, err)
+		}
+		c.ListenHTTP = net.JoinHostPort(loopbackIfAny(host), p)
+	}
+	if d := sysProps["zookeeper.DigestAuthenticationProvider.superDigest"]; d != "" {
+		c.SuperDigest = d
+	}
+	c.ReadOnlyMode = sysProps["readonlymode.enabled"] == "true"
+
+	var ids []uint64
+	for k, v := range props {
+		if !strings.HasPrefix(k, "server.") {
+			continue
+		}
+		used[k] = true
+		id, err := strconv.ParseUint(strings.TrimPrefix(k, "server."), 10, 64)
+		if err != nil || id == 0 {
+			return out, fmt.Errorf("zoo.cfg %s: %s: server ids must be positive integers", path, k)
+		}
+		m, err := parseServerLine(id, v)
+		if err != nil {
+			return out, fmt.Errorf("zoo.cfg %s: %s: %w", path, k, err)
+		}
+		c.Members = append(c.Members, m)
+		ids = append(ids, id)
+	}
+	sort.Slice(c.Members, func(i, j int) bool { return c.Members[i].ID < c.Members[j].ID })
+
+	if len(c.Members) == 0 {
+		// Standalone: one voter; nothing else dials its peer or gRPC port.
+		c.ID = 1
+		c.Members = []Member{{ID: 1, Region: "local", Zone: "local",
+			Peer: net.JoinHostPort(loopbackIfAny(host), "0"), GRPC: net.JoinHostPort(loopbackIfAny(host), "0"),
+			ZK: net.JoinHostPort(loopbackIfAny(host), clientPort)}}
+	} else {
+		b, err := os.ReadFile(filepath.Join(dataDir, "myid"))
+		if err != nil {
+			return out, fmt.Errorf("zoo.cfg %s: a replicated config needs dataDir/myid: %w", path, err)
+		}
+		id, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("%s: myid %q is not a server id", filepath.Join(dataDir, "myid"), bytes.TrimSpace(b))
+		}
+		c.ID = id
+		for i := range c.Members {
+			if c.Members[i].ID == id && c.Members[i].ZK == "" {
+				c.Members[i].ZK = net.JoinHostPort(loopbackIfAny(host), clientPort)
+			}
+		}
+	}
+	// Keys that only tune ZooKeeper's own implementation, or features
+	// Meridian lacks (TLS, SASL, observers, dynamic reconfig), are listed so
+	// the operator sees them; see docs/compatibility.md.
+	for k := range props {
+		if !used[k] {
+			out.Ignored = append(out.Ignored, k)
+		}
+	}
+	sort.Strings(out.Ignored)
+	if err := c.Normalize(); err != nil {
+		return out, fmt.Errorf("zoo.cfg %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// parseServerLine reads host:quorumPort:electionPort[:role][;[host:]clientPort].
+func parseServerLine(id uint64, v string) (Member, error) {
+	addr, client, _ := strings.Cut(strings.TrimSpace(v), ";")
+	parts := strings.Split(addr, ":")
+	if len(parts) < 3 || len(parts) > 4 {
+		return Member{}, fmt.Errorf("want host:quorumPort:electionPort[:role], got %q", v)
+	}
+	for _, p := range parts[1:3] {
+		if _, err := parsePort(p); err != nil {
+			return Member{}, err
+		}
+	}
+	if len(parts) == 4 && parts[3] != "participant" {
+		return Member{}, fmt.Errorf("role %q: only voting participants are supported (no observers yet)", parts[3])
+	}
+	m := Member{ID: id, Region: "local", Zone: fmt.Sprintf("z%d", id),
+		Peer: net.JoinHostPort(parts[0], parts[1]), GRPC: net.JoinHostPort(parts[0], parts[2])}
+	if client != "" {
+		h, p, err := net.SplitHostPort(client)
+		if err != nil {
+			h, p = loopbackIfAny(parts[0]), client
+		}
+		if _, err := parsePort(p); err != nil {
+			return Member{}, fmt.Errorf("client port: %w", err)
+		}
+		m.ZK = net.JoinHostPort(loopbackIfAny(h), p)
+	}
+	return m, nil
+}
+
+func parsePort(s string) (int, error) {
+	p, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("port %q must be 1..65535", s)
+	}
+	return p, nil
+}
+
+// loopbackIfAny turns a wildcard listen host into an address a peer can dial.
+func loopbackIfAny(h string) string {
+	if h == "" || h == "0.0.0.0" || h == "::" {
+		return "127.0.0.1"
+	}
+	return h
+}
+
+// readProperties reads the subset of the Java properties format zoo.cfg
+// files use: key=value or key:value lines, # and ! comments, surrounding
+// whitespace trimmed. Line continuations and escapes are not used by
+// ZooKeeper configs and are refused rather than misread.
+func readProperties(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	props := map[string]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == '!' {
+			continue
+		}
+		if strings.HasSuffix(line, `\`) {
+			return nil, fmt.Errorf("%s:%d: line continuations are not supported", path, n)
+		}
+		i := strings.IndexAny(line, "=:")
+		if i <= 0 {
+			return nil, fmt.Errorf("%s:%d: want key=value, got %q", path, n, line)
+		}
+		props[strings.TrimSpace(line[:i])] = strings.TrimSpace(line[i+1:])
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return props, nil
+}

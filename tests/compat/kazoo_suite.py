@@ -1,0 +1,105 @@
+"""Runs kazoo's own test suite against Meridian and judges the result.
+
+kazoo's harness starts "ZooKeeper" by executing `java ... QuorumPeerMain
+zoo.cfg`; tests/compat/javashim/java, first on PATH, runs `meridian server
+--zoo-cfg zoo.cfg` instead. Every test kazoo ships runs. The run fails if
+
+  - a test fails or errors that kazoo-expected-failures.txt does not list,
+  - a listed test passes (the list must stay true), or
+  - fewer than 95% of the collected tests pass.
+
+Usage: kazoo_suite.py MERIDIAN_BIN [pytest args...]
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MIN_PASS_RATE = 0.95
+
+
+def expected_failures():
+    out = {}
+    with open(os.path.join(HERE, "kazoo-expected-failures.txt")) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            test, _, reason = line.partition(" ")
+            out[test] = reason.strip().lstrip("#").strip()
+    return out
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    meridian = os.path.abspath(sys.argv[1])
+    env = dict(os.environ)
+    env.update(
+        PATH=os.path.join(HERE, "javashim") + os.pathsep + env["PATH"],
+        MERIDIAN_BIN=meridian,
+        # The ZooKeeper release whose protocol Meridian implements
+        # (server.ZooKeeperVersion); kazoo's test_build checks it.
+        ZOOKEEPER_VERSION="3.8.4",
+        # Only needs to be set: the shim ignores the classpath.
+        ZOOKEEPER_CLASSPATH="meridian",
+        CI="true",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "junit.xml")
+        cmd = [
+            sys.executable, "-m", "pytest", "--pyargs", "kazoo.tests",
+            "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
+            "--timeout", "120", "-rfE", "--junitxml", report,
+        ] + sys.argv[2:]
+        subprocess.run(cmd, env=env, cwd=tmp)
+        results = {}
+        for case in ET.parse(report).getroot().iter("testcase"):
+            # e.g. test_client.TestReconfig::test_bad_input
+            cls = case.get("classname").removeprefix("kazoo.tests.")
+            name = "%s::%s" % (cls, case.get("name"))
+            outcome = "passed"
+            for child in case:
+                if child.tag in ("failure", "error"):
+                    outcome = "failed"
+                elif child.tag == "skipped" and outcome == "passed":
+                    outcome = "skipped"
+            if outcome == "failed" or name not in results:
+                results[name] = outcome
+
+    expected = expected_failures()
+    passed = [n for n, o in results.items() if o == "passed"]
+    failed = sorted(n for n, o in results.items() if o == "failed")
+    skipped = sorted(n for n, o in results.items() if o == "skipped")
+    unexpected = [n for n in failed if n not in expected]
+    fixed = sorted(n for n in expected if results.get(n) == "passed")
+    missing = sorted(n for n in expected if n not in results)
+    rate = len(passed) / max(1, len(results))
+
+    print("\nkazoo suite: %d tests, %d passed, %d failed, %d skipped: %.1f%% pass"
+          % (len(results), len(passed), len(failed), len(skipped), 100 * rate))
+    for n in failed:
+        print("  %s %s  %s" % ("expected" if n in expected else "UNEXPECTED", n, expected.get(n, "")))
+    for n in skipped:
+        print("  skipped %s  %s" % (n, expected.get(n, "")))
+    ok = True
+    if unexpected:
+        print("FAIL: %d failures not in kazoo-expected-failures.txt" % len(unexpected))
+        ok = False
+    if fixed:
+        print("FAIL: now passing, remove from kazoo-expected-failures.txt: " + ", ".join(fixed))
+        ok = False
+    if missing and len(sys.argv) == 2:
+        print("FAIL: listed but not run: " + ", ".join(missing))
+        ok = False
+    if rate < MIN_PASS_RATE:
+        print("FAIL: pass rate %.1f%% is below %.0f%%" % (100 * rate, 100 * MIN_PASS_RATE))
+        ok = False
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
