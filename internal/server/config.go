@@ -55,6 +55,10 @@ type Config struct {
 	// allow it to read-only, local sessions (ZooKeeper's
 	// readonlymode.enabled). Off by default, as in ZooKeeper.
 	ReadOnlyMode bool `yaml:"read_only_mode,omitempty"`
+	// JAASConfig names a JAAS login file whose Server section lists
+	// DIGEST-MD5 users (user_NAME="password"), as ZooKeeper's
+	// DigestLoginModule does; without it SASL is refused.
+	JAASConfig string `yaml:"jaas_config,omitempty"`
 }
 
 // LoadConfig reads and validates a YAML config file.

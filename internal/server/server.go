@@ -48,9 +48,10 @@ func zkVersionString() string { return ZooKeeperVersion + "-meridian-" + Version
 
 // Server is one member of a Meridian cluster.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	metrics *metrics
+	cfg       Config
+	log       *slog.Logger
+	metrics   *metrics
+	saslUsers map[string]string // DIGEST-MD5 users from cfg.JAASConfig
 
 	// mu guards the tree and appliedIndex. Apply takes it for writing and
 	// triggers watches while holding it, so a read that registers a watch sees
@@ -102,6 +103,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		tracker: session.NewTracker(realClock{}),
 		touches: session.NewBatcher(cfg.MaxSessions),
 		stop:    make(chan struct{}),
+	}
+	if cfg.JAASConfig != "" {
+		users, err := LoadJAASUsers(cfg.JAASConfig)
+		if err != nil {
+			return nil, fmt.Errorf("jaas_config: %w", err)
+		}
+		s.saslUsers = users
 	}
 	s.mu.tree = tree.New()
 	s.mu.coord = coord.New()

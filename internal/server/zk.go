@@ -131,6 +131,7 @@ type zkConn struct {
 
 	session  int64
 	readOnly bool        // a read-only session (no quorum): local, never in the tree
+	sasl     *digestMD5  // a SASL exchange in progress
 	closing  atomic.Bool // the client asked to close: reply before closing
 	timeout  time.Duration
 	auth     []tree.ID
@@ -591,6 +592,22 @@ func (c *zkConn) serve(pkt []byte) bool {
 		// ZooKeeper echoes the request's xid: kazoo sends -4, go-zookeeper a
 		// normal one.
 		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid}, nil))
+	case *zk.SetSASLRequest:
+		if c.sasl == nil {
+			c.sasl = &digestMD5{users: c.s.saslUsers}
+		}
+		token, user, err := c.sasl.step(r.Token)
+		if err != nil || len(c.s.saslUsers) == 0 || len(c.auth) >= tree.MaxAuthIDs-1 {
+			// ZooKeeper drops a client whose authentication failed.
+			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Err: zk.CodeAuthFailed}, nil))
+			c.close("SASL authentication failed")
+			return false
+		}
+		if user != "" {
+			c.auth = append(c.auth, tree.ID{Scheme: "sasl", ID: user})
+			c.sasl = nil
+		}
+		reply(applied(), nil, &zk.SetSASLResponse{Token: token})
 	case *zk.GetEphemeralsRequest:
 		c.s.mu.RLock()
 		paths := c.s.mu.tree.Ephemerals(c.session, r.PrefixPath)

@@ -29,7 +29,8 @@ type ZooCfg struct {
 // server.N=host:quorumPort:electionPort[:role][;[host:]clientPort] → member N
 // with peer host:quorumPort and grpc host:electionPort; admin.serverPort →
 // http; the superDigest system property → super_digest; the
-// readonlymode.enabled system property → read_only_mode. A config without
+// readonlymode.enabled system property → read_only_mode; the
+// java.security.auth.login.config system property → jaas_config. A config without
 // server.N lines is a standalone server: one member on the client port's
 // host with its peer and gRPC ports chosen by the OS.
 func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
@@ -80,6 +81,7 @@ func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
 		c.SuperDigest = d
 	}
 	c.ReadOnlyMode = sysProps["readonlymode.enabled"] == "true"
+	c.JAASConfig = sysProps["java.security.auth.login.config"]
 
 	var ids []uint64
 	for k, v := range props {

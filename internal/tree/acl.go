@@ -30,7 +30,7 @@ func intern(acl []ACL) []ACL {
 // identities and validates the rest. The result is a fresh slice.
 //
 // As in ZooKeeper only authenticated identities take part in the "auth"
-// expansion: digest ones. ip identities are not (ZooKeeper's IP provider is
+// expansion: digest and sasl ones. ip identities are not (ZooKeeper's IP provider is
 // not "authenticated"), world is anyone, and super may not appear in an ACL.
 func fixupACL(in []ACL, auth []ID) ([]ACL, error) {
 	if len(in) == 0 || len(in) > MaxACLEntries {
@@ -50,7 +50,7 @@ next:
 		if a.ID.Scheme == "auth" {
 			found := false
 			for _, id := range auth {
-				if id.Scheme == "digest" && validDigestID(id.ID) {
+				if (id.Scheme == "digest" && validDigestID(id.ID)) || (id.Scheme == "sasl" && validSASLID(id.ID)) {
 					found = true
 					out = append(out, ACL{Perms: a.Perms, ID: id})
 				}
@@ -83,8 +83,16 @@ func validACLEntry(a ACL) bool {
 		return validDigestID(a.ID.ID)
 	case "ip":
 		return validIPExpr(a.ID.ID)
+	case "sasl":
+		return validSASLID(a.ID.ID)
 	}
 	return false
+}
+
+// validSASLID accepts what ZooKeeper's KerberosName parses: a name, an
+// optional /host and an optional @REALM, without spaces.
+func validSASLID(id string) bool {
+	return id != "" && !strings.ContainsAny(id, " \t\n") && strings.Count(id, "@") <= 1 && strings.Count(id, "/") <= 1
 }
 
 // validDigestID mirrors DigestAuthenticationProvider.isValid: Java's
@@ -167,7 +175,7 @@ func checkPerm(acl []ACL, perm int32, auth []ID) error {
 				continue
 			}
 			switch id.Scheme {
-			case "digest":
+			case "digest", "sasl":
 				if id.ID == a.ID.ID {
 					return nil
 				}
