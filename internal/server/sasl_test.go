@@ -53,11 +53,13 @@ func TestDigestMD5Exchange(t *testing.T) {
 	for name, resp := range map[string]func(nonce string) []byte{
 		"wrong password": func(n string) []byte { return clientResponse("jaasuser", "nope", n, "zookeeper/zk-sasl-md5") },
 		"unknown user":   func(n string) []byte { return clientResponse("baduser", "badpassword", n, "zookeeper/zk-sasl-md5") },
-		"other nonce":    func(n string) []byte { return clientResponse("jaasuser", "jaas_password", "x"+n, "zookeeper/zk-sasl-md5") },
-		"other service":  func(n string) []byte { return clientResponse("jaasuser", "jaas_password", n, "imap/zk-sasl-md5") },
-		"garbage":        func(string) []byte { return []byte(`username="unterminated`) },
-		"duplicate":      func(string) []byte { return []byte(`username=a,username=b`) },
-		"huge":           func(string) []byte { return make([]byte, maxSASLTokenBytes+1) },
+		"other nonce": func(n string) []byte {
+			return clientResponse("jaasuser", "jaas_password", "x"+n, "zookeeper/zk-sasl-md5")
+		},
+		"other service": func(n string) []byte { return clientResponse("jaasuser", "jaas_password", n, "imap/zk-sasl-md5") },
+		"garbage":       func(string) []byte { return []byte(`username="unterminated`) },
+		"duplicate":     func(string) []byte { return []byte(`username=a,username=b`) },
+		"huge":          func(string) []byte { return make([]byte, maxSASLTokenBytes+1) },
 	} {
 		d, nonce := challenge()
 		if _, user, err := d.step(resp(nonce)); err == nil || user != "" {
