@@ -43,6 +43,34 @@ type zkListener struct {
 	mu    sync.Mutex
 	conns map[*zkConn]struct{}
 	bySes map[int64]*zkConn
+
+	stats zkStats // what srvr, stat, mntr and cons report
+}
+
+// zkStats are the listener's request counters, as ZooKeeper's ServerStats.
+type zkStats struct {
+	received, sent, outstanding atomic.Int64
+	latCount, latTotalUs        atomic.Int64
+	latMinUs, latMaxUs          atomic.Int64 // latMinUs 0: no sample yet
+}
+
+func (st *zkStats) observe(d time.Duration) {
+	us := max(d.Microseconds(), 1)
+	st.latCount.Add(1)
+	st.latTotalUs.Add(us)
+	for v := st.latMaxUs.Load(); us > v && !st.latMaxUs.CompareAndSwap(v, us); v = st.latMaxUs.Load() {
+	}
+	for v := st.latMinUs.Load(); (v == 0 || us < v) && !st.latMinUs.CompareAndSwap(v, us); v = st.latMinUs.Load() {
+	}
+}
+
+// latencyMs returns min/avg/max request latency in milliseconds.
+func (st *zkStats) latencyMs() (lo, avg, hi float64) {
+	n := st.latCount.Load()
+	if n == 0 {
+		return 0, 0, 0
+	}
+	return float64(st.latMinUs.Load()) / 1e3, float64(st.latTotalUs.Load()) / float64(n) / 1e3, float64(st.latMaxUs.Load()) / 1e3
 }
 
 // newZKListener is created before the replica starts applying (apply tells
@@ -129,7 +157,11 @@ type zkConn struct {
 	s *Server
 	c net.Conn
 
-	session  int64
+	received, sent atomic.Int64 // frames, for cons
+	fourLetter     atomic.Bool  // a four-letter-word connection: its reply is not a packet
+	sidForCons     atomic.Int64 // session id and timeout (ms) once established, for cons
+	toForCons      atomic.Int64
+	session        int64
 	readOnly bool        // a read-only session (no quorum): local, never in the tree
 	sasl     *digestMD5  // a SASL exchange in progress
 	closing  atomic.Bool // the client asked to close: reply before closing
@@ -157,6 +189,12 @@ func (c *zkConn) close(why string) {
 	c.closed, c.closeWhy = true, why
 	close(c.done)
 	c.mu.Unlock()
+}
+
+func (c *zkConn) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.out)
 }
 
 // enqueue adds a frame to the outbound queue; a connection whose client does
@@ -188,6 +226,11 @@ func (c *zkConn) Notify(ev tree.Event) {
 	c.enqueue(zk.EncodeNotification(ev.Zxid, zk.WatcherEvent{Type: int32(ev.Type), State: zk.StateSyncConnected, Path: ev.Path}))
 }
 
+func (c *zkConn) countReceived() {
+	c.received.Add(1)
+	c.l.stats.received.Add(1)
+}
+
 func (c *zkConn) writeLoop() {
 	defer c.s.wg.Done()
 	defer c.c.Close()
@@ -205,6 +248,10 @@ func (c *zkConn) writeLoop() {
 				c.close("write failed")
 				return
 			}
+		}
+		if !c.fourLetter.Load() {
+			c.sent.Add(int64(len(frames)))
+			c.l.stats.sent.Add(int64(len(frames)))
 		}
 		if len(frames) > 0 {
 			if err := w.Flush(); err != nil {
@@ -242,6 +289,7 @@ func (c *zkConn) readLoop() {
 	c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if head, err := r.Peek(4); err == nil && isFourLetterWord(string(head)) {
 		r.Discard(4)
+		c.fourLetter.Store(true)
 		c.enqueue([]byte(c.s.fourLetterWord(string(head))))
 		return
 	}
@@ -250,9 +298,12 @@ func (c *zkConn) readLoop() {
 		c.closeWhy = "bad connect packet: " + err.Error()
 		return
 	}
+	c.countReceived()
 	if !c.handshake(pkt) {
 		return
 	}
+	c.sidForCons.Store(c.session)
+	c.toForCons.Store(c.timeout.Milliseconds())
 	for {
 		c.c.SetReadDeadline(time.Now().Add(c.timeout))
 		pkt, err := zk.ReadFrame(r, 0)
@@ -262,7 +313,13 @@ func (c *zkConn) readLoop() {
 			}
 			return
 		}
-		if !c.serve(pkt) {
+		c.countReceived()
+		start := time.Now()
+		c.l.stats.outstanding.Add(1)
+		ok := c.serve(pkt)
+		c.l.stats.outstanding.Add(-1)
+		c.l.stats.observe(time.Since(start))
+		if !ok {
 			return
 		}
 	}
@@ -880,11 +937,21 @@ func (s *Server) fourLetterWord(w string) string {
 	nodes, sessions, ephemerals := s.mu.tree.NodeCount(), len(s.mu.tree.Sessions()), s.mu.tree.EphemeralCount()
 	s.mu.RUnlock()
 	conns := 0
+	var cons strings.Builder
+	var st0 *zkStats
 	if s.zk != nil {
+		st0 = &s.zk.stats
 		s.zk.mu.Lock()
 		conns = len(s.zk.conns)
+		for c := range s.zk.conns {
+			fmt.Fprintf(&cons, " %s[1](queued=%d,recved=%d,sent=%d,sid=0x%x,to=%d)\n",
+				c.c.RemoteAddr(), c.queued(), c.received.Load(), c.sent.Load(), c.sidForCons.Load(), c.toForCons.Load())
+		}
 		s.zk.mu.Unlock()
+	} else {
+		st0 = &zkStats{}
 	}
+	lo, avg, hi := st0.latencyMs()
 	switch w {
 	case "ruok":
 		if serving {
@@ -897,11 +964,11 @@ func (s *Server) fourLetterWord(w string) string {
 		}
 		return "rw"
 	case "srvr", "stat":
-		return fmt.Sprintf("Zookeeper version: %s\nLatency min/avg/max: 0/0/0\nReceived: 0\nSent: 0\nConnections: %d\nOutstanding: 0\nZxid: 0x%x\nMode: %s\nNode count: %d\n",
-			zkVersionString(), conns, st.Applied, mode, nodes)
+		return fmt.Sprintf("Zookeeper version: %s\nLatency min/avg/max: %.3f/%.3f/%.3f\nReceived: %d\nSent: %d\nConnections: %d\nOutstanding: %d\nZxid: 0x%x\nMode: %s\nNode count: %d\n",
+			zkVersionString(), lo, avg, hi, st0.received.Load(), st0.sent.Load(), conns, st0.outstanding.Load(), st.Applied, mode, nodes)
 	case "mntr":
-		return fmt.Sprintf("zk_version\t%s\nzk_server_state\t%s\nzk_znode_count\t%d\nzk_watch_count\t%d\nzk_ephemerals_count\t%d\nzk_num_alive_connections\t%d\nzk_global_sessions\t%d\nzk_raft_term\t%d\nzk_raft_applied_index\t%d\n",
-			zkVersionString(), mode, nodes, s.watches.Count(), ephemerals, conns, sessions, st.Term, st.Applied)
+		return fmt.Sprintf("zk_version\t%s\nzk_avg_latency\t%.3f\nzk_max_latency\t%.3f\nzk_min_latency\t%.3f\nzk_packets_received\t%d\nzk_packets_sent\t%d\nzk_outstanding_requests\t%d\nzk_server_state\t%s\nzk_znode_count\t%d\nzk_watch_count\t%d\nzk_ephemerals_count\t%d\nzk_num_alive_connections\t%d\nzk_global_sessions\t%d\nzk_raft_term\t%d\nzk_raft_applied_index\t%d\n",
+			zkVersionString(), avg, hi, lo, st0.received.Load(), st0.sent.Load(), st0.outstanding.Load(), mode, nodes, s.watches.Count(), ephemerals, conns, sessions, st.Term, st.Applied)
 	case "conf":
 		self := s.cfg.Self()
 		return fmt.Sprintf("serverId=%d\ndataDir=%s\nclientPortAddress=%s\ntickTime=%d\nminSessionTimeout=%d\nmaxSessionTimeout=%d\n",
@@ -909,7 +976,7 @@ func (s *Server) fourLetterWord(w string) string {
 	case "envi":
 		return fmt.Sprintf("Environment:\nzookeeper.version=%s\nmeridian.version=%s\n", zkVersionString(), Version)
 	case "cons":
-		return fmt.Sprintf("connections: %d\n", conns)
+		return cons.String() + "\n"
 	case "wchs":
 		return fmt.Sprintf("%d connections watching\nTotal watches:%d\n", conns, s.watches.Count())
 	}

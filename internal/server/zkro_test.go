@@ -258,3 +258,54 @@ initLimit=4
 		t.Fatalf("standalone member: %+v", z.Config.Members[0])
 	}
 }
+
+// srvr, mntr and cons report the listener's real counters, not constants.
+func TestZKFourLetterWordCounters(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	addr := tc.zkAddrs()[0]
+	word := func(w string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte(w))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		return string(b)
+	}
+	field := func(text, key string) string {
+		for _, line := range strings.Split(text, "\n") {
+			if k, v, ok := strings.Cut(line, key); ok && k == "" {
+				return strings.TrimSpace(v)
+			}
+		}
+		t.Fatalf("no %q in %q", key, text)
+		return ""
+	}
+	if got := field(word("srvr"), "Received:"); got != "0" {
+		t.Fatalf("received before any request: %s", got)
+	}
+	c := rawZK(t, addr) // handshake: one frame each way
+	for i := int32(1); i <= 5; i++ {
+		if h, _ := zkCall(t, c, i, zk.OpExists, &zk.ExistsRequest{Path: "/"}); h.Err != 0 {
+			t.Fatal(h.Err)
+		}
+	}
+	srvr := word("srvr")
+	if field(srvr, "Received:") != "6" || field(srvr, "Sent:") != "6" || field(srvr, "Connections:") != "2" /* this one too */ ||
+		!strings.HasPrefix(field(srvr, "Zookeeper version:"), ZooKeeperVersion+"-meridian-") {
+		t.Fatalf("srvr:\n%s", srvr)
+	}
+	if lat := field(srvr, "Latency min/avg/max:"); lat == "0.000/0.000/0.000" {
+		t.Fatalf("latency not measured: %s", lat)
+	}
+	mntr := word("mntr")
+	if field(mntr, "zk_packets_received") != "6" || field(mntr, "zk_num_alive_connections") != "2" {
+		t.Fatalf("mntr:\n%s", mntr)
+	}
+	if cons := word("cons"); !strings.Contains(cons, "recved=6,sent=6") {
+		t.Fatalf("cons:\n%s", cons)
+	}
+}
