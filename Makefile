@@ -23,7 +23,9 @@ vet:
 test: vet
 	$(GO) test -race -count=1 -timeout 14m ./...
 	./scripts/pyenv.sh
-	MERIDIAN_PYTHON=$(CURDIR)/.venv/bin/python $(GO) test -tags compat -count=1 -run TestKazoo ./cmd/meridian
+	./scripts/install-zookeeper.sh
+	MERIDIAN_PYTHON=$(CURDIR)/.venv/bin/python ZKCLI=/usr/share/zookeeper/bin/zkCli.sh \
+		$(GO) test -tags compat -count=1 -run 'TestKazoo|TestZkCli' ./cmd/meridian
 	./scripts/kazoo-test.sh
 
 # kazoo's own test suite against Meridian (part of `make test`).

@@ -3,24 +3,26 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meridian-coord/meridian/internal/server"
 )
 
-// TestKazoo drives a 3-process cluster through its ZooKeeper ports with
-// kazoo (tests/compat/kazoo_smoke.py). `make test` provides the pinned
-// Python environment (scripts/pyenv.sh) and MERIDIAN_PYTHON.
-func TestKazoo(t *testing.T) {
-	py := os.Getenv("MERIDIAN_PYTHON")
-	if py == "" {
-		t.Fatal("MERIDIAN_PYTHON is not set: run through `make test` (it prepares .venv)")
-	}
+// These tests drive a 3-process cluster through its ZooKeeper ports with
+// unmodified ZooKeeper clients. `make test` provides them: the pinned
+// Python environment (scripts/pyenv.sh, MERIDIAN_PYTHON) and Debian's
+// zookeeper package (scripts/install-zookeeper.sh, ZKCLI).
+
+// startZKCluster starts three server processes and returns their
+// ZooKeeper addresses.
+func startZKCluster(t *testing.T) []string {
 	dir := t.TempDir()
 	ports := freePorts(t, 9)
 	var members []server.Member
@@ -40,9 +42,93 @@ func TestKazoo(t *testing.T) {
 		}
 		startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)))
 	}
+	return zkAddrs
+}
+
+// TestKazoo runs tests/compat/kazoo_smoke.py (CRUD, watches, transactions,
+// kazoo's Lock and Election recipes) against the cluster.
+func TestKazoo(t *testing.T) {
+	py := os.Getenv("MERIDIAN_PYTHON")
+	if py == "" {
+		t.Fatal("MERIDIAN_PYTHON is not set: run through `make test` (it prepares .venv)")
+	}
+	zkAddrs := startZKCluster(t)
 	script, _ := filepath.Abs("../../tests/compat/kazoo_smoke.py")
 	out, err := exec.Command(py, script, strings.Join(zkAddrs, ",")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "KAZOO SMOKE OK") {
 		t.Fatalf("kazoo smoke failed: %v\n%s", err, out)
+	}
+}
+
+// TestZkCli drives the cluster with ZooKeeper's own command-line client
+// (zkCli.sh from Debian's zookeeper 3.8 package): create, ls, get, set,
+// delete, each through a different server, and data and child watches.
+func TestZkCli(t *testing.T) {
+	zkcli := os.Getenv("ZKCLI")
+	if zkcli == "" {
+		t.Fatal("ZKCLI is not set: run through `make test` (scripts/install-zookeeper.sh provides zkCli.sh)")
+	}
+	zkAddrs := startZKCluster(t)
+	cli := func(server string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, zkcli, append([]string{"-server", server}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("zkCli.sh %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	// zkCli.sh tries for a while before giving up on a server; make sure
+	// the cluster has a leader first.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if out := cli(zkAddrs[0], "ls", "/"); strings.Contains(out, "[meridian, zookeeper]") {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("cluster not serving:\n%s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out := cli(zkAddrs[0], "create", "/cli", "hello"); !strings.Contains(out, "Created /cli") {
+		t.Fatalf("create:\n%s", out)
+	}
+	if out := cli(zkAddrs[1], "get", "/cli"); !strings.Contains(out, "\nhello\n") {
+		t.Fatalf("get:\n%s", out)
+	}
+	if out := cli(zkAddrs[2], "ls", "/"); !strings.Contains(out, "[cli, meridian, zookeeper]") {
+		t.Fatalf("ls:\n%s", out)
+	}
+
+	// An interactive session sets a data watch and a child watch, then
+	// another process changes both.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	watcher := exec.CommandContext(ctx, zkcli, "-server", zkAddrs[0])
+	stdin, _ := watcher.StdinPipe()
+	var out strings.Builder
+	watcher.Stdout, watcher.Stderr = &out, &out
+	if err := watcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("get -w /cli\nls -w /\n"))
+	// The watches are set once the session has printed their replies.
+	time.Sleep(3 * time.Second)
+	cli(zkAddrs[1], "set", "/cli", "world")
+	cli(zkAddrs[2], "create", "/cli2")
+	time.Sleep(2 * time.Second)
+	stdin.Write([]byte("quit\n"))
+	stdin.Close()
+	watcher.Wait()
+	for _, want := range []string{"type:NodeDataChanged path:/cli", "type:NodeChildrenChanged path:/"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("watcher session did not see %q:\n%s", want, out.String())
+		}
+	}
+	if got := cli(zkAddrs[0], "get", "/cli"); !strings.Contains(got, "\nworld\n") {
+		t.Fatalf("get after set:\n%s", got)
+	}
+	cli(zkAddrs[1], "delete", "/cli")
+	if got := cli(zkAddrs[2], "ls", "/"); !strings.Contains(got, "[cli2, meridian, zookeeper]") {
+		t.Fatalf("ls after delete:\n%s", got)
 	}
 }
