@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,6 +61,17 @@ type Config struct {
 	// DIGEST-MD5 users (user_NAME="password"), as ZooKeeper's
 	// DigestLoginModule does; without it SASL is refused.
 	JAASConfig string `yaml:"jaas_config,omitempty"`
+
+	// A TLS client port for the ZooKeeper protocol (ZooKeeper's
+	// secureClientPort), beside or instead of zk_listen. PEM files; client
+	// certificates are required and checked against ZKTLSClientCA unless
+	// ZKTLSClientAuth says otherwise (need, the default as in ZooKeeper;
+	// want; none).
+	ZKSecureListen  string `yaml:"zk_secure_listen,omitempty"`
+	ZKTLSCert       string `yaml:"zk_tls_cert,omitempty"`
+	ZKTLSKey        string `yaml:"zk_tls_key,omitempty"`
+	ZKTLSClientCA   string `yaml:"zk_tls_client_ca,omitempty"`
+	ZKTLSClientAuth string `yaml:"zk_tls_client_auth,omitempty"`
 }
 
 // LoadConfig reads and validates a YAML config file.
@@ -75,6 +88,32 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// zkTLSConfig builds the TLS config of the secure ZooKeeper port.
+func (c *Config) zkTLSConfig() (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(c.ZKTLSCert, c.ZKTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("zk tls: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	switch c.ZKTLSClientAuth {
+	case "need":
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	case "want":
+		tc.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	if c.ZKTLSClientCA != "" {
+		pem, err := os.ReadFile(c.ZKTLSClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("zk tls: %w", err)
+		}
+		tc.ClientCAs = x509.NewCertPool()
+		if !tc.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("zk tls: no certificates in %s", c.ZKTLSClientCA)
+		}
+	}
+	return tc, nil
 }
 
 // Self returns this server's Member entry.
@@ -135,6 +174,21 @@ func (c *Config) Normalize() error {
 	defInt(&c.MaxWatchesPerSession, 100000)
 	defInt(&c.MaxQueuedEvents, 10000)
 	defInt(&c.MaxSessions, 100000)
+	if c.ZKSecureListen != "" {
+		if c.ZKTLSCert == "" || c.ZKTLSKey == "" {
+			return fmt.Errorf("zk_secure_listen needs zk_tls_cert and zk_tls_key")
+		}
+		switch c.ZKTLSClientAuth {
+		case "":
+			c.ZKTLSClientAuth = "need"
+		case "need", "want", "none":
+		default:
+			return fmt.Errorf("zk_tls_client_auth %q: want need, want or none", c.ZKTLSClientAuth)
+		}
+		if c.ZKTLSClientAuth != "none" && c.ZKTLSClientCA == "" {
+			return fmt.Errorf("zk_tls_client_auth %s needs zk_tls_client_ca", c.ZKTLSClientAuth)
+		}
+	}
 	if c.ElectionTicks <= c.HeartbeatTicks {
 		return fmt.Errorf("election_ticks (%d) must exceed heartbeat_ticks (%d)", c.ElectionTicks, c.HeartbeatTicks)
 	}

@@ -125,7 +125,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.idPrefix = cfg.ID << 56
 	s.idSeq.Store(binary.BigEndian.Uint64(seed[:]) >> 8 & (1<<55 - 1))
 
-	if cfg.ListenZK != "" {
+	if cfg.ListenZK != "" || cfg.ZKSecureListen != "" {
 		s.zk = newZKListener(s)
 	}
 	peers := make([]replica.Peer, 0, len(cfg.Members))
@@ -159,7 +159,19 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("listen grpc: %w", err)
 	}
 	if cfg.ListenZK != "" {
-		if err := s.zk.listen(cfg.ListenZK); err != nil {
+		if err := s.zk.listen(cfg.ListenZK, nil); err != nil {
+			s.lnGRPC.Close()
+			rep.Close()
+			return nil, err
+		}
+	}
+	if cfg.ZKSecureListen != "" {
+		tc, err := cfg.zkTLSConfig()
+		if err == nil {
+			err = s.zk.listen(cfg.ZKSecureListen, tc)
+		}
+		if err != nil {
+			s.zk.close()
 			s.lnGRPC.Close()
 			rep.Close()
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha1"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -37,8 +38,8 @@ const (
 )
 
 type zkListener struct {
-	s  *Server
-	ln net.Listener
+	s   *Server
+	lns []net.Listener // the plain port and the TLS port
 
 	mu    sync.Mutex
 	conns map[*zkConn]struct{}
@@ -79,23 +80,28 @@ func newZKListener(s *Server) *zkListener {
 	return &zkListener{s: s, conns: map[*zkConn]struct{}{}, bySes: map[int64]*zkConn{}}
 }
 
-func (l *zkListener) listen(addr string) error {
+// listen serves the ZooKeeper protocol on addr, over TLS when tc is set
+// (the handshake runs on the connection's first read, under its deadline).
+func (l *zkListener) listen(addr string, tc *tls.Config) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen zk: %w", err)
 	}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
+	}
 	l.mu.Lock()
-	l.ln = ln
+	l.lns = append(l.lns, ln)
 	l.mu.Unlock()
 	l.s.wg.Add(1)
-	go l.accept()
+	go l.accept(ln)
 	return nil
 }
 
-func (l *zkListener) accept() {
+func (l *zkListener) accept(ln net.Listener) {
 	defer l.s.wg.Done()
 	for {
-		c, err := l.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			select {
 			case <-l.s.stop:
@@ -123,8 +129,8 @@ func (l *zkListener) accept() {
 
 func (l *zkListener) close() {
 	l.mu.Lock()
-	if l.ln != nil {
-		l.ln.Close()
+	for _, ln := range l.lns {
+		ln.Close()
 	}
 	for c := range l.conns {
 		c.close("server stopping")
@@ -162,12 +168,12 @@ type zkConn struct {
 	sidForCons     atomic.Int64 // session id and timeout (ms) once established, for cons
 	toForCons      atomic.Int64
 	session        int64
-	readOnly bool        // a read-only session (no quorum): local, never in the tree
-	sasl     *digestMD5  // a SASL exchange in progress
-	closing  atomic.Bool // the client asked to close: reply before closing
-	timeout  time.Duration
-	auth     []tree.ID
-	lastZxid int64
+	readOnly       bool        // a read-only session (no quorum): local, never in the tree
+	sasl           *digestMD5  // a SASL exchange in progress
+	closing        atomic.Bool // the client asked to close: reply before closing
+	timeout        time.Duration
+	auth           []tree.ID
+	lastZxid       int64
 
 	mu       sync.Mutex
 	out      [][]byte

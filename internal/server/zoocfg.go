@@ -3,6 +3,8 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -28,7 +30,9 @@ type ZooCfg struct {
 // clientPortAddress → zk_listen; tickTime → session_tick_ms;
 // server.N=host:quorumPort:electionPort[:role][;[host:]clientPort] → member N
 // with peer host:quorumPort and grpc host:electionPort; admin.serverPort →
-// http; the superDigest system property → super_digest; the
+// http; secureClientPort with ssl.keyStore/ssl.trustStore (JKS or PEM) and
+// ssl.clientAuth → the TLS ZooKeeper port (see zooTLS); the superDigest
+// system property → super_digest; the
 // readonlymode.enabled system property → read_only_mode; the
 // java.security.auth.login.config system property → jaas_config. A config without
 // server.N lines is a standalone server: one member on the client port's
@@ -76,6 +80,20 @@ func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
 			return out, fmt.Errorf("zoo.cfg %s: admin.serverPort: %w", path, err)
 		}
 		c.ListenHTTP = net.JoinHostPort(loopbackIfAny(host), p)
+	}
+	if p := get("secureClientPort"); p != "" {
+		if _, err := parsePort(p); err != nil {
+			return out, fmt.Errorf("zoo.cfg %s: secureClientPort: %w", path, err)
+		}
+		c.ZKSecureListen = net.JoinHostPort(host, p)
+		if err := zooTLS(c, dataDir, func(k string) string {
+			if v := sysProps["zookeeper."+k]; v != "" {
+				return v
+			}
+			return get(k)
+		}); err != nil {
+			return out, fmt.Errorf("zoo.cfg %s: %w", path, err)
+		}
 	}
 	if d := sysProps["zookeeper.DigestAuthenticationProvider.superDigest"]; d != "" {
 		c.SuperDigest = d
@@ -137,6 +155,100 @@ func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
 		return out, fmt.Errorf("zoo.cfg %s: %w", path, err)
 	}
 	return out, nil
+}
+
+// zooTLS turns ZooKeeper's ssl.keyStore / ssl.trustStore settings (JKS or
+// PEM files) into the PEM files Meridian reads, written under
+// dataDir/meridian-tls with mode 0600. ssl.clientAuth maps to
+// zk_tls_client_auth.
+func zooTLS(c *Config, dataDir string, get func(string) string) error {
+	ksPath, ksPass, ksType := get("ssl.keyStore.location"), get("ssl.keyStore.password"), get("ssl.keyStore.type")
+	if ksPath == "" {
+		return fmt.Errorf("secureClientPort needs ssl.keyStore.location")
+	}
+	dir := filepath.Join(dataDir, "meridian-tls")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	var certPEM, keyPEM []byte
+	switch storeType(ksType, ksPath) {
+	case "pem":
+		// ZooKeeper's PEM keystore: the key and its chain in one file.
+		c.ZKTLSCert, c.ZKTLSKey = ksPath, ksPath
+	case "jks":
+		b, err := os.ReadFile(ksPath)
+		if err != nil {
+			return err
+		}
+		st, err := decodeJKS(b, ksPass)
+		if err != nil {
+			return fmt.Errorf("ssl.keyStore %s: %w", ksPath, err)
+		}
+		if len(st.Keys) != 1 {
+			return fmt.Errorf("ssl.keyStore %s: want exactly one private key, found %d", ksPath, len(st.Keys))
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(st.Keys[0].Key)
+		if err != nil {
+			return err
+		}
+		keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+		for _, cert := range st.Keys[0].Chain {
+			certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert})...)
+		}
+		c.ZKTLSCert, c.ZKTLSKey = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+		if err := os.WriteFile(c.ZKTLSCert, certPEM, 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.ZKTLSKey, keyPEM, 0o600); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("ssl.keyStore.type %q: only JKS and PEM keystores are read", ksType)
+	}
+
+	c.ZKTLSClientAuth = strings.ToLower(get("ssl.clientAuth"))
+	tsPath, tsPass, tsType := get("ssl.trustStore.location"), get("ssl.trustStore.password"), get("ssl.trustStore.type")
+	switch {
+	case tsPath == "":
+	case storeType(tsType, tsPath) == "pem":
+		c.ZKTLSClientCA = tsPath
+	case storeType(tsType, tsPath) == "jks":
+		b, err := os.ReadFile(tsPath)
+		if err != nil {
+			return err
+		}
+		st, err := decodeJKS(b, tsPass)
+		if err != nil {
+			return fmt.Errorf("ssl.trustStore %s: %w", tsPath, err)
+		}
+		var cas []byte
+		for _, cert := range st.Certs {
+			cas = append(cas, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert})...)
+		}
+		c.ZKTLSClientCA = filepath.Join(dir, "client-ca.pem")
+		if err := os.WriteFile(c.ZKTLSClientCA, cas, 0o600); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("ssl.trustStore.type %q: only JKS and PEM truststores are read", tsType)
+	}
+	return nil
+}
+
+// storeType is ZooKeeper's rule: the explicit type, else the file extension.
+func storeType(t, path string) string {
+	if t != "" {
+		return strings.ToLower(t)
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".jks":
+		return "jks"
+	case ".pem":
+		return "pem"
+	case ".p12", ".pfx":
+		return "pkcs12"
+	}
+	return ""
 }
 
 // parseServerLine reads host:quorumPort:electionPort[:role][;[host:]clientPort].
