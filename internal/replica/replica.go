@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/latency"
 )
 
 // StateMachine is what the replica applies committed entries to.
@@ -66,11 +67,22 @@ type Config struct {
 	// goroutine, or the caller of SendToLeader on the leader itself). It
 	// should return quickly: raft messages from the same peer queue behind it.
 	OnSideMessage func(from uint64, payload []byte)
+	// ProbeInterval is how often a latency probe goes to every peer
+	// (default 200ms; negative: never). LatencyWindow (default 1m) is the
+	// sliding window of Latency's statistics.
+	ProbeInterval time.Duration
+	LatencyWindow time.Duration
 }
 
 func (c *Config) defaults() {
 	if c.TickInterval <= 0 {
 		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 200 * time.Millisecond
+	}
+	if c.LatencyWindow <= 0 {
+		c.LatencyWindow = time.Minute
 	}
 	if c.ElectionTicks <= 0 {
 		c.ElectionTicks = 10
@@ -149,6 +161,7 @@ type Replica struct {
 	cfg  Config
 	sm   StateMachine
 	log  *slog.Logger
+	lat  *latency.Tracker
 	disk *disk
 	mem  *raft.MemoryStorage
 	rn   *raft.RawNode // raft loop only
@@ -273,7 +286,14 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	if cfg.MaxSizePerMsg < maxSnapFrame {
 		maxMsgFrame = min(cfg.MaxSizePerMsg+uint64(cfg.MaxProposalBytes)+msgFrameSlack, maxSnapFrame)
 	}
-	tr, err := newTransport(cfg.ID, cfg.ListenAddr, cfg.Peers, int(maxMsgFrame), (*events)(r), cfg.Logger)
+	ids := make([]uint64, 0, len(cfg.Peers))
+	for _, p := range cfg.Peers {
+		ids = append(ids, p.ID)
+	}
+	// A probe round unanswered for an election timeout is lost: a commit
+	// that slow would have looked like a dead leader anyway.
+	r.lat = latency.New(cfg.ID, ids, cfg.LatencyWindow, max(cfg.TickInterval*time.Duration(cfg.ElectionTicks), time.Second), time.Now)
+	tr, err := newTransport(cfg.ID, cfg.ListenAddr, cfg.Peers, int(maxMsgFrame), (*events)(r), r.lat, cfg.ProbeInterval, cfg.Logger)
 	if err != nil {
 		d.close()
 		return nil, err
@@ -469,6 +489,10 @@ func (r *Replica) Status() Status {
 	}
 	return Status{ID: r.cfg.ID, Role: "stopped", Members: slices.Clone(r.cfg.Peers), Applied: r.AppliedIndex()}
 }
+
+// Latency returns the round trips measured to every peer and the quorum
+// latency per probe round.
+func (r *Replica) Latency() latency.Snapshot { return r.lat.Snapshot() }
 
 // Campaign makes this replica start an election (tests, tools).
 func (r *Replica) Campaign() error {

@@ -690,3 +690,50 @@ func TestCloseWakesWaiters(t *testing.T) {
 		}
 	}
 }
+
+// Every replica probes every peer over the raft connections: round trips
+// and quorum latency accumulate, and a stopped peer's probes count as lost
+// while the remaining majority still gives a quorum latency.
+func TestLatencyProbes(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.ProbeInterval = 10 * time.Millisecond })
+	c.leader()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %+v", what, c.reps[0].Latency())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("probe replies", func() bool {
+		s := c.reps[0].Latency()
+		return len(s.Peers) == 2 && s.Peers[0].Total.Count >= 20 && s.Peers[1].Total.Count >= 20 && s.All.Total.Count >= 20
+	})
+	s := c.reps[0].Latency()
+	if s.Self != 1 || s.Peers[0].Peer != 2 || s.Peers[1].Peer != 3 {
+		t.Fatalf("snapshot %+v", s)
+	}
+	for _, p := range s.Peers {
+		if p.Total.Max <= 0 || p.Total.Max > time.Second || p.Window.Count == 0 {
+			t.Fatalf("peer %d: %+v", p.Peer, p.Total)
+		}
+	}
+	if s.Quorum.Total.P50 > s.All.Total.P50 {
+		t.Fatalf("a majority cannot take longer than everyone: quorum %v all %v", s.Quorum.Total.P50, s.All.Total.P50)
+	}
+
+	// Rounds sent before every peer was listening expire (lost) after an
+	// election timeout (1s here); only losses after that count below.
+	time.Sleep(1200 * time.Millisecond)
+	s = c.reps[0].Latency()
+	c.stop(2)
+	quorumBefore, quorumLost := s.Quorum.Total.Count, s.Quorum.Lost
+	waitFor("lost probes to the stopped peer", func() bool {
+		s := c.reps[0].Latency()
+		return s.Peers[1].Lost >= 5 && s.All.Lost >= 5 && s.Quorum.Total.Count >= quorumBefore+20
+	})
+	if s := c.reps[0].Latency(); s.Quorum.Lost != quorumLost {
+		t.Fatalf("quorum rounds lost with a majority up: %+v", s.Quorum)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/latency"
 )
 
 // Frame: 4-byte big-endian body length, then the body: 1 byte kind, 8 bytes
@@ -26,6 +27,12 @@ const (
 	kindRaft byte = 1 // raft message other than MsgSnap
 	kindSide byte = 2 // side-channel payload for the leader
 	kindSnap byte = 3 // raft MsgSnap (carries the whole state machine snapshot)
+	// Latency probes travel the same connections as raft messages, so they
+	// measure what replication sees (queueing included). The payload is the
+	// round's sequence number and the sender's clock; the reply echoes it.
+	kindProbe      byte = 4
+	kindProbeReply byte = 5
+	probePayload        = 16
 
 	frameHeader = 1 + 8
 	// maxSnapFrame bounds a MsgSnap frame, hence the state machine snapshot.
@@ -68,6 +75,8 @@ type transport struct {
 	id      uint64
 	log     *slog.Logger
 	ev      transportEvents
+	lat     *latency.Tracker
+	origin  time.Time // probe send times are offsets from it (monotonic)
 	ln      net.Listener
 	peers   map[uint64]*peerConn
 	members map[uint64]bool // all voters, self included
@@ -88,12 +97,12 @@ type peerConn struct {
 	q    chan outMsg
 }
 
-func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, ev transportEvents, log *slog.Logger) (*transport, error) {
+func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, ev transportEvents, lat *latency.Tracker, probeEvery time.Duration, log *slog.Logger) (*transport, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("peer listener: %w", err)
 	}
-	t := &transport{id: id, log: log, ev: ev, ln: ln, peers: map[uint64]*peerConn{}, members: map[uint64]bool{},
+	t := &transport{id: id, log: log, ev: ev, lat: lat, origin: time.Now(), ln: ln, peers: map[uint64]*peerConn{}, members: map[uint64]bool{},
 		maxMsgFrame: maxMsgFrame, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	for _, p := range peers {
 		t.members[p.ID] = true
@@ -107,7 +116,55 @@ func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, ev tr
 	}
 	t.wg.Add(1)
 	go t.accept()
+	if lat != nil && probeEvery > 0 {
+		t.wg.Add(1)
+		go t.probe(probeEvery)
+	}
 	return t, nil
+}
+
+// probe sends a round of probes to every peer at a steady rate. A probe
+// that finds its peer's queue full is dropped (and counted lost when its
+// round expires), like any message to an overloaded peer.
+func (t *transport) probe(every time.Duration) {
+	defer t.wg.Done()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		}
+		seq := t.lat.StartRound()
+		payload := make([]byte, probePayload)
+		binary.BigEndian.PutUint64(payload, seq)
+		binary.BigEndian.PutUint64(payload[8:], uint64(time.Since(t.origin)))
+		for _, pc := range t.peers {
+			select {
+			case pc.q <- outMsg{kind: kindProbe, side: payload}:
+			default:
+			}
+		}
+	}
+}
+
+// probed handles a probe or its echo from peer from.
+func (t *transport) probed(kind byte, from uint64, payload []byte) {
+	if kind == kindProbe {
+		select {
+		case t.peers[from].q <- outMsg{kind: kindProbeReply, side: append([]byte(nil), payload...)}:
+		default:
+		}
+		return
+	}
+	if t.lat == nil {
+		return
+	}
+	sent := time.Duration(binary.BigEndian.Uint64(payload[8:]))
+	if rtt := time.Since(t.origin) - sent; rtt >= 0 && sent > 0 {
+		t.lat.Reply(from, binary.BigEndian.Uint64(payload), rtt)
+	}
 }
 
 func (t *transport) close() {
@@ -274,7 +331,7 @@ func (t *transport) writer(pc *peerConn) {
 func (t *transport) failFrames(id uint64, frames []frame) {
 	reported := false
 	for _, f := range frames {
-		if f.kind == kindSide {
+		if f.kind == kindSide || f.kind == kindProbe || f.kind == kindProbeReply {
 			continue
 		}
 		if !reported {
@@ -389,6 +446,12 @@ func (t *transport) reader(c net.Conn) {
 			limit = maxSnapFrame
 		case kindSide:
 			limit = maxSidePayload + frameHeader
+		case kindProbe, kindProbeReply:
+			limit = probePayload + frameHeader
+			if n != limit {
+				bad("probe of the wrong size", "len", n)
+				return
+			}
 		default:
 			bad("unknown kind", "kind", kind)
 			return
@@ -410,6 +473,10 @@ func (t *transport) reader(c net.Conn) {
 		}
 		if kind == kindSide {
 			t.ev.side(from, body.Bytes())
+			continue
+		}
+		if kind == kindProbe || kind == kindProbeReply {
+			t.probed(kind, from, body.Bytes())
 			continue
 		}
 		m := &pb.Message{}

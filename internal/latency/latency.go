@@ -1,0 +1,235 @@
+// Package latency owns the round-trip times a server measures to its peers
+// (seed 001's cloud latency tester, run continuously): per peer, and per
+// probe round the time to hear from a majority (what a commit waits for) and
+// from every peer. Each is an HDR histogram over a sliding window plus one
+// since start, so both the present and the long tail are visible.
+//
+// The Tracker is fed by the transport (StartRound when a round of probes
+// goes out, Reply when an echo returns) and read by metrics, the API and
+// timeout tuning. It never sends anything itself.
+package latency
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+const (
+	minMicros = 1
+	maxMicros = 60_000_000 // 60 s: anything slower is recorded as 60 s
+	sigDigits = 3
+	// MaxOpenRounds bounds rounds awaiting replies; the oldest is expired
+	// (its missing replies counted lost) to admit a new one.
+	MaxOpenRounds = 256
+)
+
+// Stats summarises one histogram.
+type Stats struct {
+	Count                     int64
+	Mean, P50, P90, P99, P999 time.Duration
+	Min, Max                  time.Duration
+}
+
+// Series is one measured quantity: over the window and since start, and
+// how many expected samples never came (probes or rounds lost).
+type Series struct {
+	Window, Total Stats
+	Lost          int64
+}
+
+// PeerSeries is the round trip to one peer.
+type PeerSeries struct {
+	Peer uint64
+	Series
+}
+
+// Snapshot is everything a Tracker knows, at one instant.
+type Snapshot struct {
+	Self   uint64
+	Window time.Duration
+	Peers  []PeerSeries
+	Quorum Series // per round: until a majority (this server included) answered
+	All    Series // per round: until every peer answered
+}
+
+type series struct {
+	cur, prev, total *hdrhistogram.Histogram
+	lost             int64
+}
+
+func newSeries() *series {
+	return &series{cur: newHist(), prev: newHist(), total: newHist()}
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(minMicros, maxMicros, sigDigits) }
+
+func (s *series) record(d time.Duration) {
+	us := min(max(d.Microseconds(), minMicros), maxMicros)
+	s.cur.RecordValue(us)
+	s.total.RecordValue(us)
+}
+
+func (s *series) rotate() {
+	s.prev, s.cur = s.cur, s.prev
+	s.cur.Reset()
+}
+
+func (s *series) snapshot() Series {
+	w := newHist()
+	w.Merge(s.prev)
+	w.Merge(s.cur)
+	return Series{Window: stats(w), Total: stats(s.total), Lost: s.lost}
+}
+
+func stats(h *hdrhistogram.Histogram) Stats {
+	if h.TotalCount() == 0 {
+		return Stats{}
+	}
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	return Stats{Count: h.TotalCount(), Mean: time.Duration(h.Mean() * float64(time.Microsecond)),
+		P50: us(h.ValueAtQuantile(50)), P90: us(h.ValueAtQuantile(90)), P99: us(h.ValueAtQuantile(99)),
+		P999: us(h.ValueAtQuantile(99.9)), Min: us(h.Min()), Max: us(h.Max())}
+}
+
+type round struct {
+	seq     uint64
+	started time.Time
+	replied map[uint64]bool
+	quorum  bool // the majority latency was recorded
+}
+
+// Tracker accumulates measurements; safe for concurrent use.
+type Tracker struct {
+	self   uint64
+	peers  []uint64
+	window time.Duration
+	now    func() time.Time
+	maxAge time.Duration // a round older than this is expired
+
+	mu      sync.Mutex
+	perPeer map[uint64]*series
+	quorum  *series
+	all     *series
+	open    []*round // oldest first
+	nextSeq uint64
+	rotated time.Time
+}
+
+// New tracks self's round trips to peers (self excluded) over a sliding
+// window of about window (between window/2 and window of samples). A round
+// whose replies have not all come within maxAge is expired. now is the
+// clock (time.Now outside tests).
+func New(self uint64, peers []uint64, window, maxAge time.Duration, now func() time.Time) *Tracker {
+	t := &Tracker{self: self, window: window, maxAge: maxAge, now: now, perPeer: map[uint64]*series{},
+		quorum: newSeries(), all: newSeries(), nextSeq: 1, rotated: now()}
+	for _, p := range peers {
+		if p != self {
+			t.peers = append(t.peers, p)
+			t.perPeer[p] = newSeries()
+		}
+	}
+	slices.Sort(t.peers)
+	return t
+}
+
+// Peers returns the peers probed.
+func (t *Tracker) Peers() []uint64 { return slices.Clone(t.peers) }
+
+// StartRound opens a round of probes and returns its sequence number.
+func (t *Tracker) StartRound() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.maintain(now)
+	if len(t.open) >= MaxOpenRounds {
+		t.expire(t.open[0])
+		t.open = t.open[1:]
+	}
+	seq := t.nextSeq
+	t.nextSeq++
+	if len(t.peers) == 0 { // a single server is its own quorum, at once
+		t.quorum.record(0)
+		t.all.record(0)
+		return seq
+	}
+	t.open = append(t.open, &round{seq: seq, started: now, replied: map[uint64]bool{}})
+	return seq
+}
+
+// Reply records peer's echo of round seq, which took rtt (measured by the
+// caller from the send time carried in the probe). Unknown peers, rounds
+// already expired and duplicates are ignored.
+func (t *Tracker) Reply(peer, seq uint64, rtt time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.maintain(t.now())
+	s := t.perPeer[peer]
+	if s == nil {
+		return
+	}
+	i := slices.IndexFunc(t.open, func(r *round) bool { return r.seq == seq })
+	if i < 0 {
+		return
+	}
+	r := t.open[i]
+	if r.replied[peer] {
+		return
+	}
+	r.replied[peer] = true
+	s.record(rtt)
+	// Replies arrive in round-trip order, so this one completes a majority
+	// or all, and its rtt is that latency.
+	if !r.quorum && len(r.replied)+1 >= t.majority() {
+		r.quorum = true
+		t.quorum.record(rtt)
+	}
+	if len(r.replied) == len(t.peers) {
+		t.all.record(rtt)
+		t.open = slices.Delete(t.open, i, i+1)
+	}
+}
+
+func (t *Tracker) majority() int { return (len(t.peers)+1)/2 + 1 }
+
+// maintain expires old rounds and rotates the window.
+func (t *Tracker) maintain(now time.Time) {
+	for len(t.open) > 0 && now.Sub(t.open[0].started) > t.maxAge {
+		t.expire(t.open[0])
+		t.open = t.open[1:]
+	}
+	if now.Sub(t.rotated) >= t.window/2 {
+		for _, s := range t.perPeer {
+			s.rotate()
+		}
+		t.quorum.rotate()
+		t.all.rotate()
+		t.rotated = now
+	}
+}
+
+func (t *Tracker) expire(r *round) {
+	for _, p := range t.peers {
+		if !r.replied[p] {
+			t.perPeer[p].lost++
+		}
+	}
+	if !r.quorum {
+		t.quorum.lost++
+	}
+	t.all.lost++
+}
+
+// Snapshot returns the current statistics.
+func (t *Tracker) Snapshot() Snapshot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.maintain(t.now())
+	out := Snapshot{Self: t.self, Window: t.window, Quorum: t.quorum.snapshot(), All: t.all.snapshot()}
+	for _, p := range t.peers {
+		out.Peers = append(out.Peers, PeerSeries{Peer: p, Series: t.perPeer[p].snapshot()})
+	}
+	return out
+}

@@ -1,0 +1,110 @@
+package latency
+
+import (
+	"testing"
+	"time"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time      { return c.t }
+func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func near(a, b time.Duration) bool       { return a >= b-b/100 && a <= b+b/100 } // HDR: 3 significant digits
+func ms(n float64) time.Duration         { return time.Duration(n * float64(time.Millisecond)) }
+
+func TestQuorumAndAll(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	tr := New(1, []uint64{1, 2, 3, 4, 5}, time.Minute, 10*time.Second, c.now)
+	// Five servers: a majority is self plus two peers.
+	for i := 0; i < 10; i++ {
+		seq := tr.StartRound()
+		tr.Reply(2, seq, ms(10))
+		tr.Reply(3, seq, ms(20)) // third of five: the quorum latency
+		tr.Reply(4, seq, ms(80))
+		tr.Reply(4, seq, ms(1)) // duplicate: ignored
+		tr.Reply(5, seq, ms(150))
+		c.add(100 * time.Millisecond)
+	}
+	s := tr.Snapshot()
+	if len(s.Peers) != 4 || s.Peers[0].Peer != 2 || s.Peers[3].Peer != 5 {
+		t.Fatalf("peers %+v", s.Peers)
+	}
+	if p := s.Peers[2].Total; p.Count != 10 || !near(p.P50, ms(80)) || !near(p.Max, ms(80)) {
+		t.Fatalf("peer 4: %+v", p)
+	}
+	if q := s.Quorum.Total; q.Count != 10 || !near(q.P99, ms(20)) {
+		t.Fatalf("quorum: %+v", q)
+	}
+	if a := s.All.Total; a.Count != 10 || !near(a.P50, ms(150)) {
+		t.Fatalf("all: %+v", a)
+	}
+	if s.All.Lost != 0 || s.Quorum.Lost != 0 || s.Peers[0].Lost != 0 {
+		t.Fatalf("nothing was lost: %+v", s)
+	}
+}
+
+func TestLostRepliesAndExpiry(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	tr := New(1, []uint64{1, 2, 3}, time.Minute, time.Second, c.now)
+	seq := tr.StartRound()
+	tr.Reply(2, seq, ms(5)) // majority of three: self + one
+	c.add(2 * time.Second)  // peer 3 never answers; the round expires
+	tr.Reply(3, seq, ms(2000))
+	s := tr.Snapshot()
+	if s.Quorum.Total.Count != 1 || s.Quorum.Lost != 0 || s.All.Lost != 1 || s.All.Total.Count != 0 {
+		t.Fatalf("quorum %+v all %+v", s.Quorum, s.All)
+	}
+	if s.Peers[1].Lost != 1 || s.Peers[1].Total.Count != 0 {
+		t.Fatalf("peer 3: %+v", s.Peers[1])
+	}
+	// A partitioned server: no replies at all, so no quorum either.
+	tr.StartRound()
+	c.add(2 * time.Second)
+	if s := tr.Snapshot(); s.Quorum.Lost != 1 || s.All.Lost != 2 {
+		t.Fatalf("after a silent round: quorum %+v all %+v", s.Quorum, s.All)
+	}
+	// Unknown peers and rounds are ignored.
+	tr.Reply(9, 1, ms(1))
+	tr.Reply(2, 12345, ms(1))
+}
+
+func TestWindowForgetsOldSamples(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	tr := New(1, []uint64{1, 2}, 10*time.Second, time.Second, c.now)
+	seq := tr.StartRound()
+	tr.Reply(2, seq, ms(500))
+	c.add(6 * time.Second) // one rotation: still in the window
+	seq = tr.StartRound()
+	tr.Reply(2, seq, ms(5))
+	if w := tr.Snapshot().Peers[0].Window; w.Count != 2 || !near(w.Max, ms(500)) {
+		t.Fatalf("window after one rotation: %+v", w)
+	}
+	c.add(6 * time.Second) // second rotation: the 500 ms sample is gone
+	s := tr.Snapshot().Peers[0]
+	if s.Window.Count != 1 || !near(s.Window.Max, ms(5)) || s.Total.Count != 2 || !near(s.Total.Max, ms(500)) {
+		t.Fatalf("window %+v total %+v", s.Window, s.Total)
+	}
+}
+
+func TestOpenRoundsAreBounded(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	tr := New(1, []uint64{1, 2, 3}, time.Minute, time.Hour, c.now)
+	for i := 0; i < MaxOpenRounds+10; i++ {
+		tr.StartRound()
+	}
+	if n := len(tr.open); n != MaxOpenRounds {
+		t.Fatalf("%d open rounds", n)
+	}
+	if s := tr.Snapshot(); s.All.Lost != 10 || s.Peers[0].Lost != 10 {
+		t.Fatalf("evicted rounds not counted lost: %+v", s.All)
+	}
+}
+
+func TestSingleServer(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	tr := New(1, []uint64{1}, time.Minute, time.Second, c.now)
+	tr.StartRound()
+	if s := tr.Snapshot(); len(s.Peers) != 0 || s.Quorum.Total.Count != 1 || s.Quorum.Total.Max != time.Microsecond || s.All.Total.Count != 1 || s.All.Lost != 0 {
+		t.Fatalf("single server: %+v", s)
+	}
+}
