@@ -4098,6 +4098,348 @@ func (x *TransferLeaderResponse) GetHeader() *Header {
 	return nil
 }
 
+type LatencyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatencyRequest) Reset() {
+	*x = LatencyRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencyRequest) ProtoMessage() {}
+
+func (x *LatencyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencyRequest.ProtoReflect.Descriptor instead.
+func (*LatencyRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{61}
+}
+
+// LatencyStats summarises one histogram; durations in microseconds.
+type LatencyStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         int64                  `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	MeanUs        int64                  `protobuf:"varint,2,opt,name=mean_us,json=meanUs,proto3" json:"mean_us,omitempty"`
+	P50Us         int64                  `protobuf:"varint,3,opt,name=p50_us,json=p50Us,proto3" json:"p50_us,omitempty"`
+	P90Us         int64                  `protobuf:"varint,4,opt,name=p90_us,json=p90Us,proto3" json:"p90_us,omitempty"`
+	P99Us         int64                  `protobuf:"varint,5,opt,name=p99_us,json=p99Us,proto3" json:"p99_us,omitempty"`
+	P999Us        int64                  `protobuf:"varint,6,opt,name=p999_us,json=p999Us,proto3" json:"p999_us,omitempty"`
+	MinUs         int64                  `protobuf:"varint,7,opt,name=min_us,json=minUs,proto3" json:"min_us,omitempty"`
+	MaxUs         int64                  `protobuf:"varint,8,opt,name=max_us,json=maxUs,proto3" json:"max_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatencyStats) Reset() {
+	*x = LatencyStats{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencyStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencyStats) ProtoMessage() {}
+
+func (x *LatencyStats) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencyStats.ProtoReflect.Descriptor instead.
+func (*LatencyStats) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *LatencyStats) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *LatencyStats) GetMeanUs() int64 {
+	if x != nil {
+		return x.MeanUs
+	}
+	return 0
+}
+
+func (x *LatencyStats) GetP50Us() int64 {
+	if x != nil {
+		return x.P50Us
+	}
+	return 0
+}
+
+func (x *LatencyStats) GetP90Us() int64 {
+	if x != nil {
+		return x.P90Us
+	}
+	return 0
+}
+
+func (x *LatencyStats) GetP99Us() int64 {
+	if x != nil {
+		return x.P99Us
+	}
+	return 0
+}
+
+func (x *LatencyStats) GetP999Us() int64 {
+	if x != nil {
+		return x.P999Us
+	}
+	return 0
+}
+
+func (x *LatencyStats) GetMinUs() int64 {
+	if x != nil {
+		return x.MinUs
+	}
+	return 0
+}
+
+func (x *LatencyStats) GetMaxUs() int64 {
+	if x != nil {
+		return x.MaxUs
+	}
+	return 0
+}
+
+// LatencySeries is one quantity over the sliding window and since start.
+type LatencySeries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Window        *LatencyStats          `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	Total         *LatencyStats          `protobuf:"bytes,2,opt,name=total,proto3" json:"total,omitempty"`
+	Lost          int64                  `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"` // probes (or rounds) that never got their answer
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatencySeries) Reset() {
+	*x = LatencySeries{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencySeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencySeries) ProtoMessage() {}
+
+func (x *LatencySeries) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencySeries.ProtoReflect.Descriptor instead.
+func (*LatencySeries) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *LatencySeries) GetWindow() *LatencyStats {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *LatencySeries) GetTotal() *LatencyStats {
+	if x != nil {
+		return x.Total
+	}
+	return nil
+}
+
+func (x *LatencySeries) GetLost() int64 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
+type PeerLatency struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PeerId        uint64                 `protobuf:"varint,1,opt,name=peer_id,json=peerId,proto3" json:"peer_id,omitempty"`
+	Region        string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	Rtt           *LatencySeries         `protobuf:"bytes,3,opt,name=rtt,proto3" json:"rtt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerLatency) Reset() {
+	*x = PeerLatency{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerLatency) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerLatency) ProtoMessage() {}
+
+func (x *PeerLatency) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerLatency.ProtoReflect.Descriptor instead.
+func (*PeerLatency) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *PeerLatency) GetPeerId() uint64 {
+	if x != nil {
+		return x.PeerId
+	}
+	return 0
+}
+
+func (x *PeerLatency) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *PeerLatency) GetRtt() *LatencySeries {
+	if x != nil {
+		return x.Rtt
+	}
+	return nil
+}
+
+type LatencyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MemberId      uint64                 `protobuf:"varint,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Region        string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	WindowMs      int64                  `protobuf:"varint,3,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	Peers         []*PeerLatency         `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"`
+	Quorum        *LatencySeries         `protobuf:"bytes,5,opt,name=quorum,proto3" json:"quorum,omitempty"` // per probe round: until a majority (self included) answered
+	All           *LatencySeries         `protobuf:"bytes,6,opt,name=all,proto3" json:"all,omitempty"`       // per probe round: until every peer answered
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatencyResponse) Reset() {
+	*x = LatencyResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencyResponse) ProtoMessage() {}
+
+func (x *LatencyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencyResponse.ProtoReflect.Descriptor instead.
+func (*LatencyResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *LatencyResponse) GetMemberId() uint64 {
+	if x != nil {
+		return x.MemberId
+	}
+	return 0
+}
+
+func (x *LatencyResponse) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *LatencyResponse) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+func (x *LatencyResponse) GetPeers() []*PeerLatency {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *LatencyResponse) GetQuorum() *LatencySeries {
+	if x != nil {
+		return x.Quorum
+	}
+	return nil
+}
+
+func (x *LatencyResponse) GetAll() *LatencySeries {
+	if x != nil {
+		return x.All
+	}
+	return nil
+}
+
 var File_meridian_v1_meridian_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_meridian_proto_rawDesc = "" +
@@ -4401,7 +4743,32 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x15TransferLeaderRequest\x12\x1b\n" +
 	"\ttarget_id\x18\x01 \x01(\x04R\btargetId\"E\n" +
 	"\x16TransferLeaderResponse\x12+\n" +
-	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header*\xac\x01\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\x10\n" +
+	"\x0eLatencyRequest\"\xc9\x01\n" +
+	"\fLatencyStats\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x17\n" +
+	"\amean_us\x18\x02 \x01(\x03R\x06meanUs\x12\x15\n" +
+	"\x06p50_us\x18\x03 \x01(\x03R\x05p50Us\x12\x15\n" +
+	"\x06p90_us\x18\x04 \x01(\x03R\x05p90Us\x12\x15\n" +
+	"\x06p99_us\x18\x05 \x01(\x03R\x05p99Us\x12\x17\n" +
+	"\ap999_us\x18\x06 \x01(\x03R\x06p999Us\x12\x15\n" +
+	"\x06min_us\x18\a \x01(\x03R\x05minUs\x12\x15\n" +
+	"\x06max_us\x18\b \x01(\x03R\x05maxUs\"\x87\x01\n" +
+	"\rLatencySeries\x121\n" +
+	"\x06window\x18\x01 \x01(\v2\x19.meridian.v1.LatencyStatsR\x06window\x12/\n" +
+	"\x05total\x18\x02 \x01(\v2\x19.meridian.v1.LatencyStatsR\x05total\x12\x12\n" +
+	"\x04lost\x18\x03 \x01(\x03R\x04lost\"l\n" +
+	"\vPeerLatency\x12\x17\n" +
+	"\apeer_id\x18\x01 \x01(\x04R\x06peerId\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\x12,\n" +
+	"\x03rtt\x18\x03 \x01(\v2\x1a.meridian.v1.LatencySeriesR\x03rtt\"\xf5\x01\n" +
+	"\x0fLatencyResponse\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\x12\x1b\n" +
+	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x12.\n" +
+	"\x05peers\x18\x04 \x03(\v2\x18.meridian.v1.PeerLatencyR\x05peers\x122\n" +
+	"\x06quorum\x18\x05 \x01(\v2\x1a.meridian.v1.LatencySeriesR\x06quorum\x12,\n" +
+	"\x03all\x18\x06 \x01(\v2\x1a.meridian.v1.LatencySeriesR\x03all*\xac\x01\n" +
 	"\n" +
 	"CreateMode\x12\x0e\n" +
 	"\n" +
@@ -4429,7 +4796,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\vWatcherType\x12\x0f\n" +
 	"\vWATCHER_ANY\x10\x00\x12\x14\n" +
 	"\x10WATCHER_CHILDREN\x10\x01\x12\x10\n" +
-	"\fWATCHER_DATA\x10\x022\xe9\x0f\n" +
+	"\fWATCHER_DATA\x10\x022\xaf\x10\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -4459,7 +4826,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\aObserve\x12\x1a.meridian.v1.LeaderRequest\x1a\x1b.meridian.v1.LeaderResponse0\x01\x128\n" +
 	"\x03Add\x12\x17.meridian.v1.AddRequest\x1a\x18.meridian.v1.AddResponse\x12A\n" +
 	"\x06Status\x12\x1a.meridian.v1.StatusRequest\x1a\x1b.meridian.v1.StatusResponse\x12Y\n" +
-	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
+	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponse\x12D\n" +
+	"\aLatency\x12\x1b.meridian.v1.LatencyRequest\x1a\x1c.meridian.v1.LatencyResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
 
 var (
 	file_meridian_v1_meridian_proto_rawDescOnce sync.Once
@@ -4474,7 +4842,7 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_meridian_v1_meridian_proto_goTypes = []any{
 	(CreateMode)(0),                // 0: meridian.v1.CreateMode
 	(Consistency)(0),               // 1: meridian.v1.Consistency
@@ -4542,6 +4910,11 @@ var file_meridian_v1_meridian_proto_goTypes = []any{
 	(*StatusResponse)(nil),         // 63: meridian.v1.StatusResponse
 	(*TransferLeaderRequest)(nil),  // 64: meridian.v1.TransferLeaderRequest
 	(*TransferLeaderResponse)(nil), // 65: meridian.v1.TransferLeaderResponse
+	(*LatencyRequest)(nil),         // 66: meridian.v1.LatencyRequest
+	(*LatencyStats)(nil),           // 67: meridian.v1.LatencyStats
+	(*LatencySeries)(nil),          // 68: meridian.v1.LatencySeries
+	(*PeerLatency)(nil),            // 69: meridian.v1.PeerLatency
+	(*LatencyResponse)(nil),        // 70: meridian.v1.LatencyResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	7,  // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
@@ -4599,67 +4972,75 @@ var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	5,  // 52: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
 	62, // 53: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
 	5,  // 54: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
-	9,  // 55: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	11, // 56: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	13, // 57: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	15, // 58: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	19, // 59: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	22, // 60: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	22, // 61: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	22, // 62: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	22, // 63: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	27, // 64: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	29, // 65: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	31, // 66: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	33, // 67: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	35, // 68: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	37, // 69: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	39, // 70: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	41, // 71: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	43, // 72: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
-	45, // 73: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
-	46, // 74: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
-	48, // 75: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
-	57, // 76: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
-	51, // 77: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
-	53, // 78: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
-	53, // 79: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
-	59, // 80: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
-	61, // 81: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	64, // 82: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	10, // 83: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	12, // 84: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	14, // 85: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	16, // 86: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	21, // 87: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	23, // 88: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	24, // 89: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	25, // 90: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	26, // 91: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	28, // 92: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	30, // 93: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	32, // 94: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	34, // 95: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	36, // 96: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	38, // 97: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	40, // 98: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	42, // 99: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	44, // 100: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	47, // 101: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	47, // 102: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	49, // 103: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	58, // 104: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	52, // 105: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
-	54, // 106: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
-	54, // 107: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
-	60, // 108: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
-	63, // 109: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	65, // 110: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	83, // [83:111] is the sub-list for method output_type
-	55, // [55:83] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	67, // 55: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
+	67, // 56: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
+	68, // 57: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
+	69, // 58: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
+	68, // 59: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
+	68, // 60: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
+	9,  // 61: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	11, // 62: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	13, // 63: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	15, // 64: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	19, // 65: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	22, // 66: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	22, // 67: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	22, // 68: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	22, // 69: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	27, // 70: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	29, // 71: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	31, // 72: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	33, // 73: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	35, // 74: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	37, // 75: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	39, // 76: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	41, // 77: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	43, // 78: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	45, // 79: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	46, // 80: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	48, // 81: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	57, // 82: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	51, // 83: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
+	53, // 84: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
+	53, // 85: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
+	59, // 86: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
+	61, // 87: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	64, // 88: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	66, // 89: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
+	10, // 90: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	12, // 91: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	14, // 92: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	16, // 93: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	21, // 94: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	23, // 95: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	24, // 96: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	25, // 97: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	26, // 98: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	28, // 99: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	30, // 100: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	32, // 101: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	34, // 102: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	36, // 103: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	38, // 104: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	40, // 105: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	42, // 106: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	44, // 107: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	47, // 108: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	47, // 109: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	49, // 110: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	58, // 111: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	52, // 112: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	54, // 113: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	54, // 114: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	60, // 115: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
+	63, // 116: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	65, // 117: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	70, // 118: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
+	90, // [90:119] is the sub-list for method output_type
+	61, // [61:90] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -4683,7 +5064,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   61,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

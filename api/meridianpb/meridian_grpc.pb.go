@@ -55,6 +55,7 @@ const (
 	Meridian_Add_FullMethodName            = "/meridian.v1.Meridian/Add"
 	Meridian_Status_FullMethodName         = "/meridian.v1.Meridian/Status"
 	Meridian_TransferLeader_FullMethodName = "/meridian.v1.Meridian/TransferLeader"
+	Meridian_Latency_FullMethodName        = "/meridian.v1.Meridian/Latency"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -107,6 +108,9 @@ type MeridianClient interface {
 	// Cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
+	// This server's measured round trips to every peer and its quorum
+	// latency (answered locally; ask each server for the all-pairs matrix).
+	Latency(ctx context.Context, in *LatencyRequest, opts ...grpc.CallOption) (*LatencyResponse, error)
 }
 
 type meridianClient struct {
@@ -415,6 +419,16 @@ func (c *meridianClient) TransferLeader(ctx context.Context, in *TransferLeaderR
 	return out, nil
 }
 
+func (c *meridianClient) Latency(ctx context.Context, in *LatencyRequest, opts ...grpc.CallOption) (*LatencyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LatencyResponse)
+	err := c.cc.Invoke(ctx, Meridian_Latency_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeridianServer is the server API for Meridian service.
 // All implementations must embed UnimplementedMeridianServer
 // for forward compatibility.
@@ -465,6 +479,9 @@ type MeridianServer interface {
 	// Cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
+	// This server's measured round trips to every peer and its quorum
+	// latency (answered locally; ask each server for the all-pairs matrix).
+	Latency(context.Context, *LatencyRequest) (*LatencyResponse, error)
 	mustEmbedUnimplementedMeridianServer()
 }
 
@@ -558,6 +575,9 @@ func (UnimplementedMeridianServer) Status(context.Context, *StatusRequest) (*Sta
 }
 func (UnimplementedMeridianServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedMeridianServer) Latency(context.Context, *LatencyRequest) (*LatencyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Latency not implemented")
 }
 func (UnimplementedMeridianServer) mustEmbedUnimplementedMeridianServer() {}
 func (UnimplementedMeridianServer) testEmbeddedByValue()                  {}
@@ -1070,6 +1090,24 @@ func _Meridian_TransferLeader_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_Latency_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LatencyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Latency(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Latency_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Latency(ctx, req.(*LatencyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meridian_ServiceDesc is the grpc.ServiceDesc for Meridian service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1180,6 +1218,10 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransferLeader",
 			Handler:    _Meridian_TransferLeader_Handler,
+		},
+		{
+			MethodName: "Latency",
+			Handler:    _Meridian_Latency_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

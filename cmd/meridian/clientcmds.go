@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -205,7 +206,7 @@ func addClientCommands(root *cobra.Command) {
 			})
 		},
 	})
-	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader)
+	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader, probeCmd())
 	root.AddCommand(lockCommands()...)
 }
 
@@ -308,4 +309,116 @@ func statusAll() error {
 		}
 		w.Flush()
 	})
+}
+
+func probeCmd() *cobra.Command {
+	var total bool
+	cmd := &cobra.Command{
+		Use:   "probe",
+		Short: "Print the measured round-trip matrix between servers, and quorum latencies",
+		Long: `Asks every endpoint for the round trips it measures to its peers (probes on
+the raft connections, a few per second) and prints, from each server (row) to
+each peer (column), p50/p99/p99.9/max in milliseconds over the sliding window
+(or since start with --total), then each server's quorum latency (until a
+majority answered: what a commit it leads waits for) and all-peers latency.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			type row struct {
+				Endpoint string              `json:"endpoint"`
+				Error    string              `json:"error,omitempty"`
+				Latency  *pb.LatencyResponse `json:"latency,omitempty"`
+			}
+			var rows []row
+			ids := map[uint64]bool{}
+			for _, ep := range endpoints() {
+				r := row{Endpoint: ep}
+				conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					r.Latency, err = pb.NewMeridianClient(conn).Latency(ctx, &pb.LatencyRequest{})
+					cancel()
+					conn.Close()
+				}
+				if err != nil {
+					r.Error = errs.FromGRPC(err).Error()
+				} else {
+					ids[r.Latency.GetMemberId()] = true
+					for _, p := range r.Latency.GetPeers() {
+						ids[p.GetPeerId()] = true
+					}
+				}
+				rows = append(rows, r)
+			}
+			pick := func(s *pb.LatencySeries) *pb.LatencyStats {
+				if total {
+					return s.GetTotal()
+				}
+				return s.GetWindow()
+			}
+			cell := func(st *pb.LatencyStats) string {
+				if st.GetCount() == 0 {
+					return "no data"
+				}
+				ms := func(us int64) string { return strconv.FormatFloat(float64(us)/1000, 'f', 2, 64) }
+				return ms(st.GetP50Us()) + "/" + ms(st.GetP99Us()) + "/" + ms(st.GetP999Us()) + "/" + ms(st.GetMaxUs())
+			}
+			var order []uint64
+			for id := range ids {
+				order = append(order, id)
+			}
+			slices.Sort(order)
+			return output(rows, func() {
+				what := "over the last window"
+				if total {
+					what = "since each server started"
+				}
+				fmt.Printf("Round trip from row to column, p50/p99/p99.9/max ms, %s:\n", what)
+				w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprint(w, "FROM\\TO")
+				for _, id := range order {
+					fmt.Fprintf(w, "\t%d", id)
+				}
+				fmt.Fprintln(w, "\tLOST")
+				for _, r := range rows {
+					if r.Latency == nil {
+						fmt.Fprintf(w, "%s\t(%s)\n", r.Endpoint, r.Error)
+						continue
+					}
+					l := r.Latency
+					fmt.Fprintf(w, "%d %s", l.GetMemberId(), l.GetRegion())
+					var lost []string
+					for _, id := range order {
+						if id == l.GetMemberId() {
+							fmt.Fprint(w, "\t-")
+							continue
+						}
+						c := "?"
+						for _, p := range l.GetPeers() {
+							if p.GetPeerId() == id {
+								c = cell(pick(p.GetRtt()))
+								if p.GetRtt().GetLost() > 0 {
+									lost = append(lost, fmt.Sprintf("%d:%d", id, p.GetRtt().GetLost()))
+								}
+							}
+						}
+						fmt.Fprintf(w, "\t%s", c)
+					}
+					fmt.Fprintf(w, "\t%s\n", strings.Join(lost, " "))
+				}
+				w.Flush()
+				fmt.Println("\nPer probe round, p50/p99/p99.9/max ms:")
+				w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(w, "SERVER\tQUORUM (MAJORITY)\tALL PEERS\tROUNDS LOST (QUORUM/ALL)")
+				for _, r := range rows {
+					if l := r.Latency; l != nil {
+						n := len(l.GetPeers()) + 1
+						fmt.Fprintf(w, "%d\t%d of %d: %s\t%d of %d: %s\t%d/%d\n", l.GetMemberId(), n/2+1, n, cell(pick(l.GetQuorum())),
+							n, n, cell(pick(l.GetAll())), l.GetQuorum().GetLost(), l.GetAll().GetLost())
+					}
+				}
+				w.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&total, "total", false, "since each server started instead of the sliding window")
+	return cmd
 }

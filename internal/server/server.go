@@ -151,6 +151,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("open replica: %w", err)
 	}
 	s.rep = rep
+	s.metrics.reg.MustRegister(newLatencyCollector(rep.Latency))
 
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes))
 	meridianpb.RegisterMeridianServer(s.grpc, &api{s: s})

@@ -1,0 +1,67 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+)
+
+// Every server answers Latency with its measured round trips to each peer
+// and its quorum latency, and exports the same as metrics.
+func TestLatencyAPIAndMetrics(t *testing.T) {
+	ports := freePorts(t, 3)
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.ListenHTTP = fmt.Sprintf("127.0.0.1:%d", ports[c.ID-1])
+		c.Members[c.ID-1].Region = []string{"", "west", "west", "east"}[c.ID]
+	})
+	tc.leader()
+	conn, err := grpc.NewClient(tc.servers[2].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+	var r *pb.LatencyResponse
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		r, err = api.Latency(ctx, &pb.LatencyRequest{})
+		cancel()
+		if err == nil && len(r.GetPeers()) == 2 && r.GetPeers()[0].GetRtt().GetTotal().GetCount() >= 3 &&
+			r.GetPeers()[1].GetRtt().GetTotal().GetCount() >= 3 && r.GetQuorum().GetWindow().GetCount() >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no latency measured: %v %v", r, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.GetMemberId() != 3 || r.GetRegion() != "east" || r.GetWindowMs() != 60000 ||
+		r.GetPeers()[0].GetPeerId() != 1 || r.GetPeers()[0].GetRegion() != "west" {
+		t.Fatalf("latency response %v", r)
+	}
+	if st := r.GetPeers()[0].GetRtt().GetWindow(); st.GetP50Us() <= 0 || st.GetMaxUs() < st.GetP50Us() || st.GetMaxUs() > 5e6 {
+		t.Fatalf("rtt stats %v", st)
+	}
+
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, m := range []string{`meridian_peer_rtt_seconds{peer="1",quantile="0.99"}`, `meridian_quorum_latency_seconds{quantile="0.5"}`,
+		`meridian_peer_probes_lost_total{peer="2"}`, "meridian_quorum_rounds_lost_total"} {
+		if !strings.Contains(string(body), m) {
+			t.Fatalf("/metrics lacks %s", m)
+		}
+	}
+}
