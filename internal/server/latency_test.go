@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/latency"
 )
 
 // Every server answers Latency with its measured round trips to each peer
@@ -62,6 +63,30 @@ func TestLatencyAPIAndMetrics(t *testing.T) {
 		`meridian_peer_probes_lost_total{peer="2"}`, "meridian_quorum_rounds_lost_total"} {
 		if !strings.Contains(string(body), m) {
 			t.Fatalf("/metrics lacks %s", m)
+		}
+	}
+}
+
+func TestExpirySlack(t *testing.T) {
+	tick := 100 * time.Millisecond
+	snap := func(p999s ...time.Duration) latency.Snapshot {
+		var s latency.Snapshot
+		for i, d := range p999s {
+			s.Peers = append(s.Peers, latency.PeerSeries{Peer: uint64(i + 2), Series: latency.Series{Window: latency.Stats{Count: 1, P999: d}}})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		snap latency.Snapshot
+		want time.Duration
+	}{
+		{snap(), tick}, // nothing measured yet (or a single server): one tick
+		{snap(time.Millisecond, 2*time.Millisecond), tick + 2*time.Millisecond},
+		{snap(150*time.Millisecond, 40*time.Millisecond), tick + 150*time.Millisecond}, // the slowest peer
+		{snap(time.Minute), maxExpirySlack},
+	} {
+		if got := expirySlack(tick, tc.snap); got != tc.want {
+			t.Errorf("expirySlack(%v) = %v, want %v", tc.snap.Peers, got, tc.want)
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/coord"
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/latency"
 	"github.com/meridian-coord/meridian/internal/replica"
 	"github.com/meridian-coord/meridian/internal/session"
 	"github.com/meridian-coord/meridian/internal/tree"
@@ -615,7 +616,7 @@ func (s *Server) duties() {
 			s.resetSessions()
 			continue
 		}
-		if ids := s.tracker.Expired(tree.MaxExpireBatch); len(ids) > 0 {
+		if ids := s.tracker.ExpiredAfter(tree.MaxExpireBatch, expirySlack(s.cfg.tick(), s.rep.Latency())); len(ids) > 0 {
 			s.tracker.MarkPending(ids)
 			s.log.Info("expiring sessions", "count", len(ids))
 			if err := s.proposeAsync(&tree.Command{Op: tree.Op{Type: tree.OpExpire}, Sessions: ids}); err != nil {
@@ -644,6 +645,24 @@ func (s *Server) duties() {
 			}
 		}
 	}
+}
+
+// maxExpirySlack caps expirySlack: past it a peer is effectively cut off.
+const maxExpirySlack = 10 * time.Second
+
+// expirySlack is how long past its timeout the leader waits before expiring
+// a session. A keepalive relayed by a follower waits up to one tick in the
+// follower's batch and then travels one way to the leader; the measured
+// p99.9 round trip to the slowest peer over the window bounds that trip
+// (a full round trip, for margin). On a LAN this is about one tick, like
+// ZooKeeper's tick-sized expiry buckets; at 150 ms RTT it grows by the
+// measured tail instead of expiring sessions whose pings are in flight.
+func expirySlack(tick time.Duration, lat latency.Snapshot) time.Duration {
+	var worst time.Duration
+	for _, p := range lat.Peers {
+		worst = max(worst, p.Window.P999)
+	}
+	return min(tick+worst, maxExpirySlack)
 }
 
 func (s *Server) resetSessions() {

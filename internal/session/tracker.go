@@ -173,13 +173,18 @@ func (t *Tracker) settleLocked() {
 // have no live pending mark, sorted by id. When more are overdue, those
 // overdue longest are returned first. They stay tracked (and are returned
 // again by later calls) until Remove, or until MarkPending hides them.
-func (t *Tracker) Expired(limit int) []int64 {
+func (t *Tracker) Expired(limit int) []int64 { return t.ExpiredAfter(limit, 0) }
+
+// ExpiredAfter is Expired for sessions overdue by more than slack: the
+// leader's allowance for keepalives still on their way (see
+// server.expirySlack). A uniform slack keeps the heap order valid.
+func (t *Tracker) ExpiredAfter(limit int, slack time.Duration) []int64 {
 	if limit <= 0 {
 		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.clock.Now()
+	now := t.clock.Now().Add(-max(slack, 0))
 	var out []*entry
 	for len(out) < limit && len(t.due) > 0 {
 		e := t.due[0]

@@ -375,3 +375,21 @@ func BenchmarkTouchAndExpire(b *testing.B) {
 		}
 	}
 }
+
+// Slack postpones expiry uniformly: a session overdue by less than the
+// slack is not offered; a keepalive that lands within it saves the session.
+func TestExpiredAfterSlack(t *testing.T) {
+	clk := newClock()
+	tr := NewTracker(clk)
+	tr.Add(1, time.Second)
+	tr.Add(2, 2*time.Second)
+	clk.advance(1500 * time.Millisecond)
+	expect(t, "no slack", tr.ExpiredAfter(10, 0), []int64{1})
+	expect(t, "within a 600ms slack", tr.ExpiredAfter(10, 600*time.Millisecond), nil)
+	clk.advance(200 * time.Millisecond) // 1.7s: session 1 is 700ms overdue
+	expect(t, "past the slack", tr.ExpiredAfter(10, 600*time.Millisecond), []int64{1})
+	tr.Touch(1)                         // the late keepalive arrived
+	clk.advance(900 * time.Millisecond) // 2.6s: 1 is due at 2.7s, 2 overdue by 600ms
+	expect(t, "slack is per call", tr.ExpiredAfter(10, 500*time.Millisecond), []int64{2})
+	expect(t, "negative slack counts as none", tr.ExpiredAfter(10, -time.Hour), []int64{2})
+}
