@@ -1,7 +1,8 @@
 // Package client is Meridian's Go client for the native gRPC API.
 //
-// A Client holds one session. It talks to one server at a time, chosen from
-// its endpoint list; when that server fails it moves to the next one and
+// A Client holds one session. It talks to one server at a time, the nearest
+// of its endpoints by measured round trip (nearest.go); when that server
+// fails it moves to the next nearest and
 // re-attaches the same session (waiting until the new server has caught up
 // with everything the client has seen), then re-registers its watches, which
 // fire at once for nodes that changed while it was away. Any server accepts
@@ -73,6 +74,12 @@ type Config struct {
 	RequestTimeout time.Duration // default for calls whose ctx has no deadline (default 10s)
 	Consistency    Consistency   // default read consistency
 	Logger         *slog.Logger
+	// KeepEndpointOrder tries endpoints in the order given instead of
+	// nearest first (by measured round trip, see nearest.go).
+	KeepEndpointOrder bool
+	// HedgeSequentialReads hedges every eligible sequential read (see
+	// WithHedge).
+	HedgeSequentialReads bool
 }
 
 // Client is a session with a Meridian cluster. It is safe for concurrent use.
@@ -84,7 +91,12 @@ type Client struct {
 		sync.Mutex
 		conn     *grpc.ClientConn
 		api      pb.MeridianClient
-		endpoint int // index into cfg.Endpoints
+		endpoint int               // position in order of the current endpoint
+		order    []int             // endpoint indexes, nearest first
+		rtt      []time.Duration   // measured per endpoint (nil: not measured)
+		hedge    *grpc.ClientConn  // to hedgeTo, for hedged reads
+		hedgeAPI pb.MeridianClient //
+		hedgeTo  int               // endpoint index
 		gen      uint64
 		session  int64
 		password []byte
@@ -99,6 +111,10 @@ type Client struct {
 	}
 	watches *watchRegistry
 	leases  leaseRegistry
+	// reconnectMu serialises reconnects: calls, the keepalive loop and the
+	// watch loop notice a dead server at once, and each reconnect advances
+	// the endpoint, so unserialised they would skip the next nearest.
+	reconnectMu sync.Mutex
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -125,6 +141,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.leases.m = map[string]*Lease{}
 	c.mu.endpoint = -1
 	c.mu.deliveredCh = make(chan struct{})
+	c.mu.order = orderByRTT(make([]time.Duration, len(cfg.Endpoints)))
+	if !cfg.KeepEndpointOrder && len(cfg.Endpoints) > 1 {
+		c.setOrder(measureEndpoints(ctx, cfg.Endpoints, cfg.DialTimeout))
+	}
 	// Retry until ctx ends: servers may still be electing a leader.
 	var lastErr error
 	for attempt := 0; ctx.Err() == nil; attempt++ {
@@ -159,6 +179,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.wg.Add(2)
 		go c.keepAlive()
 		go c.watchLoop()
+		if !cfg.KeepEndpointOrder && len(cfg.Endpoints) > 1 {
+			c.wg.Add(1)
+			go c.remeasure()
+		}
 		return c, nil
 	}
 	if lastErr == nil {
@@ -183,7 +207,7 @@ func backoff(attempt int) time.Duration {
 func (c *Client) connectNext(ctx context.Context) (pb.MeridianClient, uint64, error) {
 	c.mu.Lock()
 	c.mu.endpoint = (c.mu.endpoint + 1) % len(c.cfg.Endpoints)
-	addr := c.cfg.Endpoints[c.mu.endpoint]
+	addr := c.cfg.Endpoints[c.mu.order[c.mu.endpoint]]
 	c.mu.Unlock()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
@@ -254,7 +278,7 @@ func (c *Client) Endpoint() string {
 	if c.mu.endpoint < 0 {
 		return ""
 	}
-	return c.cfg.Endpoints[c.mu.endpoint]
+	return c.cfg.Endpoints[c.mu.order[c.mu.endpoint]]
 }
 
 // Close closes the session (its ephemerals are deleted) and the connection.
@@ -280,6 +304,9 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.mu.conn != nil {
 		c.mu.conn.Close()
+	}
+	if c.mu.hedge != nil {
+		c.mu.hedge.Close()
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
@@ -383,6 +410,8 @@ func (c *Client) awaitNotified(ctx context.Context, zxid int64) {
 
 // reconnect moves the session to the next reachable server.
 func (c *Client) reconnect(ctx context.Context, gen uint64) error {
+	c.reconnectMu.Lock()
+	defer c.reconnectMu.Unlock()
 	c.mu.Lock()
 	if c.mu.gen != gen && c.mu.api != nil {
 		c.mu.Unlock()

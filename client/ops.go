@@ -82,37 +82,57 @@ func (c *Client) SetACL(ctx context.Context, path string, acl []*ACL, aversion i
 }
 
 // ReadOption tunes one read.
-type ReadOption func(*pb.ReadRequest)
+type ReadOption func(*readConfig)
+
+type readConfig struct {
+	req   *pb.ReadRequest
+	hedge bool
+}
 
 // WithConsistency overrides the client's default read consistency.
 func WithConsistency(cons Consistency) ReadOption {
-	return func(r *pb.ReadRequest) {
+	return func(rc *readConfig) {
 		if cons == Sequential {
-			r.Consistency = pb.Consistency_SEQUENTIAL
+			rc.req.Consistency = pb.Consistency_SEQUENTIAL
 		} else {
-			r.Consistency = pb.Consistency_LINEARIZABLE
+			rc.req.Consistency = pb.Consistency_LINEARIZABLE
 		}
 	}
 }
 
-func (c *Client) readReq(path string, watch bool, opts []ReadOption) *pb.ReadRequest {
-	r := &pb.ReadRequest{Path: path, Watch: watch}
-	WithConsistency(c.cfg.Consistency)(r)
+// WithHedge sends a sequential read to the session's server and the nearest
+// other server at once; the first answer wins. Linearizable reads, reads
+// that set a watch, and reads while the client holds any watch are not
+// hedged (see hedgedRead).
+func WithHedge() ReadOption { return func(rc *readConfig) { rc.hedge = true } }
+
+func (c *Client) readReq(path string, watch bool, opts []ReadOption) *readConfig {
+	rc := &readConfig{req: &pb.ReadRequest{Path: path, Watch: watch}, hedge: c.cfg.HedgeSequentialReads}
+	WithConsistency(c.cfg.Consistency)(rc)
 	for _, o := range opts {
-		o(r)
+		o(rc)
 	}
-	r.MinZxid = c.LastZxid()
-	return r
+	rc.req.MinZxid = c.LastZxid()
+	return rc
+}
+
+// read runs one read RPC, hedged when asked and safe. The request is built
+// per attempt so min_zxid reflects everything seen by then.
+func read[T any](c *Client, ctx context.Context, path string, w *watchReg, opts []ReadOption,
+	rpc func(context.Context, pb.MeridianClient, *pb.ReadRequest) (T, error), header func(T) *pb.Header) (T, error) {
+	rc := c.readReq(path, w != nil, opts)
+	return hedgedRead(c, ctx, rc, func(ctx context.Context, api pb.MeridianClient, sid int64) (T, *pb.Header, error) {
+		req := c.readReq(path, w != nil, opts).req
+		req.SessionId = sid
+		r, err := rpc(ctx, api, req)
+		return r, header(r), err
+	})
 }
 
 func (c *Client) get(ctx context.Context, path string, w *watchReg, opts []ReadOption) ([]byte, *Stat, error) {
-	var resp *pb.GetDataResponse
-	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
-		req := c.readReq(path, w != nil, opts)
-		req.SessionId = sid
-		resp, err = api.GetData(ctx, req)
-		return resp.GetHeader(), err
-	})
+	resp, err := read(c, ctx, path, w, opts, func(ctx context.Context, api pb.MeridianClient, req *pb.ReadRequest) (*pb.GetDataResponse, error) {
+		return api.GetData(ctx, req)
+	}, (*pb.GetDataResponse).GetHeader)
 	if err != nil {
 		c.watches.cancel(w)
 		return nil, nil, err
@@ -136,13 +156,9 @@ func (c *Client) GetW(ctx context.Context, path string, opts ...ReadOption) ([]b
 }
 
 func (c *Client) exists(ctx context.Context, path string, w *watchReg, opts []ReadOption) (bool, *Stat, error) {
-	var resp *pb.ExistsResponse
-	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
-		req := c.readReq(path, w != nil, opts)
-		req.SessionId = sid
-		resp, err = api.Exists(ctx, req)
-		return resp.GetHeader(), err
-	})
+	resp, err := read(c, ctx, path, w, opts, func(ctx context.Context, api pb.MeridianClient, req *pb.ReadRequest) (*pb.ExistsResponse, error) {
+		return api.Exists(ctx, req)
+	}, (*pb.ExistsResponse).GetHeader)
 	if err != nil {
 		c.watches.cancel(w)
 		return false, nil, err
@@ -167,13 +183,9 @@ func (c *Client) ExistsW(ctx context.Context, path string, opts ...ReadOption) (
 }
 
 func (c *Client) children(ctx context.Context, path string, w *watchReg, opts []ReadOption) ([]string, *Stat, error) {
-	var resp *pb.GetChildrenResponse
-	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
-		req := c.readReq(path, w != nil, opts)
-		req.SessionId = sid
-		resp, err = api.GetChildren(ctx, req)
-		return resp.GetHeader(), err
-	})
+	resp, err := read(c, ctx, path, w, opts, func(ctx context.Context, api pb.MeridianClient, req *pb.ReadRequest) (*pb.GetChildrenResponse, error) {
+		return api.GetChildren(ctx, req)
+	}, (*pb.GetChildrenResponse).GetHeader)
 	if err != nil {
 		c.watches.cancel(w)
 		return nil, nil, err
@@ -199,12 +211,10 @@ func (c *Client) ChildrenW(ctx context.Context, path string, opts ...ReadOption)
 
 // GetACL returns path's ACL and stat.
 func (c *Client) GetACL(ctx context.Context, path string, opts ...ReadOption) ([]*ACL, *Stat, error) {
-	var resp *pb.GetACLResponse
-	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
-		req := c.readReq(path, false, opts)
-		resp, err = api.GetACL(ctx, req)
-		return resp.GetHeader(), err
-	})
+	resp, err := read(c, ctx, path, nil, opts, func(ctx context.Context, api pb.MeridianClient, req *pb.ReadRequest) (*pb.GetACLResponse, error) {
+		req.SessionId = 0
+		return api.GetACL(ctx, req)
+	}, (*pb.GetACLResponse).GetHeader)
 	return resp.GetAcl(), resp.GetStat(), err
 }
 

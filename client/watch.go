@@ -218,6 +218,13 @@ func (c *Client) AddWatch(ctx context.Context, path string, recursive bool) (<-c
 	return w.ch, remove, nil
 }
 
+// empty reports whether no watch is registered.
+func (r *watchRegistry) empty() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.regs) == 0
+}
+
 func (r *watchRegistry) has(path string, k watchKind) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

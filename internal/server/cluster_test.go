@@ -119,6 +119,8 @@ func (tc *testCluster) leader() int {
 	return -1
 }
 
+// client opens a session trying eps in the order given (these tests place
+// clients on chosen servers; nearest-first ordering has its own tests).
 func (tc *testCluster) client(eps ...string) *client.Client {
 	tc.t.Helper()
 	if len(eps) == 0 {
@@ -126,7 +128,8 @@ func (tc *testCluster) client(eps ...string) *client.Client {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Endpoints: eps, SessionTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second, DialTimeout: time.Second})
+	c, err := client.New(ctx, client.Config{Endpoints: eps, SessionTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second, DialTimeout: time.Second,
+		KeepEndpointOrder: true})
 	if err != nil {
 		tc.t.Fatalf("client: %v", err)
 	}
