@@ -93,7 +93,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	logf := func(f string, a ...any) { o.Logf("[seed %d %6.2fs] "+f, append([]any{o.Seed, time.Since(begin).Seconds()}, a...)...) }
+	logf := func(f string, a ...any) {
+		o.Logf("[seed %d %6.2fs] "+f, append([]any{o.Seed, time.Since(begin).Seconds()}, a...)...)
+	}
 	cl, err := NewCluster(ClusterConfig{Binary: o.Binary, Dir: res.Dir, Nodes: o.Nodes, Proxied: needsProxies(o.Faults), Logf: logf})
 	if err != nil {
 		return nil, err
