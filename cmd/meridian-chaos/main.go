@@ -69,6 +69,11 @@ func main() {
 		for _, f := range res.Faults {
 			fmt.Printf("    fault %s\n", f.Desc)
 		}
+		if *verbose {
+			for _, n := range res.Notes {
+				fmt.Printf("    note %s\n", n)
+			}
+		}
 		if res.Failed() {
 			failed++
 			for _, v := range res.Violations {
