@@ -45,7 +45,8 @@ func TestPausedServerClientKeepsSession(t *testing.T) {
 	cl.Pause(f)
 	time.Sleep(3 * clientSession)
 	cl.Resume(f)
-	if _, _, err := c.Get(ctx, "/", client.WithConsistency(client.Linearizable)); err != nil {
+	// An ephemeral create needs the session alive (a read would not).
+	if _, _, err := c.Create(ctx, "/after-pause", nil, client.CreateOptions{Mode: client.Ephemeral}); err != nil {
 		t.Fatalf("after a %v pause of its server (session timeout %v): %v", 3*clientSession, clientSession, err)
 	}
 	if c.SessionID() != sess {
