@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -323,6 +325,11 @@ func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb
 			c.mu.Unlock()
 			c.awaitNotified(ctx, h.GetNotifiedZxid())
 			return nil
+		}
+		if status.Code(err) == codes.Canceled && ctx.Err() == nil {
+			// Not our cancel: the connection was closed under the call
+			// (another call or the keepalive gave up on this server).
+			err = ErrConnectionLoss
 		}
 		err = errs.FromGRPC(err)
 		switch {
