@@ -6,7 +6,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build dev test test-short vet proto tools clean kazoo-test
+.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos
 
 all: build
 
@@ -31,6 +31,18 @@ test: vet
 # kazoo's own test suite against Meridian (part of `make test`).
 kazoo-test:
 	./scripts/kazoo-test.sh
+
+# Fault injection against real server processes (docs/reliability.md):
+# COUNT scenarios with seeds SEED..SEED+COUNT-1, DURATION of load under
+# faults each, fault kinds from FAULTS (comma-separated, or all). A failing
+# scenario prints its seed; rerun it with SEED=that COUNT=1 and the same
+# DURATION and FAULTS (same schedule and workload choices, not the same timing).
+SEED ?= 1
+COUNT ?= 30
+DURATION ?= 20s
+FAULTS ?= all
+chaos:
+	$(GO) run ./cmd/meridian-chaos --seed $(SEED) --count $(COUNT) --duration $(DURATION) --faults $(FAULTS)
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

@@ -23,7 +23,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -351,6 +353,11 @@ func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb
 			c.awaitNotified(ctx, h.GetNotifiedZxid())
 			return nil
 		}
+		if status.Code(err) == codes.Canceled && ctx.Err() == nil {
+			// Not our cancel: the connection was closed under the call
+			// (another call or the keepalive gave up on this server).
+			err = ErrConnectionLoss
+		}
 		err = errs.FromGRPC(err)
 		switch {
 		case errors.Is(err, ErrSessionExpired):
@@ -472,23 +479,35 @@ func (c *Client) markExpired() {
 // keepAlive pings the current server three times per session timeout.
 func (c *Client) keepAlive() {
 	defer c.wg.Done()
+	next := c.SessionTimeout() / 3
 	for {
-		c.mu.Lock()
-		every := c.mu.timeout / 3
-		c.mu.Unlock()
 		select {
 		case <-c.stop:
 			return
-		case <-time.After(every):
+		case <-time.After(next):
 		}
+		every := c.SessionTimeout() / 3
+		next = every
 		ctx, cancel := context.WithTimeout(context.Background(), every)
+		var gen uint64
 		err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+			c.mu.Lock()
+			gen = c.mu.gen
+			c.mu.Unlock()
 			r, err := api.KeepAlive(ctx, &pb.KeepAliveRequest{SessionId: sid})
 			return r.GetHeader(), err
 		})
 		cancel()
 		if errors.Is(err, ErrSessionExpired) {
 			return
+		}
+		if errors.Is(err, ErrTimeout) {
+			// The server holds the connection but does not answer (stopped,
+			// hung): leave it, as ZooKeeper's client does after its read
+			// timeout, so the next call moves the session to another server
+			// before the session times out: at once, not a period later.
+			c.dropConn(gen)
+			next = 0
 		}
 		if err != nil {
 			c.log.Debug("keepalive failed", "err", err)

@@ -422,30 +422,51 @@ func (s *State) forceRelease(index uint64, c *Command) (Result, []Grant, []Loss)
 // index and time nowMs. If expired (not a clean close), holders' lock-delay
 // applies: the lock is not granted again before nowMs + delay.
 func (s *State) SessionEnded(index uint64, nowMs int64, session int64, expired bool) ([]Grant, []Loss) {
-	names := make([]string, 0, len(s.bySession[session]))
-	for name := range s.bySession[session] {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	return s.SessionsEnded(index, nowMs, []int64{session}, expired)
+}
+
+// SessionsEnded is SessionEnded for every session one command ends (an
+// expire batch). Every ended session leaves every queue before any lock is
+// granted again: granting between two of them would hand the lock, with
+// this command's index as token, to a session ending in the same command,
+// and then again to the next waiter with the same token — two holders of
+// one token, so the first one's fenced writes would pass.
+func (s *State) SessionsEnded(index uint64, nowMs int64, sessions []int64, expired bool) ([]Grant, []Loss) {
 	reason := "session closed"
 	if expired {
 		reason = "session expired"
 	}
-	var grants []Grant
+	touched := map[string]bool{}
 	var losses []Loss
-	for _, name := range names {
-		l := s.locks[name]
-		if l == nil {
-			continue
+	for _, session := range sessions {
+		names := make([]string, 0, len(s.bySession[session]))
+		for name := range s.bySession[session] {
+			names = append(names, name)
 		}
-		delay := l.delays[session]
-		if h, ok := s.removeHolder(name, l, session); ok {
-			losses = append(losses, Loss{Lock: name, Session: session, Token: h.Token, Reason: reason})
-			if expired && delay > 0 && nowMs+delay > l.delayUntil {
-				l.delayUntil = nowMs + delay
+		sort.Strings(names)
+		for _, name := range names {
+			l := s.locks[name]
+			if l == nil {
+				continue
 			}
+			delay := l.delays[session]
+			if h, ok := s.removeHolder(name, l, session); ok {
+				losses = append(losses, Loss{Lock: name, Session: session, Token: h.Token, Reason: reason})
+				if expired && delay > 0 && nowMs+delay > l.delayUntil {
+					l.delayUntil = nowMs + delay
+				}
+			}
+			s.removeWaiter(name, l, session)
+			touched[name] = true
 		}
-		s.removeWaiter(name, l, session)
+	}
+	names := make([]string, 0, len(touched))
+	for name := range touched {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var grants []Grant
+	for _, name := range names {
 		grants = append(grants, s.grantNext(name, index, nowMs)...)
 		if l := s.locks[name]; l != nil {
 			s.dropIfEmpty(name, l)

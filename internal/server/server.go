@@ -285,19 +285,14 @@ func (s *Server) applyTreeLocked(index uint64, cmd *tree.Command) (tree.Result, 
 	}
 	var grants []coord.Grant
 	var losses []coord.Loss
-	end := func(id int64, expired bool) {
-		g, l := s.mu.coord.SessionEnded(index, cmd.TimeMs, id, expired)
-		grants, losses = append(grants, g...), append(losses, l...)
-	}
 	switch cmd.Op.Type {
 	case tree.OpCloseSession:
 		if res.Err == nil {
-			end(cmd.Session, false)
+			grants, losses = s.mu.coord.SessionEnded(index, cmd.TimeMs, cmd.Session, false)
 		}
 	case tree.OpExpire:
-		for _, id := range cmd.Sessions {
-			end(id, true)
-		}
+		// All at once: see coord.SessionsEnded.
+		grants, losses = s.mu.coord.SessionsEnded(index, cmd.TimeMs, cmd.Sessions, true)
 	}
 	return res, grants, losses
 }

@@ -350,8 +350,10 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	}
 	// ZooKeeper serves no client while it is outside a quorum, so the client
 	// moves on to a server that can; with read-only mode enabled, a client
-	// that allows it gets a read-only session instead.
-	if !c.s.awaitLeader(ctx, c.s.cfg.tick()*time.Duration(c.s.cfg.ElectionTicks)) {
+	// that allows it gets a read-only session instead. It waits two election
+	// timeouts for a leader: raft randomises each timeout in [1, 2) of them,
+	// so an election after a lost leader normally ends within that.
+	if !c.s.awaitLeader(ctx, 2*c.s.cfg.tick()*time.Duration(c.s.cfg.ElectionTicks)) {
 		if !req.ReadOnly || !c.s.cfg.ReadOnlyMode {
 			c.closeWhy = "not serving: no leader known"
 			return false

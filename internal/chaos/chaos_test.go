@@ -1,0 +1,92 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	MaybeRunHolder() // the GC-pause fault re-executes this binary as a lock holder
+	os.Exit(m.Run())
+}
+
+// batterySeed is the first seed of the CI battery; MERIDIAN_CHAOS_SEED
+// overrides it.
+func batterySeed(t *testing.T) uint64 {
+	if s := os.Getenv("MERIDIAN_CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("MERIDIAN_CHAOS_SEED: %v", err)
+		}
+		return v
+	}
+	return 1000
+}
+
+// TestChaosBattery runs two short scenarios per fault kind (22 in all)
+// against real server processes and fails on any violation or on a
+// linearizability verdict other than Ok. Each prints the command that
+// re-runs it.
+func TestChaosBattery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-process chaos battery; not in -short")
+	}
+	binDir := t.TempDir()
+	bin, err := BuildServer(context.Background(), binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	keep := os.Getenv("MERIDIAN_CHAOS_OUT")
+	if keep != "" {
+		out = keep
+	}
+	base := batterySeed(t)
+	const perKind = 2
+	const dur = 5 * time.Second
+	begin := time.Now()
+	var faults, violations int
+	for i := 0; i < perKind*len(AllFaults); i++ {
+		kind := AllFaults[i%len(AllFaults)]
+		seed := base + uint64(i)
+		t.Run(fmt.Sprintf("%s/seed=%d", kind, seed), func(t *testing.T) {
+			t.Logf("rerun: make chaos SEED=%d COUNT=1 DURATION=%v FAULTS=%s", seed, dur, kind)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			res, err := Run(ctx, Options{Seed: seed, Duration: dur, Faults: []string{kind}, Binary: bin,
+				OutDir: out, CheckTimeout: 30 * time.Second, KVWorkers: 3, LockWorkers: 2, Logf: t.Logf})
+			if err != nil {
+				t.Fatalf("harness: %v", err)
+			}
+			t.Log(res.Summary())
+			for _, f := range res.Faults {
+				t.Logf("fault %s", f.Desc)
+			}
+			faults += len(res.Faults)
+			violations += len(res.Violations)
+			if len(res.Faults) == 0 {
+				t.Errorf("no fault was injected")
+			}
+			if res.Failed() {
+				for _, v := range res.Violations {
+					t.Errorf("VIOLATION: %s", v)
+				}
+				if res.Lin.Viz != "" {
+					t.Errorf("not linearizable; porcupine visualization: %s", res.Lin.Viz)
+				} else if res.Lin.Result != "Ok" {
+					t.Errorf("linearizability check inconclusive (%s)", res.Lin.Result)
+				}
+				if keep == "" {
+					t.Errorf("set MERIDIAN_CHAOS_OUT=dir to keep the logs, or rerun with make chaos")
+				} else {
+					t.Errorf("logs and report: %s", res.Dir)
+				}
+			}
+		})
+	}
+	t.Logf("battery: %d scenarios, %d faults, %d violations, %v", perKind*len(AllFaults), faults, violations, time.Since(begin).Round(time.Second))
+}

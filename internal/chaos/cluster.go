@@ -1,0 +1,371 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/server"
+)
+
+// BuildServer builds the meridian binary (without the race detector: the
+// servers are the system under test, not the harness) into dir.
+func BuildServer(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "meridian")
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/meridian-coord/meridian/cmd/meridian").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build meridian: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// ClusterConfig sizes and tunes a cluster.
+type ClusterConfig struct {
+	Binary        string
+	Dir           string
+	Nodes         int // default 3
+	TickMs        int // raft tick (default 50)
+	SessionTickMs int // session timeouts clamp to [2,20] of these (default 250)
+	// RequestTimeoutMs bounds a server-side wait; short so that writes
+	// stuck behind a fault resolve (as outcome unknown) quickly.
+	RequestTimeoutMs int // default 3000
+	SnapshotEntries  int // default 300, so snapshots and compaction happen
+	// Proxied routes every server→server link through its own proxy
+	// (needed for partitions).
+	Proxied bool
+	Logf    func(format string, args ...any)
+}
+
+// Node is one server process slot.
+type Node struct {
+	ID      uint64
+	GRPC    string // gRPC address clients use
+	cfgPath string
+	logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	paused bool
+}
+
+// Cluster is a set of real meridian server processes on loopback.
+type Cluster struct {
+	cfg   ClusterConfig
+	Nodes []*Node
+	// links[i][j] carries node i+1's raft messages to node j+1 (nil on the
+	// diagonal and when not proxied).
+	links [][]*Proxy
+}
+
+// NewCluster writes configs and starts every node.
+func NewCluster(cfg ClusterConfig) (*Cluster, error) {
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 3
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&cfg.TickMs, 50)
+	def(&cfg.SessionTickMs, 250)
+	def(&cfg.RequestTimeoutMs, 3000)
+	def(&cfg.SnapshotEntries, 300)
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	n := cfg.Nodes
+	ports, err := freePorts(4 * n)
+	if err != nil {
+		return nil, err
+	}
+	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
+	members := make([]server.Member, n)
+	for i := range n {
+		members[i] = server.Member{ID: uint64(i + 1), Region: "local", Zone: fmt.Sprintf("z%d", i+1),
+			Peer: addr(ports[4*i]), GRPC: addr(ports[4*i+1]), ZK: addr(ports[4*i+2]), HTTP: addr(ports[4*i+3])}
+	}
+	c := &Cluster{cfg: cfg}
+	if cfg.Proxied {
+		c.links = make([][]*Proxy, n)
+		for i := range n {
+			c.links[i] = make([]*Proxy, n)
+			for j := range n {
+				if i == j {
+					continue
+				}
+				p, err := NewProxy(members[j].Peer)
+				if err != nil {
+					c.Close()
+					return nil, err
+				}
+				c.links[i][j] = p
+			}
+		}
+	}
+	for i := range n {
+		// Each node sees the others' peer addresses through its own
+		// outbound proxies; it listens on its real address.
+		ms := append([]server.Member(nil), members...)
+		if cfg.Proxied {
+			for j := range n {
+				if j != i {
+					ms[j].Peer = c.links[i][j].Addr()
+				}
+			}
+		}
+		sc := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)), Members: ms,
+			ListenPeer: members[i].Peer, TickMs: cfg.TickMs, ElectionTicks: 10, SessionTickMs: cfg.SessionTickMs,
+			RequestTimeoutMs: cfg.RequestTimeoutMs, SnapshotEntries: cfg.SnapshotEntries, LogLevel: "info"}
+		node := &Node{ID: uint64(i + 1), GRPC: members[i].GRPC,
+			cfgPath: filepath.Join(cfg.Dir, fmt.Sprintf("n%d.yaml", i+1)),
+			logPath: filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i+1))}
+		if err := sc.WriteFile(node.cfgPath); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, node)
+	}
+	for _, nd := range c.Nodes {
+		if err := c.Start(nd.ID); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Endpoints returns every node's gRPC address, starting at node first
+// (1-based; 0 for node 1), so clients spread over the servers.
+func (c *Cluster) Endpoints(first int) []string {
+	var eps []string
+	for i := range c.Nodes {
+		eps = append(eps, c.Nodes[(first+i)%len(c.Nodes)].GRPC)
+	}
+	return eps
+}
+
+func (c *Cluster) node(id uint64) *Node { return c.Nodes[id-1] }
+
+// Start starts node id's process (it must not be running).
+func (c *Cluster) Start(id uint64) error {
+	nd := c.node(id)
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd != nil {
+		return fmt.Errorf("node %d already running", id)
+	}
+	logf, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.cfg.Binary, "server", "--config", nd.cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	nd.cmd, nd.done, nd.paused = cmd, done, false
+	c.cfg.Logf("node %d started (pid %d)", id, cmd.Process.Pid)
+	return nil
+}
+
+// Kill SIGKILLs node id and waits for it to exit.
+func (c *Cluster) Kill(id uint64) {
+	nd := c.node(id)
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd == nil {
+		return
+	}
+	nd.cmd.Process.Signal(syscall.SIGKILL)
+	<-nd.done
+	nd.cmd, nd.done, nd.paused = nil, nil, false
+	c.cfg.Logf("node %d killed", id)
+}
+
+// Pause SIGSTOPs node id; Resume SIGCONTs it.
+func (c *Cluster) Pause(id uint64) { c.signal(id, syscall.SIGSTOP, true) }
+
+// Resume continues a paused node.
+func (c *Cluster) Resume(id uint64) { c.signal(id, syscall.SIGCONT, false) }
+
+func (c *Cluster) signal(id uint64, sig syscall.Signal, paused bool) {
+	nd := c.node(id)
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd == nil {
+		return
+	}
+	nd.cmd.Process.Signal(sig)
+	nd.paused = paused
+	c.cfg.Logf("node %d %v", id, sig)
+}
+
+// Running reports whether node id has a live process.
+func (c *Cluster) Running(id uint64) bool {
+	nd := c.node(id)
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd == nil {
+		return false
+	}
+	select {
+	case <-nd.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Exited lists nodes whose process exited without being killed by the
+// harness (a crash).
+func (c *Cluster) Exited() []uint64 {
+	var out []uint64
+	for _, nd := range c.Nodes {
+		nd.mu.Lock()
+		if nd.cmd != nil {
+			select {
+			case <-nd.done:
+				out = append(out, nd.ID)
+			default:
+			}
+		}
+		nd.mu.Unlock()
+	}
+	return out
+}
+
+// Block cuts the link carrying from's raft messages to to; Unblock restores it.
+func (c *Cluster) Block(from, to uint64) {
+	if c.links != nil {
+		c.links[from-1][to-1].Block()
+		c.cfg.Logf("link %d->%d blocked", from, to)
+	}
+}
+
+// Unblock restores the link from→to.
+func (c *Cluster) Unblock(from, to uint64) {
+	if c.links != nil {
+		c.links[from-1][to-1].Unblock()
+	}
+}
+
+// Heal unblocks every link.
+func (c *Cluster) Heal() {
+	for i := range c.links {
+		for j := range c.links[i] {
+			if c.links[i][j] != nil {
+				c.links[i][j].Unblock()
+			}
+		}
+	}
+}
+
+// Proxied reports whether links can be cut.
+func (c *Cluster) Proxied() bool { return c.links != nil }
+
+// Status asks one node for its status (no session needed).
+func (c *Cluster) Status(ctx context.Context, id uint64) (*pb.StatusResponse, error) {
+	conn, err := grpc.NewClient(c.node(id).GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return pb.NewMeridianClient(conn).Status(ctx, &pb.StatusRequest{})
+}
+
+// Leader returns the member that says it leads in the highest term, waiting
+// up to timeout for one; only running, unpaused nodes are asked.
+func (c *Cluster) Leader(ctx context.Context, timeout time.Duration) (uint64, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var best uint64
+		var term uint64
+		for _, nd := range c.Nodes {
+			nd.mu.Lock()
+			up := nd.cmd != nil && !nd.paused
+			nd.mu.Unlock()
+			if !up {
+				continue
+			}
+			st, err := c.Status(ctx, nd.ID)
+			if err == nil && st.GetLeaderId() == nd.ID && st.GetTerm() >= term {
+				best, term = nd.ID, st.GetTerm()
+			}
+		}
+		if best != 0 {
+			return best, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, errors.New("no leader")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TransferLeader asks the current leader to hand leadership to target.
+func (c *Cluster) TransferLeader(ctx context.Context, via, target uint64) error {
+	conn, err := grpc.NewClient(c.node(via).GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = pb.NewMeridianClient(conn).TransferLeader(ctx, &pb.TransferLeaderRequest{TargetId: target})
+	return err
+}
+
+// Close kills every process and closes the proxies.
+func (c *Cluster) Close() {
+	for _, nd := range c.Nodes {
+		c.Resume(nd.ID) // a stopped process must be continued to die promptly
+		c.Kill(nd.ID)
+	}
+	for i := range c.links {
+		for j := range c.links[i] {
+			if c.links[i][j] != nil {
+				c.links[i][j].Close()
+			}
+		}
+	}
+}

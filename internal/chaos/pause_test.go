@@ -1,0 +1,58 @@
+package chaos
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/meridian-coord/meridian/client"
+)
+
+// TestPausedServerClientKeepsSession is the regression test for a liveness
+// bug the chaos suite found (pause-follower scenarios): a client connected to
+// a SIGSTOPped server kept sending keepalives into the open but silent
+// connection, never moved to another server, and lost its session. Its
+// keepalive now leaves a server that does not answer in time.
+func TestPausedServerClientKeepsSession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	bin, err := BuildServer(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := NewCluster(ClusterConfig{Binary: bin, Dir: t.TempDir(), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leader, err := cl.Leader(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := leader%3 + 1 // a follower
+	c, err := client.New(ctx, client.Config{Endpoints: cl.Endpoints(int(f - 1)), SessionTimeout: clientSession, DialTimeout: time.Second, KeepEndpointOrder: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Endpoint() != cl.Nodes[f-1].GRPC {
+		t.Fatalf("client on %s, want follower %d (%s)", c.Endpoint(), f, cl.Nodes[f-1].GRPC)
+	}
+	sess := c.SessionID()
+	cl.Pause(f)
+	time.Sleep(3 * clientSession)
+	cl.Resume(f)
+	// An ephemeral create needs the session alive (a read would not).
+	if _, _, err := c.Create(ctx, "/after-pause", nil, client.CreateOptions{Mode: client.Ephemeral}); err != nil {
+		t.Fatalf("after a %v pause of its server (session timeout %v): %v", 3*clientSession, clientSession, err)
+	}
+	if c.SessionID() != sess {
+		t.Fatalf("session changed")
+	}
+	if c.Endpoint() == cl.Nodes[f-1].GRPC {
+		t.Fatalf("client did not move off the paused server")
+	}
+}

@@ -1,0 +1,295 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+// Options describe one scenario.
+type Options struct {
+	Seed     uint64
+	Duration time.Duration // of the workload under faults (default 8s)
+	Faults   []string      // kinds to draw from (default AllFaults)
+	Binary   string        // meridian server binary
+	OutDir   string        // scenario directories go here; kept on failure
+	Nodes    int           // default 3
+	// Workload size.
+	KVWorkers, LockWorkers, Keys int // defaults 4, 3, 4
+	// CheckTimeout bounds porcupine (default 60s); past it the verdict is
+	// Unknown (inconclusive), never a pass.
+	CheckTimeout time.Duration
+	Logf         func(format string, args ...any)
+}
+
+// Result is one scenario's outcome.
+type Result struct {
+	Seed       uint64
+	Dir        string
+	Faults     []FaultRecord
+	Lin        LinResult
+	SeqReads   int
+	LockGrants int
+	Fenced     int
+	Durable    int // acknowledged durable creates checked
+	Violations []string
+	Notes      []string
+	Elapsed    time.Duration
+}
+
+// Failed reports a violation or a porcupine verdict other than Ok.
+func (r *Result) Failed() bool {
+	return len(r.Violations) > 0 || r.Lin.Result != porcupine.Ok
+}
+
+// Summary is one line for logs.
+func (r *Result) Summary() string {
+	var kinds []string
+	for _, f := range r.Faults {
+		kinds = append(kinds, f.Kind)
+	}
+	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d violations=%d elapsed=%v",
+		r.Seed, strings.Join(kinds, ","), r.Lin.Ops, r.Lin.Unknown, r.Lin.Result, r.SeqReads, r.LockGrants, r.Fenced, r.Durable,
+		len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
+}
+
+// Run runs one scenario: cluster up, workload, faults, heal, final reads,
+// checks. An error means the harness could not run it (not a violation).
+func Run(ctx context.Context, o Options) (*Result, error) {
+	begin := time.Now()
+	if o.Duration <= 0 {
+		o.Duration = 8 * time.Second
+	}
+	if len(o.Faults) == 0 {
+		o.Faults = AllFaults
+	}
+	if o.KVWorkers <= 0 {
+		o.KVWorkers = 4
+	}
+	if o.LockWorkers <= 0 {
+		o.LockWorkers = 3
+	}
+	if o.Keys <= 0 {
+		o.Keys = 4
+	}
+	if o.CheckTimeout <= 0 {
+		o.CheckTimeout = 60 * time.Second
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	res := &Result{Seed: o.Seed, Dir: filepath.Join(o.OutDir, fmt.Sprintf("seed-%d", o.Seed))}
+	os.RemoveAll(res.Dir)
+	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	logf := func(f string, a ...any) {
+		o.Logf("[seed %d %6.2fs] "+f, append([]any{o.Seed, time.Since(begin).Seconds()}, a...)...)
+	}
+	cl, err := NewCluster(ClusterConfig{Binary: o.Binary, Dir: res.Dir, Nodes: o.Nodes, Proxied: needsProxies(o.Faults), Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	if err := setup(ctx, cl); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	rec := NewRecorder()
+	stopWorkers := runWorkers(ctx, cl, rec, o.Seed, o.KVWorkers, o.LockWorkers, o.Keys)
+	holderLog, err := os.Create(filepath.Join(res.Dir, "holder.log"))
+	if err != nil {
+		stopWorkers()
+		return nil, err
+	}
+	defer holderLog.Close()
+	env := &faultEnv{cl: cl, rec: rec, rng: rand.New(rand.NewPCG(o.Seed, 0xfa175)), logf: logf, holderLog: holderLog, violations: &res.Violations}
+	var harnessErr error
+	sleepCtx(ctx, 700*time.Millisecond) // warm up before the first fault
+	for time.Since(begin) < o.Duration && ctx.Err() == nil {
+		kind := o.Faults[env.rng.IntN(len(o.Faults))]
+		start := time.Duration(rec.Now())
+		desc, err := runFault(ctx, env, kind)
+		end := time.Duration(rec.Now())
+		if err != nil {
+			// No leader before a fault is itself an availability failure.
+			harnessErr = fmt.Errorf("fault %s: %w", kind, err)
+			res.Violations = append(res.Violations, "availability: "+harnessErr.Error())
+			break
+		}
+		rec.fault(FaultRecord{Kind: kind, Desc: desc, Start: start, End: end})
+		logf("fault %s: %s", kind, desc)
+		// Let the cluster recover under load before the next fault.
+		sleepCtx(ctx, env.between(500*time.Millisecond, 1500*time.Millisecond))
+	}
+	stopWorkers()
+	// Crashes: a process that exited without being killed by us.
+	for _, id := range cl.Exited() {
+		res.Violations = append(res.Violations, fmt.Sprintf("node %d exited on its own; log: %s", id, cl.Nodes[id-1].logPath))
+	}
+	// Heal everything and bring every node back.
+	cl.Heal()
+	for _, n := range cl.Nodes {
+		cl.Resume(n.ID)
+		if !cl.Running(n.ID) {
+			cl.Kill(n.ID) // reap a crashed process
+			if err := cl.Start(n.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := finalChecks(ctx, cl, rec, o, res); err != nil {
+		res.Violations = append(res.Violations, "final: "+err.Error())
+	}
+	rec.mu.Lock()
+	res.Faults = rec.faults
+	res.Notes = rec.notes
+	rec.mu.Unlock()
+	res.Elapsed = time.Since(begin)
+	writeReport(res)
+	if !res.Failed() {
+		cl.Close()
+		os.RemoveAll(res.Dir)
+	}
+	return res, nil
+}
+
+// retry runs fn until it succeeds or the bound passes.
+func retry(ctx context.Context, d time.Duration, fn func(ctx context.Context) error) error {
+	deadline := time.Now().Add(d)
+	for {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := fn(octx)
+		cancel()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func setup(ctx context.Context, cl *Cluster) error {
+	if _, err := cl.Leader(ctx, 30*time.Second); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.New(cctx, client.Config{Endpoints: cl.Endpoints(0), RequestTimeout: opTimeout, KeepEndpointOrder: true})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, p := range []string{"/chaos", kvRoot, durRoot, lockedPath} {
+		err := retry(ctx, 20*time.Second, func(ctx context.Context) error {
+			_, _, err := c.Create(ctx, p, nil, client.CreateOptions{})
+			if errors.Is(err, errs.ErrNodeExists) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("create %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// finalChecks reads the final state through a fresh session after healing
+// and runs every checker.
+func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res *Result) error {
+	if _, err := cl.Leader(ctx, 30*time.Second); err != nil {
+		return fmt.Errorf("no leader after healing: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := client.New(cctx, client.Config{Endpoints: cl.Endpoints(0), RequestTimeout: opTimeout, KeepEndpointOrder: true})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// Final linearizable reads join the history: they must see the
+	// outcome of everything acknowledged (durability of the register).
+	for k := 0; k < o.Keys; k++ {
+		key := keyPath(k)
+		err := retry(ctx, 20*time.Second, func(ctx context.Context) error {
+			call := rec.Now()
+			data, st, err := c.Get(ctx, key, client.WithConsistency(client.Linearizable))
+			ret := rec.Now()
+			if err != nil && !errors.Is(err, errs.ErrNoNode) {
+				return err
+			}
+			out := kvOutput{Code: codeOf(err)}
+			if err == nil {
+				out.Value, out.Version = string(data), st.GetVersion()
+			}
+			rec.kvOp(999, kvInput{Op: opGet, Key: key}, call, out, ret, Known)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("final read of %s: %w", key, err)
+		}
+	}
+	var kids []string
+	err = retry(ctx, 20*time.Second, func(ctx context.Context) error {
+		var err error
+		kids, _, err = c.Children(ctx, durRoot, client.WithConsistency(client.Linearizable))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("final list of %s: %w", durRoot, err)
+	}
+	present := map[string]bool{}
+	for _, k := range kids {
+		present[durRoot+"/"+k] = true
+	}
+	rec.mu.Lock()
+	kv := append([]porcupine.Operation(nil), rec.kv...)
+	seq, acked, locks, durab := rec.seq, rec.acked, rec.locks, rec.durab
+	rec.mu.Unlock()
+	var n int
+	n, v := checkDurable(durab, present)
+	res.Durable = n
+	res.Violations = append(res.Violations, v...)
+	res.Violations = append(res.Violations, checkSequential(seq, acked)...)
+	res.Violations = append(res.Violations, checkLocks(locks)...)
+	res.SeqReads = len(seq)
+	for _, e := range locks {
+		switch e.Kind {
+		case evGrant:
+			res.LockGrants++
+		case evFenced:
+			res.Fenced++
+		}
+	}
+	lin, err := checkLinearizable(kv, res.Dir, o.CheckTimeout)
+	res.Lin = lin
+	return err
+}
+
+// writeReport writes the scenario's result and fault list next to the logs.
+func writeReport(r *Result) {
+	var b strings.Builder
+	fmt.Fprintln(&b, r.Summary())
+	for _, f := range r.Faults {
+		fmt.Fprintf(&b, "fault %-18s %8v–%-8v %s\n", f.Kind, f.Start.Round(time.Millisecond), f.End.Round(time.Millisecond), f.Desc)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintln(&b, "VIOLATION:", v)
+	}
+	if r.Lin.Viz != "" {
+		fmt.Fprintln(&b, "porcupine visualization:", r.Lin.Viz)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(&b, "note:", n)
+	}
+	os.WriteFile(filepath.Join(r.Dir, "report.txt"), []byte(b.String()), 0o644)
+}
