@@ -134,7 +134,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	stopWorkers()
 	// Crashes: a process that exited without being killed by us.
 	for _, id := range cl.Exited() {
-		res.Violations = append(res.Violations, fmt.Sprintf("node %d exited on its own; log: %s", id, cl.Nodes[id-1].logPath))
+		res.Violations = append(res.Violations, fmt.Sprintf("node %d exited on its own; log %s ends:\n%s", id, cl.Nodes[id-1].logPath, logTail(cl.Nodes[id-1].logPath, 40)))
 	}
 	// Heal everything and bring every node back.
 	cl.Heal()
@@ -292,4 +292,17 @@ func writeReport(r *Result) {
 		fmt.Fprintln(&b, "note:", n)
 	}
 	os.WriteFile(filepath.Join(r.Dir, "report.txt"), []byte(b.String()), 0o644)
+}
+
+// logTail returns the last n lines of a log (a crashed server's panic).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
