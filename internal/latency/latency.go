@@ -51,7 +51,7 @@ type Snapshot struct {
 	Self   uint64
 	Window time.Duration
 	Peers  []PeerSeries
-	Quorum Series // per round: until a majority (this server included) answered
+	Quorum Series // per round: until a majority of the voters (this server included if it votes) answered
 	All    Series // per round: until every peer answered
 }
 
@@ -98,16 +98,19 @@ type round struct {
 	seq     uint64
 	started time.Time
 	replied map[uint64]bool
+	votes   int  // replies from voters, plus this server if it votes
 	quorum  bool // the majority latency was recorded
 }
 
 // Tracker accumulates measurements; safe for concurrent use.
 type Tracker struct {
-	self   uint64
-	peers  []uint64
-	window time.Duration
-	now    func() time.Time
-	maxAge time.Duration // a round older than this is expired
+	self      uint64
+	peers     []uint64
+	voters    map[uint64]bool // who counts toward a quorum
+	selfVotes bool
+	window    time.Duration
+	now       func() time.Time
+	maxAge    time.Duration // a round older than this is expired
 
 	mu      sync.Mutex
 	perPeer map[uint64]*series
@@ -119,12 +122,17 @@ type Tracker struct {
 }
 
 // New tracks self's round trips to peers (self excluded) over a sliding
-// window of about window (between window/2 and window of samples). A round
-// whose replies have not all come within maxAge is expired. now is the
-// clock (time.Now outside tests).
-func New(self uint64, peers []uint64, window, maxAge time.Duration, now func() time.Time) *Tracker {
+// window of about window (between window/2 and window of samples); the
+// quorum latency counts the voters only (learners do not make a quorum). A
+// round whose replies have not all come within maxAge is expired. now is
+// the clock (time.Now outside tests).
+func New(self uint64, peers, voters []uint64, window, maxAge time.Duration, now func() time.Time) *Tracker {
 	t := &Tracker{self: self, window: window, maxAge: maxAge, now: now, perPeer: map[uint64]*series{},
-		quorum: newSeries(), all: newSeries(), nextSeq: 1, rotated: now()}
+		voters: map[uint64]bool{}, quorum: newSeries(), all: newSeries(), nextSeq: 1, rotated: now()}
+	for _, v := range voters {
+		t.voters[v] = true
+	}
+	t.selfVotes = t.voters[self]
 	for _, p := range peers {
 		if p != self {
 			t.peers = append(t.peers, p)
@@ -150,12 +158,19 @@ func (t *Tracker) StartRound() uint64 {
 	}
 	seq := t.nextSeq
 	t.nextSeq++
-	if len(t.peers) == 0 { // a single server is its own quorum, at once
+	r := &round{seq: seq, started: now, replied: map[uint64]bool{}}
+	if t.selfVotes {
+		r.votes = 1
+	}
+	if r.votes >= t.majority() { // a single voter is its own quorum, at once
+		r.quorum = true
 		t.quorum.record(0)
+	}
+	if len(t.peers) == 0 {
 		t.all.record(0)
 		return seq
 	}
-	t.open = append(t.open, &round{seq: seq, started: now, replied: map[uint64]bool{}})
+	t.open = append(t.open, r)
 	return seq
 }
 
@@ -180,9 +195,12 @@ func (t *Tracker) Reply(peer, seq uint64, rtt time.Duration) {
 	}
 	r.replied[peer] = true
 	s.record(rtt)
+	if t.voters[peer] {
+		r.votes++
+	}
 	// Replies arrive in round-trip order, so this one completes a majority
 	// or all, and its rtt is that latency.
-	if !r.quorum && len(r.replied)+1 >= t.majority() {
+	if !r.quorum && r.votes >= t.majority() {
 		r.quorum = true
 		t.quorum.record(rtt)
 	}
@@ -192,7 +210,7 @@ func (t *Tracker) Reply(peer, seq uint64, rtt time.Duration) {
 	}
 }
 
-func (t *Tracker) majority() int { return (len(t.peers)+1)/2 + 1 }
+func (t *Tracker) majority() int { return len(t.voters)/2 + 1 }
 
 // maintain expires old rounds and rotates the window.
 func (t *Tracker) maintain(now time.Time) {

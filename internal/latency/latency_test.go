@@ -14,7 +14,7 @@ func ms(n float64) time.Duration         { return time.Duration(n * float64(time
 
 func TestQuorumAndAll(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
-	tr := New(1, []uint64{1, 2, 3, 4, 5}, time.Minute, 10*time.Second, c.now)
+	tr := New(1, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, time.Minute, 10*time.Second, c.now)
 	// Five servers: a majority is self plus two peers.
 	for i := 0; i < 10; i++ {
 		seq := tr.StartRound()
@@ -45,7 +45,7 @@ func TestQuorumAndAll(t *testing.T) {
 
 func TestLostRepliesAndExpiry(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
-	tr := New(1, []uint64{1, 2, 3}, time.Minute, time.Second, c.now)
+	tr := New(1, []uint64{1, 2, 3}, []uint64{1, 2, 3}, time.Minute, time.Second, c.now)
 	seq := tr.StartRound()
 	tr.Reply(2, seq, ms(5)) // majority of three: self + one
 	c.add(2 * time.Second)  // peer 3 never answers; the round expires
@@ -70,7 +70,7 @@ func TestLostRepliesAndExpiry(t *testing.T) {
 
 func TestWindowForgetsOldSamples(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
-	tr := New(1, []uint64{1, 2}, 10*time.Second, time.Second, c.now)
+	tr := New(1, []uint64{1, 2}, []uint64{1, 2}, 10*time.Second, time.Second, c.now)
 	seq := tr.StartRound()
 	tr.Reply(2, seq, ms(500))
 	c.add(6 * time.Second) // one rotation: still in the window
@@ -88,7 +88,7 @@ func TestWindowForgetsOldSamples(t *testing.T) {
 
 func TestOpenRoundsAreBounded(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
-	tr := New(1, []uint64{1, 2, 3}, time.Minute, time.Hour, c.now)
+	tr := New(1, []uint64{1, 2, 3}, []uint64{1, 2, 3}, time.Minute, time.Hour, c.now)
 	for i := 0; i < MaxOpenRounds+10; i++ {
 		tr.StartRound()
 	}
@@ -102,9 +102,32 @@ func TestOpenRoundsAreBounded(t *testing.T) {
 
 func TestSingleServer(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
-	tr := New(1, []uint64{1}, time.Minute, time.Second, c.now)
+	tr := New(1, []uint64{1}, []uint64{1}, time.Minute, time.Second, c.now)
 	tr.StartRound()
 	if s := tr.Snapshot(); len(s.Peers) != 0 || s.Quorum.Total.Count != 1 || s.Quorum.Total.Max != time.Microsecond || s.All.Total.Count != 1 || s.All.Lost != 0 {
 		t.Fatalf("single server: %+v", s)
+	}
+}
+
+// Learners do not make a quorum: their replies count for all-peers only.
+func TestLearnersDoNotCount(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	voters := []uint64{1, 2, 3}
+	tr := New(1, []uint64{1, 2, 3, 4}, voters, time.Minute, 10*time.Second, c.now)
+	seq := tr.StartRound()
+	tr.Reply(4, seq, ms(1)) // the learner answers first: no quorum yet
+	tr.Reply(2, seq, ms(30))
+	tr.Reply(3, seq, ms(90))
+	if q := tr.Snapshot().Quorum.Total; q.Count != 1 || !near(q.Max, ms(30)) {
+		t.Fatalf("voter's quorum: %+v", q)
+	}
+	// Seen from the learner: a majority of the three voters must answer.
+	lt := New(4, []uint64{1, 2, 3, 4}, voters, time.Minute, 10*time.Second, c.now)
+	seq = lt.StartRound()
+	lt.Reply(1, seq, ms(10))
+	lt.Reply(3, seq, ms(50))
+	lt.Reply(2, seq, ms(70))
+	if s := lt.Snapshot(); !near(s.Quorum.Total.Max, ms(50)) || !near(s.All.Total.Max, ms(70)) {
+		t.Fatalf("learner's view: quorum %+v all %+v", s.Quorum.Total, s.All.Total)
 	}
 }

@@ -37,6 +37,22 @@ type StateMachine interface {
 type Peer struct {
 	ID   uint64
 	Addr string
+	// Learner: a non-voting replica (ZooKeeper's observer). It receives the
+	// log, serves reads, forwards writes, never campaigns and never counts
+	// toward a quorum. Voters bootstrap the group; the first leader adds the
+	// learners with a configuration change.
+	Learner bool
+}
+
+// voters returns the ids of the voting peers.
+func voters(peers []Peer) []uint64 {
+	var out []uint64
+	for _, p := range peers {
+		if !p.Learner {
+			out = append(out, p.ID)
+		}
+	}
+	return out
 }
 
 // Config configures a replica.
@@ -184,13 +200,14 @@ type Replica struct {
 	applied appliedWait
 
 	// raft loop state
-	confState    *pb.ConfState
-	snapIndex    uint64
-	pendingReads []*readReq
-	inflight     map[string]*readBatch
-	readSeq      uint64
-	readRounds   atomic.Uint64 // ReadIndex rounds issued (tests check batching)
-	numReads     atomic.Int64  // reads waiting, for the limit
+	confState     *pb.ConfState
+	learnersAsked time.Time // last proposal adding configured learners
+	snapIndex     uint64
+	pendingReads  []*readReq
+	inflight      map[string]*readBatch
+	readSeq       uint64
+	readRounds    atomic.Uint64 // ReadIndex rounds issued (tests check batching)
+	numReads      atomic.Int64  // reads waiting, for the limit
 
 	stopc     chan struct{}
 	donec     chan struct{}
@@ -271,9 +288,9 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	}
 	r.rn = rn
 	if fresh {
-		peers := make([]raft.Peer, len(cfg.Peers))
-		for i, p := range cfg.Peers {
-			peers[i] = raft.Peer{ID: p.ID}
+		var peers []raft.Peer
+		for _, id := range voters(cfg.Peers) {
+			peers = append(peers, raft.Peer{ID: id})
 		}
 		if err := rn.Bootstrap(peers); err != nil {
 			d.close()
@@ -292,7 +309,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	}
 	// A probe round unanswered for an election timeout is lost: a commit
 	// that slow would have looked like a dead leader anyway.
-	r.lat = latency.New(cfg.ID, ids, cfg.LatencyWindow, max(cfg.TickInterval*time.Duration(cfg.ElectionTicks), time.Second), time.Now)
+	r.lat = latency.New(cfg.ID, ids, voters(cfg.Peers), cfg.LatencyWindow, max(cfg.TickInterval*time.Duration(cfg.ElectionTicks), time.Second), time.Now)
 	tr, err := newTransport(cfg.ID, cfg.ListenAddr, cfg.Peers, int(maxMsgFrame), (*events)(r), r.lat, cfg.ProbeInterval, cfg.Logger)
 	if err != nil {
 		d.close()
@@ -465,13 +482,8 @@ func (r *Replica) stopped() bool {
 	}
 }
 
-func (r *Replica) isMember(id uint64) bool {
-	for _, p := range r.cfg.Peers {
-		if p.ID == id {
-			return true
-		}
-	}
-	return false
+func (r *Replica) isVoter(id uint64) bool {
+	return slices.Contains(voters(r.cfg.Peers), id)
 }
 
 // Status asks the raft loop for its state. After Close (or a storage
@@ -515,7 +527,7 @@ func (r *Replica) Campaign() error {
 // it while another transfer is in progress or no leader is known); it may be
 // made on any member. A target that is not a member is errs.ErrBadArguments.
 func (r *Replica) TransferLeadership(ctx context.Context, target uint64) error {
-	if !r.isMember(target) {
+	if !r.isVoter(target) { // a learner cannot lead
 		return errs.ErrBadArguments
 	}
 	t := time.NewTicker(r.cfg.TickInterval)
@@ -610,6 +622,7 @@ func (r *Replica) loop() {
 		case <-ticker.C:
 			r.rn.Tick()
 			r.retryReads()
+			r.addLearners()
 		case p := <-r.propc:
 			r.propose(p)
 			r.drain()
@@ -871,6 +884,31 @@ func (r *Replica) failReads(err error) {
 	r.pendingReads, r.inflight = nil, map[string]*readBatch{}
 }
 
+// addLearners, on the leader, proposes adding the configured learners that
+// the configuration lacks; retried every election timeout until applied
+// (raft takes one configuration change at a time and drops others).
+func (r *Replica) addLearners() {
+	if r.leader.Load() != r.cfg.ID || r.confState == nil {
+		return
+	}
+	if time.Since(r.learnersAsked) < r.cfg.TickInterval*time.Duration(r.cfg.ElectionTicks) {
+		return
+	}
+	var cc pb.ConfChangeV2
+	for _, p := range r.cfg.Peers {
+		if p.Learner && !slices.Contains(r.confState.GetLearners(), p.ID) && !slices.Contains(r.confState.GetVoters(), p.ID) {
+			cc.Changes = append(cc.Changes, &pb.ConfChangeSingle{Type: pb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(p.ID)})
+		}
+	}
+	if len(cc.Changes) == 0 {
+		return
+	}
+	r.learnersAsked = time.Now()
+	if err := r.rn.ProposeConfChange(&cc); err != nil {
+		r.log.Debug("propose learners", "err", err)
+	}
+}
+
 func (r *Replica) status() Status {
 	st := r.rn.Status()
 	first, _ := r.mem.FirstIndex()
@@ -882,6 +920,9 @@ func (r *Replica) status() Status {
 		Role: map[raft.StateType]string{raft.StateLeader: "leader", raft.StateFollower: "follower",
 			raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate"}[st.RaftState],
 		Members: slices.Clone(r.cfg.Peers),
+	}
+	if st.RaftState == raft.StateFollower && slices.Contains(r.confState.GetLearners(), r.cfg.ID) {
+		out.Role = "learner"
 	}
 	if st.RaftState == raft.StateLeader {
 		out.Progress = map[uint64]uint64{}

@@ -22,6 +22,10 @@ type Member struct {
 	GRPC   string `yaml:"grpc"` // native API address
 	ZK     string `yaml:"zk,omitempty"`
 	HTTP   string `yaml:"http,omitempty"`
+	// Role: "voter" (the default) or "learner" (a non-voting replica,
+	// ZooKeeper's observer: it serves reads in its region, forwards writes,
+	// and never counts toward a quorum or leads).
+	Role string `yaml:"role,omitempty"`
 }
 
 // Config is one server's configuration (YAML).
@@ -135,6 +139,7 @@ func (c *Config) Normalize() error {
 		return fmt.Errorf("members must list every voter, including this one")
 	}
 	seen := map[uint64]bool{}
+	voters := 0
 	for _, m := range c.Members {
 		if m.ID == 0 || seen[m.ID] {
 			return fmt.Errorf("member ids must be unique and > 0 (got %d)", m.ID)
@@ -143,9 +148,20 @@ func (c *Config) Normalize() error {
 		if m.Peer == "" || m.GRPC == "" {
 			return fmt.Errorf("member %d needs peer and grpc addresses", m.ID)
 		}
+		switch m.Role {
+		case "", "voter", "learner":
+		default:
+			return fmt.Errorf("member %d: role %q: want voter or learner", m.ID, m.Role)
+		}
+		if m.Role != "learner" {
+			voters++
+		}
 	}
 	if !seen[c.ID] {
 		return fmt.Errorf("id %d is not among members", c.ID)
+	}
+	if voters == 0 {
+		return fmt.Errorf("members must include at least one voter")
 	}
 	if c.DataDir == "" {
 		return fmt.Errorf("data_dir is required")

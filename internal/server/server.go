@@ -131,7 +131,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	peers := make([]replica.Peer, 0, len(cfg.Members))
 	for _, m := range cfg.Members {
-		peers = append(peers, replica.Peer{ID: m.ID, Addr: m.Peer})
+		peers = append(peers, replica.Peer{ID: m.ID, Addr: m.Peer, Learner: m.Role == "learner"})
 	}
 	rep, err := replica.Open(replica.Config{
 		ID:              cfg.ID,

@@ -935,8 +935,11 @@ func (s *Server) fourLetterWord(w string) string {
 	st := s.rep.Status()
 	serving := st.Leader != 0
 	mode := "follower"
-	if st.Leader == s.cfg.ID {
+	switch {
+	case st.Leader == s.cfg.ID:
 		mode = "leader"
+	case s.cfg.Self().Role == "learner":
+		mode = "observer" // ZooKeeper's name for a non-voting member
 	}
 	if !serving {
 		mode = "not serving"

@@ -79,7 +79,7 @@ func TestZKReadOnlyMode(t *testing.T) {
 	}
 	// Server 1 must have the node before it is cut off.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, _, err := tc.servers[0].mu.tree.Get("/ro"); err == nil {
+		if _, err := treeGet(tc.servers[0], "/ro"); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatal("server 1 never applied /ro")
@@ -204,7 +204,7 @@ admin.serverPort=20013
 maxClientCnxns=0
 server.1=localhost:20002:20001:participant
 server.2=localhost:20012:20011:participant;20010
-server.3=localhost:20022:20021
+server.3=localhost:20022:20021:observer
 initLimit=4
 `), 0o644)
 	z, err := FromZooCfg(cfg, map[string]string{
@@ -223,7 +223,7 @@ initLimit=4
 	if m := c.Members[1]; m.ID != 2 || m.Peer != "localhost:20012" || m.GRPC != "localhost:20011" || m.ZK != "localhost:20010" {
 		t.Fatalf("member 2: %+v", m)
 	}
-	if m := c.Members[2]; m.ID != 3 || m.Peer != "localhost:20022" || m.GRPC != "localhost:20021" {
+	if m := c.Members[2]; m.ID != 3 || m.Peer != "localhost:20022" || m.GRPC != "localhost:20021" || m.Role != "learner" {
 		t.Fatalf("member 3: %+v", m)
 	}
 	if strings.Join(z.Ignored, ",") != "initLimit,maxClientCnxns" {
@@ -234,7 +234,8 @@ initLimit=4
 		"no dataDir":  "clientPort=1\n",
 		"no port":     "dataDir=" + data + "\n",
 		"bad port":    "dataDir=" + data + "\nclientPort=70000\n",
-		"observer":    "dataDir=" + data + "\nclientPort=1\nserver.2=h:1:2:observer\n",
+		"bad role":    "dataDir=" + data + "\nclientPort=1\nserver.2=h:1:2:witness\n",
+		"no voter":    "dataDir=" + data + "\nclientPort=1\nserver.2=h:1:2:observer\n",
 		"bad server":  "dataDir=" + data + "\nclientPort=1\nserver.x=h:1:2\n",
 		"short line":  "dataDir=" + data + "\nclientPort=1\nserver.2=h:1\n",
 		"not in list": "dataDir=" + data + "\nclientPort=1\nserver.1=h:1:2\n",

@@ -29,7 +29,8 @@ type ZooCfg struct {
 // Mapping: dataDir/myid → id; dataDir/meridian → data_dir; clientPort and
 // clientPortAddress → zk_listen; tickTime → session_tick_ms;
 // server.N=host:quorumPort:electionPort[:role][;[host:]clientPort] → member N
-// with peer host:quorumPort and grpc host:electionPort; admin.serverPort →
+// with peer host:quorumPort and grpc host:electionPort (an observer becomes
+// a learner); admin.serverPort →
 // http; secureClientPort with ssl.keyStore/ssl.trustStore (JKS or PEM) and
 // ssl.clientAuth → the TLS ZooKeeper port (see zooTLS); the superDigest
 // system property → super_digest; the
@@ -263,11 +264,17 @@ func parseServerLine(id uint64, v string) (Member, error) {
 			return Member{}, err
 		}
 	}
-	if len(parts) == 4 && parts[3] != "participant" {
-		return Member{}, fmt.Errorf("role %q: only voting participants are supported (no observers yet)", parts[3])
-	}
 	m := Member{ID: id, Region: "local", Zone: fmt.Sprintf("z%d", id),
 		Peer: net.JoinHostPort(parts[0], parts[1]), GRPC: net.JoinHostPort(parts[0], parts[2])}
+	if len(parts) == 4 {
+		switch parts[3] {
+		case "participant":
+		case "observer":
+			m.Role = "learner"
+		default:
+			return Member{}, fmt.Errorf("role %q: want participant or observer", parts[3])
+		}
+	}
 	if client != "" {
 		h, p, err := net.SplitHostPort(client)
 		if err != nil {
