@@ -3885,6 +3885,8 @@ type StatusResponse struct {
 	Watches       int64                  `protobuf:"varint,11,opt,name=watches,proto3" json:"watches,omitempty"`
 	SnapshotIndex uint64                 `protobuf:"varint,12,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
 	Version       string                 `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	// The leader's last placement evaluation (placement: auto), with why.
+	Placement     string `protobuf:"bytes,14,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4006,6 +4008,13 @@ func (x *StatusResponse) GetSnapshotIndex() uint64 {
 func (x *StatusResponse) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetPlacement() string {
+	if x != nil {
+		return x.Placement
 	}
 	return ""
 }
@@ -4724,7 +4733,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\azk_addr\x18\x06 \x01(\tR\x06zkAddr\x12\x1b\n" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1f\n" +
 	"\vmatch_index\x18\b \x01(\x04R\n" +
-	"matchIndex\"\xa5\x03\n" +
+	"matchIndex\"\xc3\x03\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
@@ -4739,7 +4748,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	" \x01(\x03R\x06znodes\x12\x18\n" +
 	"\awatches\x18\v \x01(\x03R\awatches\x12%\n" +
 	"\x0esnapshot_index\x18\f \x01(\x04R\rsnapshotIndex\x12\x18\n" +
-	"\aversion\x18\r \x01(\tR\aversion\"4\n" +
+	"\aversion\x18\r \x01(\tR\aversion\x12\x1c\n" +
+	"\tplacement\x18\x0e \x01(\tR\tplacement\"4\n" +
 	"\x15TransferLeaderRequest\x12\x1b\n" +
 	"\ttarget_id\x18\x01 \x01(\x04R\btargetId\"E\n" +
 	"\x16TransferLeaderResponse\x12+\n" +

@@ -455,6 +455,7 @@ func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusRespon
 		Header: a.header(0), MemberId: a.s.cfg.ID, LeaderId: st.Leader, Term: st.Term,
 		CommitIndex: st.Commit, AppliedIndex: st.Applied, Role: st.Role, SnapshotIndex: st.SnapshotIndex,
 		Sessions: int64(sessions), Znodes: int64(nodes), Watches: int64(a.s.watches.Count()), Version: Version,
+		Placement: a.s.PlacementDecision().Reason,
 	}
 	for _, m := range a.s.cfg.Members {
 		out.Members = append(out.Members, &pb.Member{Id: m.ID, Region: m.Region, Zone: m.Zone,

@@ -66,6 +66,14 @@ type Config struct {
 	// DigestLoginModule does; without it SASL is refused.
 	JAASConfig string `yaml:"jaas_config,omitempty"`
 
+	// Placement "auto" lets the leader move leadership to the voter that
+	// minimises access-weighted commit latency (internal/placement), at most
+	// once per PlacementMinIntervalMs (default 30000). PreferLeader pins
+	// leadership to a voter instead. Default "off".
+	Placement              string `yaml:"placement,omitempty"`
+	PlacementMinIntervalMs int    `yaml:"placement_min_interval_ms,omitempty"`
+	PreferLeader           uint64 `yaml:"prefer_leader,omitempty"`
+
 	// A TLS client port for the ZooKeeper protocol (ZooKeeper's
 	// secureClientPort), beside or instead of zk_listen. PEM files; client
 	// certificates are required and checked against ZKTLSClientCA unless
@@ -190,6 +198,14 @@ func (c *Config) Normalize() error {
 	defInt(&c.MaxWatchesPerSession, 100000)
 	defInt(&c.MaxQueuedEvents, 10000)
 	defInt(&c.MaxSessions, 100000)
+	defInt(&c.PlacementMinIntervalMs, 30000)
+	switch c.Placement {
+	case "":
+		c.Placement = "off"
+	case "off", "auto":
+	default:
+		return fmt.Errorf("placement %q: want off or auto", c.Placement)
+	}
 	if c.ZKSecureListen != "" {
 		if c.ZKTLSCert == "" || c.ZKTLSKey == "" {
 			return fmt.Errorf("zk_secure_listen needs zk_tls_cert and zk_tls_key")

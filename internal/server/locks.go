@@ -136,6 +136,7 @@ func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
 // heartbeat or two) and proposes again, until the request deadline, rather
 // than failing a client that reconnected a moment too early.
 func (s *Server) proposeData(ctx context.Context, id uint64, data []byte) (applied, error) {
+	s.placement.writes.Add(1)
 	for {
 		a, err := s.proposeOnce(ctx, id, data)
 		if !errors.Is(err, errs.ErrNotLeader) {

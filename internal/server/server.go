@@ -53,6 +53,7 @@ type Server struct {
 	log       *slog.Logger
 	metrics   *metrics
 	saslUsers map[string]string // DIGEST-MD5 users from cfg.JAASConfig
+	placement placementState
 
 	// mu guards the tree and appliedIndex. Apply takes it for writing and
 	// triggers watches while holding it, so a read that registers a watch sees
@@ -565,6 +566,10 @@ func (s *Server) awaitLeader(ctx context.Context, d time.Duration) bool {
 }
 
 func (s *Server) onSideMessage(from uint64, payload []byte) {
+	if len(payload) > 0 && payload[0] == placementTag {
+		s.onPlacementReport(from, payload)
+		return
+	}
 	ids, err := session.DecodeTouches(payload)
 	if err != nil {
 		s.log.Warn("bad keepalive batch", "from", from, "err", err)
@@ -586,7 +591,7 @@ func (s *Server) duties() {
 	t := time.NewTicker(s.cfg.tick())
 	defer t.Stop()
 	var leaderTerm uint64
-	var lastReap time.Time
+	var lastReap, lastPlacement time.Time
 	for {
 		select {
 		case <-s.stop:
@@ -600,6 +605,10 @@ func (s *Server) duties() {
 		}
 		st := s.rep.Status()
 		s.updateGauges(st)
+		if now := time.Now(); now.Sub(lastPlacement) >= placementEvery {
+			lastPlacement = now
+			s.placementTick(now, st.Leader == s.cfg.ID)
+		}
 		if st.Leader != s.cfg.ID {
 			leaderTerm = 0
 			continue

@@ -1,0 +1,175 @@
+// Package placement decides where the leader should be. Every commit costs
+// the leader a round trip to the nearest majority of voters, and every write
+// costs its client's server a round trip to the leader; so the best leader
+// is the voter that minimises that sum weighted by where writes come from
+// (the "center of gravity" of seed 001). Moves are damped: the best
+// candidate must beat the current leader by a margin, in several consecutive
+// evaluations, and not sooner than a minimum interval after the last move.
+//
+// Like the state machine, the package is pure: decisions are a function of
+// the inputs and the policy's own small history, so they can be replayed
+// and tested without a cluster.
+package placement
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Input is one evaluation's view of the cluster.
+type Input struct {
+	Voters []uint64
+	Leader uint64
+	// RTT returns the measured round trip between two servers (either
+	// direction), ok false when nobody measured it.
+	RTT func(a, b uint64) (time.Duration, bool)
+	// Load is the write rate arriving at each server (voters and learners),
+	// in any unit; only proportions matter.
+	Load map[uint64]float64
+	// Prefer, when non-zero, pins leadership to that voter (an operator's
+	// choice) regardless of costs.
+	Prefer uint64
+}
+
+// Cost is the access-weighted commit latency with l as leader: the
+// load-weighted mean over servers s of rtt(s, l) plus l's quorum latency
+// (its round trip to the (majority-1)-th nearest other voter). ok is false
+// when a needed round trip is unknown or there is no load.
+func Cost(in Input, l uint64) (time.Duration, bool) {
+	var others []time.Duration
+	for _, v := range in.Voters {
+		if v == l {
+			continue
+		}
+		d, ok := in.RTT(l, v)
+		if !ok {
+			return 0, false
+		}
+		others = append(others, d)
+	}
+	slices.Sort(others)
+	need := len(in.Voters)/2 + 1 - 1 // the leader's own vote counts
+	var quorum time.Duration
+	if need > 0 {
+		if need > len(others) {
+			return 0, false
+		}
+		quorum = others[need-1]
+	}
+	var total, weight float64
+	for s, w := range in.Load {
+		if w <= 0 {
+			continue
+		}
+		var d time.Duration
+		if s != l {
+			var ok bool
+			if d, ok = in.RTT(s, l); !ok {
+				return 0, false
+			}
+		}
+		total += w * float64(d+quorum)
+		weight += w
+	}
+	if weight == 0 {
+		return 0, false
+	}
+	return time.Duration(total / weight), true
+}
+
+// Decision is what an evaluation concluded, with its reasons.
+type Decision struct {
+	Move   bool
+	Target uint64
+	Reason string
+	Costs  map[uint64]time.Duration // per voter that could be evaluated
+}
+
+// Policy damps moves. Zero values take the defaults noted.
+type Policy struct {
+	Margin      float64       // the best must cost less than (1-Margin) × current (default 0.2)
+	MinGain     time.Duration // and save at least this much (default 2ms)
+	Consecutive int           // evaluations in a row naming the same better voter (default 3)
+	MinInterval time.Duration // since the last move or leadership change (default 30s)
+
+	leader    uint64
+	since     time.Time // when leader became leader, as far as this policy knows
+	candidate uint64
+	streak    int
+}
+
+func (p *Policy) defaults() {
+	if p.Margin <= 0 {
+		p.Margin = 0.2
+	}
+	if p.MinGain <= 0 {
+		p.MinGain = 2 * time.Millisecond
+	}
+	if p.Consecutive <= 0 {
+		p.Consecutive = 3
+	}
+	if p.MinInterval <= 0 {
+		p.MinInterval = 30 * time.Second
+	}
+}
+
+// Decide evaluates in at time now.
+func (p *Policy) Decide(now time.Time, in Input) Decision {
+	p.defaults()
+	if in.Leader != p.leader {
+		// A new leader (moved here or elected) stays at least MinInterval.
+		p.leader, p.since, p.candidate, p.streak = in.Leader, now, 0, 0
+	}
+	d := Decision{Target: in.Leader, Costs: map[uint64]time.Duration{}}
+	if in.Prefer != 0 && slices.Contains(in.Voters, in.Prefer) {
+		d.Target = in.Prefer
+		d.Move = in.Prefer != in.Leader
+		d.Reason = fmt.Sprintf("operator prefers %d", in.Prefer)
+		return d
+	}
+	for _, v := range in.Voters {
+		if c, ok := Cost(in, v); ok {
+			d.Costs[v] = c
+		}
+	}
+	cur, ok := d.Costs[in.Leader]
+	if !ok {
+		d.Reason = "current leader's cost unknown (no load or missing measurements)"
+		p.candidate, p.streak = 0, 0
+		return d
+	}
+	ids := make([]uint64, 0, len(d.Costs))
+	for v := range d.Costs {
+		ids = append(ids, v)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		if d.Costs[ids[i]] != d.Costs[ids[j]] {
+			return d.Costs[ids[i]] < d.Costs[ids[j]]
+		}
+		return ids[i] < ids[j]
+	})
+	best := ids[0]
+	gain := cur - d.Costs[best]
+	if best == in.Leader || float64(d.Costs[best]) > (1-p.Margin)*float64(cur) || gain < p.MinGain {
+		d.Reason = fmt.Sprintf("leader %d is best or within the margin (cost %v, best %d at %v)", in.Leader, cur, best, d.Costs[best])
+		p.candidate, p.streak = 0, 0
+		return d
+	}
+	if best != p.candidate {
+		p.candidate, p.streak = best, 0
+	}
+	p.streak++
+	d.Target = best
+	switch {
+	case p.streak < p.Consecutive:
+		d.Reason = fmt.Sprintf("%d would save %v over %d (%d/%d evaluations)", best, gain, in.Leader, p.streak, p.Consecutive)
+	case now.Sub(p.since) < p.MinInterval:
+		d.Reason = fmt.Sprintf("%d would save %v over %d, but the leader changed %v ago (min %v)", best, gain, in.Leader, now.Sub(p.since).Round(time.Millisecond), p.MinInterval)
+	default:
+		d.Move = true
+		d.Reason = fmt.Sprintf("move to %d: cost %v vs %v at %d for %d evaluations", best, d.Costs[best], cur, in.Leader, p.streak)
+	}
+	return d
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/testutil"
+)
+
+func TestPlacementReportCodec(t *testing.T) {
+	in := map[uint64]time.Duration{2: 1500 * time.Microsecond, 3: 70 * time.Millisecond}
+	r, err := decodeReport(encodeReport(12.5, in))
+	if err != nil || r.load != 12.5 || len(r.rtt) != 2 || r.rtt[3] != 70*time.Millisecond || r.rtt[2] != 1500*time.Microsecond {
+		t.Fatalf("round trip: %+v %v", r, err)
+	}
+	good := encodeReport(1, in)
+	for n := 0; n < len(good); n++ {
+		if _, err := decodeReport(good[:n]); err == nil {
+			t.Fatalf("truncated to %d bytes: decoded", n)
+		}
+	}
+	if _, err := decodeReport(append(good, 0)); err == nil {
+		t.Fatal("trailing byte accepted")
+	}
+}
+
+// Member 3 sits 50 ms (round trip) from the others, all writes arrive at
+// member 1, and member 3 leads: with placement auto, leadership moves to
+// the near pair, where a commit no longer pays the far round trip.
+func TestPlacementMovesLeaderToTheWork(t *testing.T) {
+	const oneWay = 25 * time.Millisecond
+	var tc *testCluster
+	tc = newTestCluster(t, 3, func(c *Config) {
+		c.Placement = "auto"
+		c.PlacementMinIntervalMs = 1000
+		// Every link to or from member 3 passes a delaying proxy: each
+		// server's config names its own proxy for each peer.
+		real := slices.Clone(c.Members)
+		c.Members = slices.Clone(c.Members)
+		c.ListenPeer = real[c.ID-1].Peer
+		for j := range c.Members {
+			if uint64(j+1) == c.ID {
+				continue
+			}
+			d := time.Duration(0)
+			if c.ID == 3 || j == 2 {
+				d = oneWay
+			}
+			c.Members[j].Peer = testutil.NewProxy(t, real[j].Peer, d).Addr
+		}
+	})
+	_ = tc
+	lead := tc.leader()
+	cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if lead != 2 {
+		if err := tc.servers[lead].Replica().TransferLeadership(cx, 3); err != nil {
+			t.Fatalf("put the leader far away: %v", err)
+		}
+	}
+	writer := tc.client(tc.cfgs[0].Self().GRPC)
+	if _, _, err := writer.Create(ctx(t), "/load", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		if _, err := writer.Set(ctx(t), "/load", []byte(fmt.Sprint(i)), -1); err != nil && !isUnknownOutcome(err) {
+			t.Fatal(err)
+		}
+		if l := tc.servers[0].Replica().Leader(); l == 1 || l == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leadership stayed on member %d; last decision: %+v", tc.servers[0].Replica().Leader(),
+				tc.servers[2].PlacementDecision())
+		}
+	}
+	// And it stays near: the far member never wins while the load is here.
+	stop := time.Now().Add(3 * time.Second)
+	for time.Now().Before(stop) {
+		if _, err := writer.Set(ctx(t), "/load", []byte("x"), -1); err != nil && !isUnknownOutcome(err) {
+			t.Fatal(err)
+		}
+		if l := tc.servers[0].Replica().Leader(); l == 3 {
+			t.Fatal("leadership went back to the far member")
+		}
+	}
+}
