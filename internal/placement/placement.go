@@ -79,6 +79,109 @@ func Cost(in Input, l uint64) (time.Duration, bool) {
 	return time.Duration(total / weight), true
 }
 
+// A Chooser names the voter it would have lead (seed 001's policies differ
+// only here); ok false when it cannot tell. The Policy damps its choices.
+type Chooser interface {
+	Choose(in Input) (best uint64, ok bool)
+	Name() string
+}
+
+// CenterOfGravity picks the voter of least Cost: topology-aware, it can
+// settle between several busy regions (seed 001's best performer).
+type CenterOfGravity struct{}
+
+func (CenterOfGravity) Name() string { return "center-of-gravity" }
+
+func (CenterOfGravity) Choose(in Input) (uint64, bool) {
+	best, bestCost, found := uint64(0), time.Duration(0), false
+	for _, v := range in.Voters {
+		if c, ok := Cost(in, v); ok && (!found || c < bestCost || (c == bestCost && v < best)) {
+			best, bestCost, found = v, c, true
+		}
+	}
+	return best, found
+}
+
+// Majority picks where most writes arrive (the nearest voter to it, if that
+// server is a learner): single-region heuristics, good when one region
+// dominates, locked onto one region when several share the work.
+type Majority struct{}
+
+func (Majority) Name() string { return "majority" }
+
+func (Majority) Choose(in Input) (uint64, bool) {
+	top, topLoad := uint64(0), 0.0
+	for s, w := range in.Load {
+		if w > topLoad || (w == topLoad && w > 0 && s < top) {
+			top, topLoad = s, w
+		}
+	}
+	if topLoad == 0 {
+		return 0, false
+	}
+	return nearestVoter(in, top)
+}
+
+// EMA keeps an exponential moving average of the "average server" of the
+// writes, with voters numbered in the order given (meant to follow
+// geography), and moves at most one step along that order per decision.
+// Seed 001 found it slow and easily misled by real geography; it is here for
+// comparison.
+type EMA struct {
+	Alpha float64 // weight of the newest evaluation (default 0.3)
+	avg   float64
+	init  bool
+}
+
+func (e *EMA) Name() string { return "ema" }
+
+func (e *EMA) Choose(in Input) (uint64, bool) {
+	if e.Alpha <= 0 {
+		e.Alpha = 0.3
+	}
+	var sum, weight float64
+	for s, w := range in.Load {
+		v, ok := nearestVoter(in, s)
+		if !ok || w <= 0 {
+			continue
+		}
+		sum += w * float64(slices.Index(in.Voters, v))
+		weight += w
+	}
+	if weight == 0 {
+		return 0, false
+	}
+	if !e.init {
+		e.avg, e.init = float64(slices.Index(in.Voters, in.Leader)), true
+	}
+	e.avg = e.Alpha*(sum/weight) + (1-e.Alpha)*e.avg
+	cur := slices.Index(in.Voters, in.Leader)
+	target := int(e.avg + 0.5)
+	switch {
+	case cur < 0:
+		return 0, false
+	case target > cur:
+		return in.Voters[cur+1], true
+	case target < cur:
+		return in.Voters[cur-1], true
+	}
+	return in.Leader, true
+}
+
+// nearestVoter is s itself if it votes, else the voter nearest to it.
+func nearestVoter(in Input, s uint64) (uint64, bool) {
+	if slices.Contains(in.Voters, s) {
+		return s, true
+	}
+	best, bestD, found := uint64(0), time.Duration(0), false
+	for _, v := range in.Voters {
+		if d, ok := in.RTT(s, v); ok && (!found || d < bestD) {
+			best, bestD, found = v, d, true
+		}
+	}
+	return best, found
+}
+
 // Decision is what an evaluation concluded, with its reasons.
 type Decision struct {
 	Move   bool
@@ -93,6 +196,10 @@ type Policy struct {
 	MinGain     time.Duration // and save at least this much (default 2ms)
 	Consecutive int           // evaluations in a row naming the same better voter (default 3)
 	MinInterval time.Duration // since the last move or leadership change (default 30s)
+	// Chooser names the best voter (default CenterOfGravity). With another
+	// chooser the margin is not applied (its pick has no cost to compare)
+	// but Consecutive and MinInterval are: seed 001's n-consecutive rule.
+	Chooser Chooser
 
 	leader    uint64
 	since     time.Time // when leader became leader, as far as this policy knows
@@ -112,6 +219,9 @@ func (p *Policy) defaults() {
 	}
 	if p.MinInterval <= 0 {
 		p.MinInterval = 30 * time.Second
+	}
+	if p.Chooser == nil {
+		p.Chooser = CenterOfGravity{}
 	}
 }
 
@@ -133,6 +243,9 @@ func (p *Policy) Decide(now time.Time, in Input) Decision {
 		if c, ok := Cost(in, v); ok {
 			d.Costs[v] = c
 		}
+	}
+	if _, cog := p.Chooser.(CenterOfGravity); !cog {
+		return p.decideBy(now, in, d)
 	}
 	cur, ok := d.Costs[in.Leader]
 	if !ok {
@@ -157,6 +270,23 @@ func (p *Policy) Decide(now time.Time, in Input) Decision {
 		p.candidate, p.streak = 0, 0
 		return d
 	}
+	return p.damp(now, in, d, best, fmt.Sprintf("saves %v", gain))
+}
+
+// decideBy applies a chooser other than center of gravity.
+func (p *Policy) decideBy(now time.Time, in Input, d Decision) Decision {
+	best, ok := p.Chooser.Choose(in)
+	if !ok || best == in.Leader {
+		d.Reason = fmt.Sprintf("%s keeps %d", p.Chooser.Name(), in.Leader)
+		p.candidate, p.streak = 0, 0
+		return d
+	}
+	return p.damp(now, in, d, best, p.Chooser.Name()+" prefers it")
+}
+
+// damp turns a better candidate into a move after Consecutive agreeing
+// evaluations and MinInterval since the last leadership change.
+func (p *Policy) damp(now time.Time, in Input, d Decision, best uint64, why string) Decision {
 	if best != p.candidate {
 		p.candidate, p.streak = best, 0
 	}
@@ -164,12 +294,12 @@ func (p *Policy) Decide(now time.Time, in Input) Decision {
 	d.Target = best
 	switch {
 	case p.streak < p.Consecutive:
-		d.Reason = fmt.Sprintf("%d would save %v over %d (%d/%d evaluations)", best, gain, in.Leader, p.streak, p.Consecutive)
+		d.Reason = fmt.Sprintf("%d over %d: %s (%d/%d evaluations)", best, in.Leader, why, p.streak, p.Consecutive)
 	case now.Sub(p.since) < p.MinInterval:
-		d.Reason = fmt.Sprintf("%d would save %v over %d, but the leader changed %v ago (min %v)", best, gain, in.Leader, now.Sub(p.since).Round(time.Millisecond), p.MinInterval)
+		d.Reason = fmt.Sprintf("%d over %d: %s, but the leader changed %v ago (min %v)", best, in.Leader, why, now.Sub(p.since).Round(time.Millisecond), p.MinInterval)
 	default:
 		d.Move = true
-		d.Reason = fmt.Sprintf("move to %d: cost %v vs %v at %d for %d evaluations", best, d.Costs[best], cur, in.Leader, p.streak)
+		d.Reason = fmt.Sprintf("move to %d from %d: %s, %d evaluations in a row (%s)", best, in.Leader, why, p.streak, p.Chooser.Name())
 	}
 	return d
 }

@@ -102,3 +102,37 @@ func TestPolicyPreferAndUnknowns(t *testing.T) {
 		t.Fatalf("no load: %+v", d)
 	}
 }
+
+// Seed 001's other policies, behind the same damping.
+func TestMajorityAndEMAChoosers(t *testing.T) {
+	line := matrix(map[[2]uint64]time.Duration{{1, 2}: ms(20), {2, 3}: ms(20), {1, 3}: ms(40), {4, 3}: ms(5), {4, 1}: ms(45), {4, 2}: ms(25)})
+	in := Input{Voters: []uint64{1, 2, 3}, Leader: 1, RTT: line, Load: map[uint64]float64{1: 1, 3: 2}}
+	if v, ok := (Majority{}).Choose(in); !ok || v != 3 {
+		t.Fatalf("majority: %d %v", v, ok)
+	}
+	// The busiest server is a learner (4): the voter nearest to it.
+	in.Load = map[uint64]float64{4: 5, 1: 1}
+	if v, ok := (Majority{}).Choose(in); !ok || v != 3 {
+		t.Fatalf("majority via a learner: %d %v", v, ok)
+	}
+	// EMA moves one neighbour at a time: from 1 towards 3 through 2.
+	e := &EMA{Alpha: 1}
+	in.Load = map[uint64]float64{3: 1}
+	if v, _ := e.Choose(in); v != 2 {
+		t.Fatalf("ema first step: %d", v)
+	}
+	in.Leader = 2
+	if v, _ := e.Choose(in); v != 3 {
+		t.Fatalf("ema second step: %d", v)
+	}
+
+	p := &Policy{Chooser: Majority{}, Consecutive: 2, MinInterval: time.Nanosecond}
+	in = Input{Voters: []uint64{1, 2, 3}, Leader: 1, RTT: line, Load: map[uint64]float64{3: 1}}
+	t0 := time.Unix(0, 0)
+	if d := p.Decide(t0, in); d.Move || d.Target != 3 {
+		t.Fatalf("first evaluation: %+v", d)
+	}
+	if d := p.Decide(t0.Add(time.Second), in); !d.Move || d.Target != 3 {
+		t.Fatalf("second evaluation: %+v", d)
+	}
+}

@@ -73,6 +73,9 @@ type Config struct {
 	Placement              string `yaml:"placement,omitempty"`
 	PlacementMinIntervalMs int    `yaml:"placement_min_interval_ms,omitempty"`
 	PreferLeader           uint64 `yaml:"prefer_leader,omitempty"`
+	// PlacementPolicy: center-of-gravity (default), majority or ema (seed
+	// 001's policies; the latter two for comparison).
+	PlacementPolicy string `yaml:"placement_policy,omitempty"`
 
 	// A TLS client port for the ZooKeeper protocol (ZooKeeper's
 	// secureClientPort), beside or instead of zk_listen. PEM files; client
@@ -205,6 +208,13 @@ func (c *Config) Normalize() error {
 	case "off", "auto":
 	default:
 		return fmt.Errorf("placement %q: want off or auto", c.Placement)
+	}
+	switch c.PlacementPolicy {
+	case "":
+		c.PlacementPolicy = "center-of-gravity"
+	case "center-of-gravity", "majority", "ema":
+	default:
+		return fmt.Errorf("placement_policy %q: want center-of-gravity, majority or ema", c.PlacementPolicy)
 	}
 	if c.ZKSecureListen != "" {
 		if c.ZKTLSCert == "" || c.ZKTLSKey == "" {

@@ -150,6 +150,16 @@ func (s *Server) placementTick(now time.Time, leader bool) {
 		return d, ok
 	}
 	ps.policy.MinInterval = time.Duration(s.cfg.PlacementMinIntervalMs) * time.Millisecond
+	if ps.policy.Chooser == nil {
+		switch s.cfg.PlacementPolicy {
+		case "majority":
+			ps.policy.Chooser = placement.Majority{}
+		case "ema":
+			ps.policy.Chooser = &placement.EMA{}
+		default:
+			ps.policy.Chooser = placement.CenterOfGravity{}
+		}
+	}
 	d := ps.policy.Decide(now, in)
 	ps.last = d
 	ps.mu.Unlock()
