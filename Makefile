@@ -6,7 +6,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos
+.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos bench-locks
 
 all: build
 
@@ -43,6 +43,14 @@ DURATION ?= 20s
 FAULTS ?= all
 chaos:
 	$(GO) run ./cmd/meridian-chaos --seed $(SEED) --count $(COUNT) --duration $(DURATION) --faults $(FAULTS)
+
+# Seed 003's lock benchmark: Meridian's lock, the ZooKeeper recipe on
+# Meridian and on a real ZooKeeper 3.8 cluster, at each RTT in BENCH_RTTS
+# (every link through a delaying proxy). Prints a markdown table.
+BENCH_RTTS ?= 0,40ms
+bench-locks:
+	./scripts/install-zookeeper.sh >/dev/null
+	cd internal/benchwan && MERIDIAN_BENCH_RTTS=$(BENCH_RTTS) $(GO) test -tags bench -count=1 -timeout 30m -run TestSeed003Locks -v .
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
