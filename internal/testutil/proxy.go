@@ -26,7 +26,9 @@ type Proxy struct {
 // NewProxy listens on a loopback port and forwards to target until the test ends.
 func NewProxy(t testing.TB, target string, oneWay time.Duration) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// 127.0.0.2: a proxy's port must not be one FreePorts just handed out
+	// (closed, hence free again) for a server on 127.0.0.1 to bind later.
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		t.Fatal(err)
 	}
