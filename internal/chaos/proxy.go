@@ -23,9 +23,12 @@ type Proxy struct {
 // maxProxyConns bounds live connections through one proxy.
 const maxProxyConns = 64
 
-// NewProxy listens on a free loopback port and forwards to target.
+// NewProxy listens on a free loopback port and forwards to target. It
+// listens on 127.0.0.2 so its port can never be one freePorts handed to a
+// server on 127.0.0.1 (closed, free again) that the server binds later, e.g.
+// on a restart.
 func NewProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		return nil, err
 	}
