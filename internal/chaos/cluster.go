@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/server"
+	"github.com/meridian-coord/meridian/internal/testutil"
 )
 
 // BuildServer builds the meridian binary (without the race detector: the
@@ -32,25 +32,9 @@ func BuildServer(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// freePorts returns n distinct loopback ports that were free a moment ago,
+// from below the kernel's ephemeral range (see testutil.PickPorts).
+func freePorts(n int) ([]int, error) { return testutil.PickPorts(n) }
 
 // ClusterConfig sizes and tunes a cluster.
 type ClusterConfig struct {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/testutil"
 )
 
 // kv is a small deterministic state machine: entries are "key=value".
@@ -116,19 +117,10 @@ type cluster struct {
 
 func newCluster(t *testing.T, n int, tweak func(*Config)) *cluster {
 	t.Helper()
-	var ls []net.Listener
 	c := &cluster{t: t, tweak: tweak}
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		c.peers = append(c.peers, Peer{ID: uint64(i + 1), Addr: l.Addr().String()})
+	for i, port := range testutil.FreePorts(t, n) {
+		c.peers = append(c.peers, Peer{ID: uint64(i + 1), Addr: fmt.Sprintf("127.0.0.1:%d", port)})
 		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i+1)))
-	}
-	for _, l := range ls {
-		l.Close()
 	}
 	c.reps = make([]*Replica, n)
 	c.sms = make([]*kv, n)

@@ -2,26 +2,56 @@
 package testutil
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"testing"
 )
 
-// FreePorts returns n distinct loopback ports that were free a moment ago
-// (listeners are opened together, then closed, so the ports differ).
+// FreePorts returns n distinct loopback ports that were free a moment ago.
+//
+// They come from below the kernel's ephemeral range (32768 and up by
+// default), which outgoing connections draw their source ports from: a port
+// picked there could be taken by any connection (this process's gRPC
+// clients, another test binary's) between this call and the server binding
+// it, and the server would fail with "address already in use". Below it,
+// only another caller of FreePorts could take it, and picks are random.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+	ports, err := PickPorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
+}
+
+// Port range FreePorts picks from: below the default ephemeral range and
+// above the ports kazoo's harness uses (20000-20030).
+const (
+	minPickPort = 21000
+	maxPickPort = 32000
+)
+
+// PickPorts is FreePorts for code without a testing.TB.
+func PickPorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("no free loopback ports in %d-%d", minPickPort, maxPickPort)
+		}
+		p := minPickPort + rand.IntN(maxPickPort-minPickPort)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // taken: try another
+		}
+		ls = append(ls, l)
+		ports = append(ports, p)
+	}
+	return ports, nil
 }
