@@ -59,7 +59,9 @@ type Server struct {
 	touches  *session.Batcher
 	waiters  waiters
 	grants   grantWaiters
-	obs      observers
+	obs      observers // election observers, by lock name
+	// barrierObs wakes WaitBarrier calls, by barrier name.
+	barrierObs observers
 	hubs     hubs
 	idPrefix uint64
 	idSeq    atomic.Uint64
@@ -331,6 +333,13 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 		s.zk.closeAllConns("state replaced by a leader snapshot")
 	}
 	s.mu.Unlock()
+	// Leaders may have changed and barriers been removed in the skipped
+	// range: observers and barrier waiters re-read the state. (Waiting
+	// acquires, pops and enters whose grant was in that range are not
+	// woken; they time out and withdraw, and a delivery they missed is
+	// redelivered when its lease passes.)
+	s.obs.notifyAll()
+	s.barrierObs.notifyAll()
 	live := make(map[int64]time.Duration, len(sessions))
 	for _, si := range sessions {
 		live[si.ID] = time.Duration(si.TimeoutMs) * time.Millisecond
@@ -575,7 +584,8 @@ func (s *Server) duties() {
 		needTick := s.mu.coord.NeedsTick(now.UnixMilli())
 		s.mu.RUnlock()
 		if needTick {
-			// A lock-delay has passed: let waiters be granted.
+			// A lock-delay or a queue delivery's lease has passed: let
+			// waiters be granted, redeliver.
 			if err := s.proposeCoordAsync(&coord.Command{Op: coord.OpTick}); err != nil {
 				s.log.Warn("propose lock tick", "err", err)
 			}
