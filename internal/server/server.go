@@ -53,18 +53,18 @@ type Server struct {
 		applied uint64
 	}
 
-	rep      *replica.Replica
-	watches  *watch.Manager
-	tracker  *session.Tracker
-	touches  *session.Batcher
-	waiters  waiters
-	grants   grantWaiters
-	obs      observers // election observers, by lock name
+	rep     *replica.Replica
+	watches *watch.Manager
+	tracker *session.Tracker
+	touches *session.Batcher
+	waiters waiters
+	grants  grantWaiters
+	obs     observers // election observers, by lock name
 	// barrierObs wakes WaitBarrier calls, by barrier name.
 	barrierObs observers
-	hubs     hubs
-	idPrefix uint64
-	idSeq    atomic.Uint64
+	hubs       hubs
+	idPrefix   uint64
+	idSeq      atomic.Uint64
 
 	zk     *zkListener // nil when no ZooKeeper address is configured
 	grpc   *grpc.Server
