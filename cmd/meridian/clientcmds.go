@@ -207,6 +207,7 @@ func addClientCommands(root *cobra.Command) {
 	})
 	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader)
 	root.AddCommand(lockCommands()...)
+	root.AddCommand(queueCommand(), barrierCommand())
 }
 
 func dataArg(args []string, i int) []byte {
