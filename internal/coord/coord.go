@@ -479,9 +479,9 @@ func (s *State) forceRelease(index uint64, c *Command) (Result, []Grant, []Loss)
 // index and time nowMs. If expired (not a clean close), holders' lock-delay
 // applies: the lock is not granted again before nowMs + delay.
 //
-// Its queue deliveries go back to their queues (and on to waiting
-// consumers), its waiting pops are withdrawn, and it leaves every double
-// barrier it is in.
+// Its session-bound queue deliveries (not detached ones) go back to their
+// queues (and on to waiting consumers), its waiting pops are withdrawn, and
+// it leaves every double barrier it is in.
 func (s *State) SessionEnded(index uint64, nowMs int64, session int64, expired bool) ([]Grant, []Loss) {
 	names := make([]string, 0, len(s.bySession[session]))
 	for name := range s.bySession[session] {

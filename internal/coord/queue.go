@@ -371,9 +371,10 @@ func (s *State) expireLeases(nowMs int64) []Grant {
 	var grants []Grant
 	for i, l := range due {
 		q := s.qs[l.queue]
-		f := q.inflight[l.id]
-		s.takeInflight(l.queue, q, f)
-		q.putBack(f.qitem)
+		if f := q.inflight[l.id]; f != nil { // nil only for a duplicate entry; there are none, but never panic in apply
+			s.takeInflight(l.queue, q, f)
+			q.putBack(f.qitem)
+		}
 		if i == len(due)-1 || due[i+1].queue != l.queue {
 			grants = append(grants, s.handOut(l.queue, q, nowMs)...)
 		}
