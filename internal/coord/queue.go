@@ -476,3 +476,19 @@ func (s *State) InFlight(name string, limit int) []Delivery {
 	}
 	return out
 }
+
+// DeliveryFor returns the in-flight delivery that answered the pop with
+// proposal id waiter by session, if any (a server that skipped the grant by
+// installing a snapshot finds it here).
+func (s *State) DeliveryFor(name string, session int64, waiter uint64) *Delivery {
+	q := s.qs[name]
+	if q == nil {
+		return nil
+	}
+	for _, id := range q.inflightIDs() {
+		if f := q.inflight[id]; f.waiter == waiter && (f.session == session || f.session == 0) {
+			return f.delivery(name)
+		}
+	}
+	return nil
+}

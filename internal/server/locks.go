@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -107,6 +108,42 @@ func (g *grantWaiters) remove(k grantKey) {
 	g.mu.Lock()
 	delete(g.m, k)
 	g.mu.Unlock()
+}
+
+// regrant answers, from a state just installed from a snapshot, every
+// waiting request whose grant was made in the skipped range of the log
+// (its apply never ran here). Called from the raft loop, so no apply races.
+func (s *Server) regrant(c *coord.State) {
+	s.grants.mu.Lock()
+	defer s.grants.mu.Unlock()
+	for k, ch := range s.grants.m {
+		g, ok := coord.Grant{Kind: k.kind, Lock: k.lock, Session: k.session, Waiter: k.waiter}, false
+		switch k.kind {
+		case coord.GrantLock:
+			if info, found := c.Get(k.lock); found {
+				for _, h := range info.Holders {
+					if h.Session == k.session {
+						g.Token, g.Mode, ok = h.Token, h.Mode, true
+					}
+				}
+			}
+		case coord.GrantItem:
+			g.Item = c.DeliveryFor(k.lock, k.session, k.waiter)
+			ok = g.Item != nil
+		case coord.GrantEnter:
+			b, found := c.DoubleBarrier(k.lock)
+			ok = found && b.Open && slices.Contains(b.Entered, k.session)
+		case coord.GrantLeave:
+			b, found := c.DoubleBarrier(k.lock)
+			ok = !found || (!slices.Contains(b.Leaving, k.session) && !slices.Contains(b.Entered, k.session))
+		}
+		if ok {
+			select {
+			case ch <- g:
+			default:
+			}
+		}
+	}
 }
 
 func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {

@@ -334,12 +334,11 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 	}
 	s.mu.Unlock()
 	// Leaders may have changed and barriers been removed in the skipped
-	// range: observers and barrier waiters re-read the state. (Waiting
-	// acquires, pops and enters whose grant was in that range are not
-	// woken; they time out and withdraw, and a delivery they missed is
-	// redelivered when its lease passes.)
+	// range: observers and barrier waiters re-read the state, and waiting
+	// requests whose grant was in that range get it now.
 	s.obs.notifyAll()
 	s.barrierObs.notifyAll()
+	s.regrant(c)
 	live := make(map[int64]time.Duration, len(sessions))
 	for _, si := range sessions {
 		live[si.ID] = time.Duration(si.TimeoutMs) * time.Millisecond
