@@ -254,6 +254,8 @@ func checkSnapshot(t *testing.T, s *State) {
 			t.Fatalf("session %d index differs after restore", sess)
 		}
 	}
+	checkLeases(t, s)
+	checkLeases(t, r)
 	// Derived indexes are rebuilt, not stored: they must match too.
 	if !reflect.DeepEqual(s.qSession, r.qSession) || !reflect.DeepEqual(s.bSession, r.bSession) ||
 		s.qBytes != r.qBytes || s.nInflight != r.nInflight {
@@ -342,6 +344,30 @@ func TestValidName(t *testing.T) {
 	for _, good := range []string{"a", "/locks/db", "ünïcode", strings.Repeat("x", MaxLockNameBytes)} {
 		if err := ValidName(good); err != nil {
 			t.Errorf("ValidName(%q) = %v", good, err)
+		}
+	}
+}
+
+// checkLeases asserts the lease heap holds exactly the in-flight deliveries,
+// each entry where its index says, in heap order.
+func checkLeases(t *testing.T, s *State) {
+	t.Helper()
+	n := 0
+	for name, q := range s.qs {
+		for id, f := range q.inflight {
+			n++
+			if f.lease == nil || f.lease.index < 0 || f.lease.index >= len(s.leases) || s.leases[f.lease.index] != f.lease ||
+				f.lease.queue != name || f.lease.id != id || f.lease.deadline != f.deadline {
+				t.Fatalf("delivery %s#%d: lease entry %+v out of place", name, id, f.lease)
+			}
+		}
+	}
+	if n != len(s.leases) || n != s.nInflight {
+		t.Fatalf("%d deliveries, %d lease entries, nInflight %d", n, len(s.leases), s.nInflight)
+	}
+	for i := 1; i < len(s.leases); i++ {
+		if s.leases[(i-1)/2].deadline > s.leases[i].deadline {
+			t.Fatalf("lease heap out of order at %d", i)
 		}
 	}
 }

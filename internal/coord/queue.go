@@ -62,6 +62,7 @@ type inflight struct {
 	session  int64 // 0: detached (outlives the popping session)
 	deadline int64
 	waiter   uint64 // proposal id of the pop it answered
+	lease    *lease
 }
 
 // Consumer is a waiting pop.
@@ -79,27 +80,38 @@ type queue struct {
 	bytes     int64
 }
 
-// lease is a heap entry for a delivery's deadline. Entries of deliveries
-// that were settled stay until they surface and are skipped (checked against
-// the in-flight table), so the heap is derived data: not in snapshots.
+// lease is a delivery's entry in the expiry heap. Settling a delivery
+// removes its entry, so the heap holds exactly the in-flight deliveries and
+// the leader proposes a tick only when one is really due. The heap is
+// derived data: not in snapshots, rebuilt on restore; its layout may differ
+// between replicas, so expiry sorts what it takes.
 type lease struct {
 	deadline int64
 	queue    string
 	id       uint64
-	attempt  uint32
+	index    int // position in the heap; -1 once out of it
 }
 
-type leaseHeap []lease
+type leaseHeap []*lease
 
 func (h leaseHeap) Len() int           { return len(h) }
 func (h leaseHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
-func (h leaseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *leaseHeap) Push(x any)        { *h = append(*h, x.(lease)) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*lease)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
 func (h *leaseHeap) Pop() any {
 	old := *h
-	x := old[len(old)-1]
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	return x
+	l.index = -1
+	return l
 }
 
 type queues struct {
@@ -208,7 +220,8 @@ func (s *State) deliver(name string, q *queue, it qitem, w Consumer, nowMs int64
 	}
 	q.inflight[it.id] = f
 	s.nInflight++
-	heap.Push(&s.leases, lease{deadline: f.deadline, queue: name, id: it.id, attempt: f.attempts})
+	f.lease = &lease{deadline: f.deadline, queue: name, id: it.id}
+	heap.Push(&s.leases, f.lease)
 	return f.delivery(name)
 }
 
@@ -272,7 +285,9 @@ func (s *State) takeInflight(name string, q *queue, f *inflight) {
 	if f.session != 0 {
 		s.trackQ(f.session, name, -1)
 	}
-	s.compactLeases()
+	if f.lease.index >= 0 {
+		heap.Remove(&s.leases, f.lease.index)
+	}
 }
 
 // putBack returns an item to the front of the queue, in push order.
@@ -343,8 +358,7 @@ func (s *State) sessionQueueLoad(session int64) int {
 	return n
 }
 
-// leaseDue reports whether a delivery's lease may have passed by nowMs (a
-// settled delivery's entry can make it true once; the tick then drops it).
+// leaseDue reports whether a delivery's lease has passed by nowMs.
 func (s *State) leaseDue(nowMs int64) bool {
 	return len(s.leases) > 0 && s.leases[0].deadline <= nowMs
 }
@@ -353,14 +367,9 @@ func (s *State) leaseDue(nowMs int64) bool {
 // front of its queue and hands items to waiting consumers. Order is by
 // queue name, then id, whatever the heap's layout.
 func (s *State) expireLeases(nowMs int64) []Grant {
-	var due []lease
+	var due []*lease
 	for len(s.leases) > 0 && s.leases[0].deadline <= nowMs {
-		l := heap.Pop(&s.leases).(lease)
-		if q := s.qs[l.queue]; q != nil {
-			if f := q.inflight[l.id]; f != nil && f.attempts == l.attempt && f.deadline == l.deadline {
-				due = append(due, l)
-			}
-		}
+		due = append(due, heap.Pop(&s.leases).(*lease))
 	}
 	sort.Slice(due, func(i, j int) bool {
 		if due[i].queue != due[j].queue {
@@ -371,10 +380,9 @@ func (s *State) expireLeases(nowMs int64) []Grant {
 	var grants []Grant
 	for i, l := range due {
 		q := s.qs[l.queue]
-		if f := q.inflight[l.id]; f != nil { // nil only for a duplicate entry; there are none, but never panic in apply
-			s.takeInflight(l.queue, q, f)
-			q.putBack(f.qitem)
-		}
+		f := q.inflight[l.id]
+		s.takeInflight(l.queue, q, f)
+		q.putBack(f.qitem)
 		if i == len(due)-1 || due[i+1].queue != l.queue {
 			grants = append(grants, s.handOut(l.queue, q, nowMs)...)
 		}
@@ -382,21 +390,12 @@ func (s *State) expireLeases(nowMs int64) []Grant {
 	return grants
 }
 
-// compactLeases rebuilds the lease heap when settled deliveries' entries
-// outnumber live ones, so a long visibility with a high ack rate cannot
-// grow it without bound.
-func (s *State) compactLeases() {
-	if len(s.leases) <= 2*s.nInflight+1024 {
-		return
-	}
-	s.rebuildLeases()
-}
-
 func (s *State) rebuildLeases() {
 	h := make(leaseHeap, 0, s.nInflight)
 	for name, q := range s.qs {
 		for _, f := range q.inflight {
-			h = append(h, lease{deadline: f.deadline, queue: name, id: f.id, attempt: f.attempts})
+			f.lease = &lease{deadline: f.deadline, queue: name, id: f.id, index: len(h)}
+			h = append(h, f.lease)
 		}
 	}
 	heap.Init(&h)
