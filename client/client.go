@@ -50,6 +50,15 @@ var (
 	ErrLockNotHeld             = errs.ErrLockNotHeld
 	ErrLockWaitTimeout         = errs.ErrLockWaitTimeout
 	ErrStaleToken              = errs.ErrStaleToken
+	ErrQueueEmpty              = errs.ErrQueueEmpty
+	ErrQueueFull               = errs.ErrQueueFull
+	ErrItemTooLarge            = errs.ErrItemTooLarge
+	ErrNotInFlight             = errs.ErrNotInFlight
+	ErrPopWaitTimeout          = errs.ErrPopWaitTimeout
+	ErrTooManyInFlight         = errs.ErrTooManyInFlight
+	ErrBarrierOpen             = errs.ErrBarrierOpen
+	ErrNotParticipant          = errs.ErrNotParticipant
+	ErrBarrierWaitTimeout      = errs.ErrBarrierWaitTimeout
 	ErrClosed                  = errors.New("meridian: client closed")
 )
 

@@ -3734,6 +3734,924 @@ func (x *AddResponse) GetValue() int64 {
 	return 0
 }
 
+type PushRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"` // at most 65536 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushRequest) Reset() {
+	*x = PushRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushRequest) ProtoMessage() {}
+
+func (x *PushRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
+func (*PushRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *PushRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *PushRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type PushResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"` // the item's id: the zxid of the push
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushResponse) Reset() {
+	*x = PushResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushResponse) ProtoMessage() {}
+
+func (x *PushResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
+func (*PushResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *PushResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PushResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type PopRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Queue     string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	// How long the item stays invisible to other consumers (0: 30 s; at most
+	// 12 h), counted from the serving member's clock.
+	VisibilityMs int64 `protobuf:"varint,3,opt,name=visibility_ms,json=visibilityMs,proto3" json:"visibility_ms,omitempty"`
+	// wait: on an empty queue, wait FIFO among consumers until an item is
+	// handed over, timeout_ms elapses (0: the request deadline) or the call
+	// is cancelled. false: fail at once with the queue-empty error.
+	Wait      bool  `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// detach: the delivery is not bound to the session: it survives the
+	// session's end (only the lease bounds it) and anyone naming id and
+	// attempt may ack or nack it. For command-line tools that exit.
+	Detach        bool `protobuf:"varint,6,opt,name=detach,proto3" json:"detach,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PopRequest) Reset() {
+	*x = PopRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PopRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PopRequest) ProtoMessage() {}
+
+func (x *PopRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PopRequest.ProtoReflect.Descriptor instead.
+func (*PopRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *PopRequest) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *PopRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *PopRequest) GetVisibilityMs() int64 {
+	if x != nil {
+		return x.VisibilityMs
+	}
+	return 0
+}
+
+func (x *PopRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *PopRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *PopRequest) GetDetach() bool {
+	if x != nil {
+		return x.Detach
+	}
+	return false
+}
+
+type QueueItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`                         // 1 on first delivery, +1 on every redelivery
+	DeadlineMs    int64                  `protobuf:"varint,4,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"` // the lease: redelivered after this (ms since the epoch)
+	SessionId     int64                  `protobuf:"varint,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`    // the consumer; 0 when detached
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueItem) Reset() {
+	*x = QueueItem{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueItem) ProtoMessage() {}
+
+func (x *QueueItem) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueItem.ProtoReflect.Descriptor instead.
+func (*QueueItem) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *QueueItem) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueItem) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *QueueItem) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *QueueItem) GetDeadlineMs() int64 {
+	if x != nil {
+		return x.DeadlineMs
+	}
+	return 0
+}
+
+func (x *QueueItem) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+type PopResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Item          *QueueItem             `protobuf:"bytes,2,opt,name=item,proto3" json:"item,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PopResponse) Reset() {
+	*x = PopResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PopResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PopResponse) ProtoMessage() {}
+
+func (x *PopResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PopResponse.ProtoReflect.Descriptor instead.
+func (*PopResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *PopResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PopResponse) GetItem() *QueueItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+type AckRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Queue     string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	Id        uint64                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	// The delivery's attempt; 0 matches the current one. A consumer whose
+	// lease passed cannot settle the redelivery that followed.
+	Attempt       uint32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckRequest) Reset() {
+	*x = AckRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckRequest) ProtoMessage() {}
+
+func (x *AckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
+func (*AckRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *AckRequest) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *AckRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *AckRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AckRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type AckResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckResponse) Reset() {
+	*x = AckResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckResponse) ProtoMessage() {}
+
+func (x *AckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
+func (*AckResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *AckResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type QueueStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"` // in-flight items to list (default 0; at most 1000)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueStatsRequest) Reset() {
+	*x = QueueStatsRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueStatsRequest) ProtoMessage() {}
+
+func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
+func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *QueueStatsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueStatsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type QueueStatsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Ready         int64                  `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`                       // waiting for a consumer
+	InFlight      int64                  `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"` // delivered, not acked
+	Consumers     int64                  `protobuf:"varint,4,opt,name=consumers,proto3" json:"consumers,omitempty"`               // waiting pops
+	Bytes         int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	HeadId        uint64                 `protobuf:"varint,6,opt,name=head_id,json=headId,proto3" json:"head_id,omitempty"`                       // next item a pop gets (0: none)
+	InFlightItems []*QueueItem           `protobuf:"bytes,7,rep,name=in_flight_items,json=inFlightItems,proto3" json:"in_flight_items,omitempty"` // without data
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueStatsResponse) Reset() {
+	*x = QueueStatsResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueStatsResponse) ProtoMessage() {}
+
+func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
+func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *QueueStatsResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *QueueStatsResponse) GetReady() int64 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetConsumers() int64 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetHeadId() uint64 {
+	if x != nil {
+		return x.HeadId
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetInFlightItems() []*QueueItem {
+	if x != nil {
+		return x.InFlightItems
+	}
+	return nil
+}
+
+type BarrierRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierRequest) Reset() {
+	*x = BarrierRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierRequest) ProtoMessage() {}
+
+func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
+func (*BarrierRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *BarrierRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type BarrierResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierResponse) Reset() {
+	*x = BarrierResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierResponse) ProtoMessage() {}
+
+func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
+func (*BarrierResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *BarrierResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type WaitBarrierRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	TimeoutMs     int64                  `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // 0: the request deadline
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitBarrierRequest) Reset() {
+	*x = WaitBarrierRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitBarrierRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitBarrierRequest) ProtoMessage() {}
+
+func (x *WaitBarrierRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitBarrierRequest.ProtoReflect.Descriptor instead.
+func (*WaitBarrierRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *WaitBarrierRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WaitBarrierRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type DoubleBarrierRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Parties       int32                  `protobuf:"varint,3,opt,name=parties,proto3" json:"parties,omitempty"`                      // enter: participants needed; every participant gives the same
+	TimeoutMs     int64                  `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // 0: the request deadline
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoubleBarrierRequest) Reset() {
+	*x = DoubleBarrierRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoubleBarrierRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoubleBarrierRequest) ProtoMessage() {}
+
+func (x *DoubleBarrierRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoubleBarrierRequest.ProtoReflect.Descriptor instead.
+func (*DoubleBarrierRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *DoubleBarrierRequest) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *DoubleBarrierRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DoubleBarrierRequest) GetParties() int32 {
+	if x != nil {
+		return x.Parties
+	}
+	return 0
+}
+
+func (x *DoubleBarrierRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type DoubleBarrierResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoubleBarrierResponse) Reset() {
+	*x = DoubleBarrierResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoubleBarrierResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoubleBarrierResponse) ProtoMessage() {}
+
+func (x *DoubleBarrierResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoubleBarrierResponse.ProtoReflect.Descriptor instead.
+func (*DoubleBarrierResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *DoubleBarrierResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type BarrierStatsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Set           bool                   `protobuf:"varint,2,opt,name=set,proto3" json:"set,omitempty"`         // the simple barrier of this name exists
+	Parties       int32                  `protobuf:"varint,3,opt,name=parties,proto3" json:"parties,omitempty"` // the double barrier of this name (0: nobody in it)
+	Open          bool                   `protobuf:"varint,4,opt,name=open,proto3" json:"open,omitempty"`
+	Entered       []int64                `protobuf:"varint,5,rep,packed,name=entered,proto3" json:"entered,omitempty"` // sessions inside, in entry order
+	Leaving       []int64                `protobuf:"varint,6,rep,packed,name=leaving,proto3" json:"leaving,omitempty"` // sessions that left and wait for the rest
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierStatsResponse) Reset() {
+	*x = BarrierStatsResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierStatsResponse) ProtoMessage() {}
+
+func (x *BarrierStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierStatsResponse.ProtoReflect.Descriptor instead.
+func (*BarrierStatsResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *BarrierStatsResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *BarrierStatsResponse) GetSet() bool {
+	if x != nil {
+		return x.Set
+	}
+	return false
+}
+
+func (x *BarrierStatsResponse) GetParties() int32 {
+	if x != nil {
+		return x.Parties
+	}
+	return 0
+}
+
+func (x *BarrierStatsResponse) GetOpen() bool {
+	if x != nil {
+		return x.Open
+	}
+	return false
+}
+
+func (x *BarrierStatsResponse) GetEntered() []int64 {
+	if x != nil {
+		return x.Entered
+	}
+	return nil
+}
+
+func (x *BarrierStatsResponse) GetLeaving() []int64 {
+	if x != nil {
+		return x.Leaving
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3742,7 +4660,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +4672,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[56]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +4685,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{56}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{71}
 }
 
 type Member struct {
@@ -3786,7 +4704,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +4716,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[57]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +4729,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{57}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Member) GetId() uint64 {
@@ -3893,7 +4811,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4823,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[58]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4836,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{58}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *StatusResponse) GetHeader() *Header {
@@ -4028,7 +4946,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[59]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4958,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[59]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4971,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{59}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TransferLeaderRequest) GetTargetId() uint64 {
@@ -4072,7 +4990,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[60]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +5002,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[60]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +5015,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{60}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TransferLeaderResponse) GetHeader() *Header {
@@ -4115,7 +5033,7 @@ type LatencyRequest struct {
 
 func (x *LatencyRequest) Reset() {
 	*x = LatencyRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[61]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4127,7 +5045,7 @@ func (x *LatencyRequest) String() string {
 func (*LatencyRequest) ProtoMessage() {}
 
 func (x *LatencyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[61]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4140,7 +5058,7 @@ func (x *LatencyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyRequest.ProtoReflect.Descriptor instead.
 func (*LatencyRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{61}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{76}
 }
 
 // LatencyStats summarises one histogram; durations in microseconds.
@@ -4160,7 +5078,7 @@ type LatencyStats struct {
 
 func (x *LatencyStats) Reset() {
 	*x = LatencyStats{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[62]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +5090,7 @@ func (x *LatencyStats) String() string {
 func (*LatencyStats) ProtoMessage() {}
 
 func (x *LatencyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[62]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +5103,7 @@ func (x *LatencyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyStats.ProtoReflect.Descriptor instead.
 func (*LatencyStats) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{62}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *LatencyStats) GetCount() int64 {
@@ -4256,7 +5174,7 @@ type LatencySeries struct {
 
 func (x *LatencySeries) Reset() {
 	*x = LatencySeries{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[63]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +5186,7 @@ func (x *LatencySeries) String() string {
 func (*LatencySeries) ProtoMessage() {}
 
 func (x *LatencySeries) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[63]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +5199,7 @@ func (x *LatencySeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencySeries.ProtoReflect.Descriptor instead.
 func (*LatencySeries) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{63}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LatencySeries) GetWindow() *LatencyStats {
@@ -4316,7 +5234,7 @@ type PeerLatency struct {
 
 func (x *PeerLatency) Reset() {
 	*x = PeerLatency{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[64]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4328,7 +5246,7 @@ func (x *PeerLatency) String() string {
 func (*PeerLatency) ProtoMessage() {}
 
 func (x *PeerLatency) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[64]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4341,7 +5259,7 @@ func (x *PeerLatency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLatency.ProtoReflect.Descriptor instead.
 func (*PeerLatency) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{64}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PeerLatency) GetPeerId() uint64 {
@@ -4379,7 +5297,7 @@ type LatencyResponse struct {
 
 func (x *LatencyResponse) Reset() {
 	*x = LatencyResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[65]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4391,7 +5309,7 @@ func (x *LatencyResponse) String() string {
 func (*LatencyResponse) ProtoMessage() {}
 
 func (x *LatencyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[65]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4404,7 +5322,7 @@ func (x *LatencyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyResponse.ProtoReflect.Descriptor instead.
 func (*LatencyResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{65}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LatencyResponse) GetMemberId() uint64 {
@@ -4722,7 +5640,78 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x05delta\x18\x02 \x01(\x03R\x05delta\"P\n" +
 	"\vAddResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value\"\x0f\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value\"7\n" +
+	"\vPushRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"K\n" +
+	"\fPushResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"\xb1\x01\n" +
+	"\n" +
+	"PopRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12#\n" +
+	"\rvisibility_ms\x18\x03 \x01(\x03R\fvisibilityMs\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x12\x16\n" +
+	"\x06detach\x18\x06 \x01(\bR\x06detach\"\x89\x01\n" +
+	"\tQueueItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x1f\n" +
+	"\vdeadline_ms\x18\x04 \x01(\x03R\n" +
+	"deadlineMs\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\x03R\tsessionId\"f\n" +
+	"\vPopResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12*\n" +
+	"\x04item\x18\x02 \x01(\v2\x16.meridian.v1.QueueItemR\x04item\"k\n" +
+	"\n" +
+	"AckRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\rR\aattempt\":\n" +
+	"\vAckResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"?\n" +
+	"\x11QueueStatsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\x81\x02\n" +
+	"\x12QueueStatsResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\x03R\x05ready\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\x12\x1c\n" +
+	"\tconsumers\x18\x04 \x01(\x03R\tconsumers\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x17\n" +
+	"\ahead_id\x18\x06 \x01(\x04R\x06headId\x12>\n" +
+	"\x0fin_flight_items\x18\a \x03(\v2\x16.meridian.v1.QueueItemR\rinFlightItems\"$\n" +
+	"\x0eBarrierRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\">\n" +
+	"\x0fBarrierResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"G\n" +
+	"\x12WaitBarrierRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\"\x82\x01\n" +
+	"\x14DoubleBarrierRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aparties\x18\x03 \x01(\x05R\aparties\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"D\n" +
+	"\x15DoubleBarrierResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\xb7\x01\n" +
+	"\x14BarrierStatsResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x10\n" +
+	"\x03set\x18\x02 \x01(\bR\x03set\x12\x18\n" +
+	"\aparties\x18\x03 \x01(\x05R\aparties\x12\x12\n" +
+	"\x04open\x18\x04 \x01(\bR\x04open\x12\x18\n" +
+	"\aentered\x18\x05 \x03(\x03R\aentered\x12\x18\n" +
+	"\aleaving\x18\x06 \x03(\x03R\aleaving\"\x0f\n" +
 	"\rStatusRequest\"\xd5\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
@@ -4806,7 +5795,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\vWatcherType\x12\x0f\n" +
 	"\vWATCHER_ANY\x10\x00\x12\x14\n" +
 	"\x10WATCHER_CHILDREN\x10\x01\x12\x10\n" +
-	"\fWATCHER_DATA\x10\x022\xaf\x10\n" +
+	"\fWATCHER_DATA\x10\x022\xcb\x16\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -4834,7 +5823,20 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\bProclaim\x12\x1c.meridian.v1.ProclaimRequest\x1a\x1d.meridian.v1.ProclaimResponse\x12A\n" +
 	"\x06Leader\x12\x1a.meridian.v1.LeaderRequest\x1a\x1b.meridian.v1.LeaderResponse\x12D\n" +
 	"\aObserve\x12\x1a.meridian.v1.LeaderRequest\x1a\x1b.meridian.v1.LeaderResponse0\x01\x128\n" +
-	"\x03Add\x12\x17.meridian.v1.AddRequest\x1a\x18.meridian.v1.AddResponse\x12A\n" +
+	"\x03Add\x12\x17.meridian.v1.AddRequest\x1a\x18.meridian.v1.AddResponse\x12;\n" +
+	"\x04Push\x12\x18.meridian.v1.PushRequest\x1a\x19.meridian.v1.PushResponse\x128\n" +
+	"\x03Pop\x12\x17.meridian.v1.PopRequest\x1a\x18.meridian.v1.PopResponse\x128\n" +
+	"\x03Ack\x12\x17.meridian.v1.AckRequest\x1a\x18.meridian.v1.AckResponse\x129\n" +
+	"\x04Nack\x12\x17.meridian.v1.AckRequest\x1a\x18.meridian.v1.AckResponse\x12M\n" +
+	"\n" +
+	"QueueStats\x12\x1e.meridian.v1.QueueStatsRequest\x1a\x1f.meridian.v1.QueueStatsResponse\x12G\n" +
+	"\n" +
+	"SetBarrier\x12\x1b.meridian.v1.BarrierRequest\x1a\x1c.meridian.v1.BarrierResponse\x12J\n" +
+	"\rRemoveBarrier\x12\x1b.meridian.v1.BarrierRequest\x1a\x1c.meridian.v1.BarrierResponse\x12L\n" +
+	"\vWaitBarrier\x12\x1f.meridian.v1.WaitBarrierRequest\x1a\x1c.meridian.v1.BarrierResponse\x12U\n" +
+	"\fEnterBarrier\x12!.meridian.v1.DoubleBarrierRequest\x1a\".meridian.v1.DoubleBarrierResponse\x12U\n" +
+	"\fLeaveBarrier\x12!.meridian.v1.DoubleBarrierRequest\x1a\".meridian.v1.DoubleBarrierResponse\x12N\n" +
+	"\fBarrierStats\x12\x1b.meridian.v1.BarrierRequest\x1a!.meridian.v1.BarrierStatsResponse\x12A\n" +
 	"\x06Status\x12\x1a.meridian.v1.StatusRequest\x1a\x1b.meridian.v1.StatusResponse\x12Y\n" +
 	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponse\x12D\n" +
 	"\aLatency\x12\x1b.meridian.v1.LatencyRequest\x1a\x1c.meridian.v1.LatencyResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
@@ -4852,7 +5854,7 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_meridian_v1_meridian_proto_goTypes = []any{
 	(CreateMode)(0),                // 0: meridian.v1.CreateMode
 	(Consistency)(0),               // 1: meridian.v1.Consistency
@@ -4915,142 +5917,188 @@ var file_meridian_v1_meridian_proto_goTypes = []any{
 	(*ListLocksResponse)(nil),      // 58: meridian.v1.ListLocksResponse
 	(*AddRequest)(nil),             // 59: meridian.v1.AddRequest
 	(*AddResponse)(nil),            // 60: meridian.v1.AddResponse
-	(*StatusRequest)(nil),          // 61: meridian.v1.StatusRequest
-	(*Member)(nil),                 // 62: meridian.v1.Member
-	(*StatusResponse)(nil),         // 63: meridian.v1.StatusResponse
-	(*TransferLeaderRequest)(nil),  // 64: meridian.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 65: meridian.v1.TransferLeaderResponse
-	(*LatencyRequest)(nil),         // 66: meridian.v1.LatencyRequest
-	(*LatencyStats)(nil),           // 67: meridian.v1.LatencyStats
-	(*LatencySeries)(nil),          // 68: meridian.v1.LatencySeries
-	(*PeerLatency)(nil),            // 69: meridian.v1.PeerLatency
-	(*LatencyResponse)(nil),        // 70: meridian.v1.LatencyResponse
+	(*PushRequest)(nil),            // 61: meridian.v1.PushRequest
+	(*PushResponse)(nil),           // 62: meridian.v1.PushResponse
+	(*PopRequest)(nil),             // 63: meridian.v1.PopRequest
+	(*QueueItem)(nil),              // 64: meridian.v1.QueueItem
+	(*PopResponse)(nil),            // 65: meridian.v1.PopResponse
+	(*AckRequest)(nil),             // 66: meridian.v1.AckRequest
+	(*AckResponse)(nil),            // 67: meridian.v1.AckResponse
+	(*QueueStatsRequest)(nil),      // 68: meridian.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 69: meridian.v1.QueueStatsResponse
+	(*BarrierRequest)(nil),         // 70: meridian.v1.BarrierRequest
+	(*BarrierResponse)(nil),        // 71: meridian.v1.BarrierResponse
+	(*WaitBarrierRequest)(nil),     // 72: meridian.v1.WaitBarrierRequest
+	(*DoubleBarrierRequest)(nil),   // 73: meridian.v1.DoubleBarrierRequest
+	(*DoubleBarrierResponse)(nil),  // 74: meridian.v1.DoubleBarrierResponse
+	(*BarrierStatsResponse)(nil),   // 75: meridian.v1.BarrierStatsResponse
+	(*StatusRequest)(nil),          // 76: meridian.v1.StatusRequest
+	(*Member)(nil),                 // 77: meridian.v1.Member
+	(*StatusResponse)(nil),         // 78: meridian.v1.StatusResponse
+	(*TransferLeaderRequest)(nil),  // 79: meridian.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 80: meridian.v1.TransferLeaderResponse
+	(*LatencyRequest)(nil),         // 81: meridian.v1.LatencyRequest
+	(*LatencyStats)(nil),           // 82: meridian.v1.LatencyStats
+	(*LatencySeries)(nil),          // 83: meridian.v1.LatencySeries
+	(*PeerLatency)(nil),            // 84: meridian.v1.PeerLatency
+	(*LatencyResponse)(nil),        // 85: meridian.v1.LatencyResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
-	7,  // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
-	0,  // 1: meridian.v1.CreateRequest.mode:type_name -> meridian.v1.CreateMode
-	8,  // 2: meridian.v1.CreateRequest.fence:type_name -> meridian.v1.Fence
-	5,  // 3: meridian.v1.CreateResponse.header:type_name -> meridian.v1.Header
-	6,  // 4: meridian.v1.CreateResponse.stat:type_name -> meridian.v1.Stat
-	8,  // 5: meridian.v1.DeleteRequest.fence:type_name -> meridian.v1.Fence
-	5,  // 6: meridian.v1.DeleteResponse.header:type_name -> meridian.v1.Header
-	8,  // 7: meridian.v1.SetDataRequest.fence:type_name -> meridian.v1.Fence
-	5,  // 8: meridian.v1.SetDataResponse.header:type_name -> meridian.v1.Header
-	6,  // 9: meridian.v1.SetDataResponse.stat:type_name -> meridian.v1.Stat
-	7,  // 10: meridian.v1.SetACLRequest.acl:type_name -> meridian.v1.ACL
-	5,  // 11: meridian.v1.SetACLResponse.header:type_name -> meridian.v1.Header
-	6,  // 12: meridian.v1.SetACLResponse.stat:type_name -> meridian.v1.Stat
-	9,  // 13: meridian.v1.Op.create:type_name -> meridian.v1.CreateRequest
-	11, // 14: meridian.v1.Op.delete:type_name -> meridian.v1.DeleteRequest
-	13, // 15: meridian.v1.Op.set_data:type_name -> meridian.v1.SetDataRequest
-	17, // 16: meridian.v1.Op.check:type_name -> meridian.v1.CheckOp
-	18, // 17: meridian.v1.MultiRequest.ops:type_name -> meridian.v1.Op
-	8,  // 18: meridian.v1.MultiRequest.fence:type_name -> meridian.v1.Fence
-	6,  // 19: meridian.v1.OpResult.stat:type_name -> meridian.v1.Stat
-	5,  // 20: meridian.v1.MultiResponse.header:type_name -> meridian.v1.Header
-	20, // 21: meridian.v1.MultiResponse.results:type_name -> meridian.v1.OpResult
-	1,  // 22: meridian.v1.ReadRequest.consistency:type_name -> meridian.v1.Consistency
-	5,  // 23: meridian.v1.GetDataResponse.header:type_name -> meridian.v1.Header
-	6,  // 24: meridian.v1.GetDataResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 25: meridian.v1.ExistsResponse.header:type_name -> meridian.v1.Header
-	6,  // 26: meridian.v1.ExistsResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 27: meridian.v1.GetChildrenResponse.header:type_name -> meridian.v1.Header
-	6,  // 28: meridian.v1.GetChildrenResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 29: meridian.v1.GetACLResponse.header:type_name -> meridian.v1.Header
-	7,  // 30: meridian.v1.GetACLResponse.acl:type_name -> meridian.v1.ACL
-	6,  // 31: meridian.v1.GetACLResponse.stat:type_name -> meridian.v1.Stat
-	5,  // 32: meridian.v1.SyncResponse.header:type_name -> meridian.v1.Header
-	5,  // 33: meridian.v1.CreateSessionResponse.header:type_name -> meridian.v1.Header
-	5,  // 34: meridian.v1.KeepAliveResponse.header:type_name -> meridian.v1.Header
-	5,  // 35: meridian.v1.CloseSessionResponse.header:type_name -> meridian.v1.Header
-	5,  // 36: meridian.v1.AttachSessionResponse.header:type_name -> meridian.v1.Header
-	3,  // 37: meridian.v1.WatchEvent.type:type_name -> meridian.v1.EventType
-	2,  // 38: meridian.v1.AddWatchRequest.mode:type_name -> meridian.v1.WatchMode
-	5,  // 39: meridian.v1.AddWatchResponse.header:type_name -> meridian.v1.Header
-	4,  // 40: meridian.v1.RemoveWatchesRequest.type:type_name -> meridian.v1.WatcherType
-	5,  // 41: meridian.v1.RemoveWatchesResponse.header:type_name -> meridian.v1.Header
-	5,  // 42: meridian.v1.LockResponse.header:type_name -> meridian.v1.Header
-	5,  // 43: meridian.v1.UnlockResponse.header:type_name -> meridian.v1.Header
-	5,  // 44: meridian.v1.CheckTokenResponse.header:type_name -> meridian.v1.Header
-	5,  // 45: meridian.v1.ProclaimResponse.header:type_name -> meridian.v1.Header
-	5,  // 46: meridian.v1.LeaderResponse.header:type_name -> meridian.v1.Header
-	50, // 47: meridian.v1.LockInfo.holders:type_name -> meridian.v1.LockHolder
-	55, // 48: meridian.v1.LockInfo.waiters:type_name -> meridian.v1.LockWaiter
-	5,  // 49: meridian.v1.ListLocksResponse.header:type_name -> meridian.v1.Header
-	56, // 50: meridian.v1.ListLocksResponse.locks:type_name -> meridian.v1.LockInfo
-	5,  // 51: meridian.v1.AddResponse.header:type_name -> meridian.v1.Header
-	5,  // 52: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
-	62, // 53: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
-	5,  // 54: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
-	67, // 55: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
-	67, // 56: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
-	68, // 57: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
-	69, // 58: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
-	68, // 59: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
-	68, // 60: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
-	9,  // 61: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	11, // 62: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	13, // 63: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	15, // 64: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	19, // 65: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	22, // 66: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	22, // 67: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	22, // 68: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	22, // 69: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	27, // 70: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	29, // 71: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	31, // 72: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	33, // 73: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	35, // 74: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	37, // 75: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	39, // 76: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	41, // 77: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	43, // 78: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
-	45, // 79: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
-	46, // 80: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
-	48, // 81: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
-	57, // 82: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
-	51, // 83: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
-	53, // 84: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
-	53, // 85: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
-	59, // 86: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
-	61, // 87: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	64, // 88: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	66, // 89: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
-	10, // 90: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	12, // 91: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	14, // 92: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	16, // 93: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	21, // 94: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	23, // 95: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	24, // 96: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	25, // 97: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	26, // 98: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	28, // 99: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	30, // 100: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	32, // 101: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	34, // 102: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	36, // 103: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	38, // 104: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	40, // 105: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	42, // 106: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	44, // 107: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	47, // 108: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	47, // 109: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	49, // 110: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	58, // 111: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	52, // 112: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
-	54, // 113: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
-	54, // 114: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
-	60, // 115: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
-	63, // 116: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	65, // 117: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	70, // 118: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
-	90, // [90:119] is the sub-list for method output_type
-	61, // [61:90] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	7,   // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
+	0,   // 1: meridian.v1.CreateRequest.mode:type_name -> meridian.v1.CreateMode
+	8,   // 2: meridian.v1.CreateRequest.fence:type_name -> meridian.v1.Fence
+	5,   // 3: meridian.v1.CreateResponse.header:type_name -> meridian.v1.Header
+	6,   // 4: meridian.v1.CreateResponse.stat:type_name -> meridian.v1.Stat
+	8,   // 5: meridian.v1.DeleteRequest.fence:type_name -> meridian.v1.Fence
+	5,   // 6: meridian.v1.DeleteResponse.header:type_name -> meridian.v1.Header
+	8,   // 7: meridian.v1.SetDataRequest.fence:type_name -> meridian.v1.Fence
+	5,   // 8: meridian.v1.SetDataResponse.header:type_name -> meridian.v1.Header
+	6,   // 9: meridian.v1.SetDataResponse.stat:type_name -> meridian.v1.Stat
+	7,   // 10: meridian.v1.SetACLRequest.acl:type_name -> meridian.v1.ACL
+	5,   // 11: meridian.v1.SetACLResponse.header:type_name -> meridian.v1.Header
+	6,   // 12: meridian.v1.SetACLResponse.stat:type_name -> meridian.v1.Stat
+	9,   // 13: meridian.v1.Op.create:type_name -> meridian.v1.CreateRequest
+	11,  // 14: meridian.v1.Op.delete:type_name -> meridian.v1.DeleteRequest
+	13,  // 15: meridian.v1.Op.set_data:type_name -> meridian.v1.SetDataRequest
+	17,  // 16: meridian.v1.Op.check:type_name -> meridian.v1.CheckOp
+	18,  // 17: meridian.v1.MultiRequest.ops:type_name -> meridian.v1.Op
+	8,   // 18: meridian.v1.MultiRequest.fence:type_name -> meridian.v1.Fence
+	6,   // 19: meridian.v1.OpResult.stat:type_name -> meridian.v1.Stat
+	5,   // 20: meridian.v1.MultiResponse.header:type_name -> meridian.v1.Header
+	20,  // 21: meridian.v1.MultiResponse.results:type_name -> meridian.v1.OpResult
+	1,   // 22: meridian.v1.ReadRequest.consistency:type_name -> meridian.v1.Consistency
+	5,   // 23: meridian.v1.GetDataResponse.header:type_name -> meridian.v1.Header
+	6,   // 24: meridian.v1.GetDataResponse.stat:type_name -> meridian.v1.Stat
+	5,   // 25: meridian.v1.ExistsResponse.header:type_name -> meridian.v1.Header
+	6,   // 26: meridian.v1.ExistsResponse.stat:type_name -> meridian.v1.Stat
+	5,   // 27: meridian.v1.GetChildrenResponse.header:type_name -> meridian.v1.Header
+	6,   // 28: meridian.v1.GetChildrenResponse.stat:type_name -> meridian.v1.Stat
+	5,   // 29: meridian.v1.GetACLResponse.header:type_name -> meridian.v1.Header
+	7,   // 30: meridian.v1.GetACLResponse.acl:type_name -> meridian.v1.ACL
+	6,   // 31: meridian.v1.GetACLResponse.stat:type_name -> meridian.v1.Stat
+	5,   // 32: meridian.v1.SyncResponse.header:type_name -> meridian.v1.Header
+	5,   // 33: meridian.v1.CreateSessionResponse.header:type_name -> meridian.v1.Header
+	5,   // 34: meridian.v1.KeepAliveResponse.header:type_name -> meridian.v1.Header
+	5,   // 35: meridian.v1.CloseSessionResponse.header:type_name -> meridian.v1.Header
+	5,   // 36: meridian.v1.AttachSessionResponse.header:type_name -> meridian.v1.Header
+	3,   // 37: meridian.v1.WatchEvent.type:type_name -> meridian.v1.EventType
+	2,   // 38: meridian.v1.AddWatchRequest.mode:type_name -> meridian.v1.WatchMode
+	5,   // 39: meridian.v1.AddWatchResponse.header:type_name -> meridian.v1.Header
+	4,   // 40: meridian.v1.RemoveWatchesRequest.type:type_name -> meridian.v1.WatcherType
+	5,   // 41: meridian.v1.RemoveWatchesResponse.header:type_name -> meridian.v1.Header
+	5,   // 42: meridian.v1.LockResponse.header:type_name -> meridian.v1.Header
+	5,   // 43: meridian.v1.UnlockResponse.header:type_name -> meridian.v1.Header
+	5,   // 44: meridian.v1.CheckTokenResponse.header:type_name -> meridian.v1.Header
+	5,   // 45: meridian.v1.ProclaimResponse.header:type_name -> meridian.v1.Header
+	5,   // 46: meridian.v1.LeaderResponse.header:type_name -> meridian.v1.Header
+	50,  // 47: meridian.v1.LockInfo.holders:type_name -> meridian.v1.LockHolder
+	55,  // 48: meridian.v1.LockInfo.waiters:type_name -> meridian.v1.LockWaiter
+	5,   // 49: meridian.v1.ListLocksResponse.header:type_name -> meridian.v1.Header
+	56,  // 50: meridian.v1.ListLocksResponse.locks:type_name -> meridian.v1.LockInfo
+	5,   // 51: meridian.v1.AddResponse.header:type_name -> meridian.v1.Header
+	5,   // 52: meridian.v1.PushResponse.header:type_name -> meridian.v1.Header
+	5,   // 53: meridian.v1.PopResponse.header:type_name -> meridian.v1.Header
+	64,  // 54: meridian.v1.PopResponse.item:type_name -> meridian.v1.QueueItem
+	5,   // 55: meridian.v1.AckResponse.header:type_name -> meridian.v1.Header
+	5,   // 56: meridian.v1.QueueStatsResponse.header:type_name -> meridian.v1.Header
+	64,  // 57: meridian.v1.QueueStatsResponse.in_flight_items:type_name -> meridian.v1.QueueItem
+	5,   // 58: meridian.v1.BarrierResponse.header:type_name -> meridian.v1.Header
+	5,   // 59: meridian.v1.DoubleBarrierResponse.header:type_name -> meridian.v1.Header
+	5,   // 60: meridian.v1.BarrierStatsResponse.header:type_name -> meridian.v1.Header
+	5,   // 61: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
+	77,  // 62: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
+	5,   // 63: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
+	82,  // 64: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
+	82,  // 65: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
+	83,  // 66: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
+	84,  // 67: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
+	83,  // 68: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
+	83,  // 69: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
+	9,   // 70: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	11,  // 71: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	13,  // 72: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	15,  // 73: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	19,  // 74: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	22,  // 75: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	22,  // 76: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	22,  // 77: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	22,  // 78: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	27,  // 79: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	29,  // 80: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	31,  // 81: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	33,  // 82: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	35,  // 83: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	37,  // 84: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	39,  // 85: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	41,  // 86: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	43,  // 87: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	45,  // 88: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	46,  // 89: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	48,  // 90: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	57,  // 91: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	51,  // 92: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
+	53,  // 93: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
+	53,  // 94: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
+	59,  // 95: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
+	61,  // 96: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
+	63,  // 97: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
+	66,  // 98: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
+	66,  // 99: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
+	68,  // 100: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
+	70,  // 101: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
+	70,  // 102: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
+	72,  // 103: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
+	73,  // 104: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	73,  // 105: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	70,  // 106: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
+	76,  // 107: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	79,  // 108: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	81,  // 109: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
+	10,  // 110: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	12,  // 111: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	14,  // 112: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	16,  // 113: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	21,  // 114: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	23,  // 115: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	24,  // 116: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	25,  // 117: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	26,  // 118: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	28,  // 119: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	30,  // 120: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	32,  // 121: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	34,  // 122: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	36,  // 123: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	38,  // 124: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	40,  // 125: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	42,  // 126: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	44,  // 127: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	47,  // 128: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	47,  // 129: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	49,  // 130: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	58,  // 131: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	52,  // 132: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	54,  // 133: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	54,  // 134: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	60,  // 135: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
+	62,  // 136: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
+	65,  // 137: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
+	67,  // 138: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
+	67,  // 139: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
+	69,  // 140: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
+	71,  // 141: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
+	71,  // 142: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
+	71,  // 143: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
+	74,  // 144: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	74,  // 145: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	75,  // 146: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
+	78,  // 147: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	80,  // 148: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	85,  // 149: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
+	110, // [110:150] is the sub-list for method output_type
+	70,  // [70:110] is the sub-list for method input_type
+	70,  // [70:70] is the sub-list for extension type_name
+	70,  // [70:70] is the sub-list for extension extendee
+	0,   // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -5074,7 +6122,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   66,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,6 +53,17 @@ const (
 	Meridian_Leader_FullMethodName         = "/meridian.v1.Meridian/Leader"
 	Meridian_Observe_FullMethodName        = "/meridian.v1.Meridian/Observe"
 	Meridian_Add_FullMethodName            = "/meridian.v1.Meridian/Add"
+	Meridian_Push_FullMethodName           = "/meridian.v1.Meridian/Push"
+	Meridian_Pop_FullMethodName            = "/meridian.v1.Meridian/Pop"
+	Meridian_Ack_FullMethodName            = "/meridian.v1.Meridian/Ack"
+	Meridian_Nack_FullMethodName           = "/meridian.v1.Meridian/Nack"
+	Meridian_QueueStats_FullMethodName     = "/meridian.v1.Meridian/QueueStats"
+	Meridian_SetBarrier_FullMethodName     = "/meridian.v1.Meridian/SetBarrier"
+	Meridian_RemoveBarrier_FullMethodName  = "/meridian.v1.Meridian/RemoveBarrier"
+	Meridian_WaitBarrier_FullMethodName    = "/meridian.v1.Meridian/WaitBarrier"
+	Meridian_EnterBarrier_FullMethodName   = "/meridian.v1.Meridian/EnterBarrier"
+	Meridian_LeaveBarrier_FullMethodName   = "/meridian.v1.Meridian/LeaveBarrier"
+	Meridian_BarrierStats_FullMethodName   = "/meridian.v1.Meridian/BarrierStats"
 	Meridian_Status_FullMethodName         = "/meridian.v1.Meridian/Status"
 	Meridian_TransferLeader_FullMethodName = "/meridian.v1.Meridian/TransferLeader"
 	Meridian_Latency_FullMethodName        = "/meridian.v1.Meridian/Latency"
@@ -105,6 +116,26 @@ type MeridianClient interface {
 	// Counters: atomic add; delta 0 reads the value (through the log, so
 	// linearizably). Overflow fails with an error instead of wrapping.
 	Add(ctx context.Context, in *AddRequest, opts ...grpc.CallOption) (*AddResponse, error)
+	// Queues: FIFO, at-least-once. Push appends (the id is its zxid); Pop
+	// takes the head item and hides it for a visibility lease until Ack
+	// (gone), Nack (back to the front), the lease passes or the consumer's
+	// session ends (back to the front, redelivered with attempt + 1). A
+	// waiting Pop on an empty queue is handed the next item by the commit
+	// that makes one available, FIFO among consumers.
+	Push(ctx context.Context, in *PushRequest, opts ...grpc.CallOption) (*PushResponse, error)
+	Pop(ctx context.Context, in *PopRequest, opts ...grpc.CallOption) (*PopResponse, error)
+	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
+	Nack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
+	QueueStats(ctx context.Context, in *QueueStatsRequest, opts ...grpc.CallOption) (*QueueStatsResponse, error)
+	// Barriers (ZooKeeper recipes). A simple barrier blocks WaitBarrier until
+	// it is removed. A double barrier for N: Enter returns once N sessions
+	// are inside, Leave once every participant has left.
+	SetBarrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error)
+	RemoveBarrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error)
+	WaitBarrier(ctx context.Context, in *WaitBarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error)
+	EnterBarrier(ctx context.Context, in *DoubleBarrierRequest, opts ...grpc.CallOption) (*DoubleBarrierResponse, error)
+	LeaveBarrier(ctx context.Context, in *DoubleBarrierRequest, opts ...grpc.CallOption) (*DoubleBarrierResponse, error)
+	BarrierStats(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierStatsResponse, error)
 	// Cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
@@ -399,6 +430,116 @@ func (c *meridianClient) Add(ctx context.Context, in *AddRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *meridianClient) Push(ctx context.Context, in *PushRequest, opts ...grpc.CallOption) (*PushResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushResponse)
+	err := c.cc.Invoke(ctx, Meridian_Push_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) Pop(ctx context.Context, in *PopRequest, opts ...grpc.CallOption) (*PopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PopResponse)
+	err := c.cc.Invoke(ctx, Meridian_Pop_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AckResponse)
+	err := c.cc.Invoke(ctx, Meridian_Ack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) Nack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AckResponse)
+	err := c.cc.Invoke(ctx, Meridian_Nack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) QueueStats(ctx context.Context, in *QueueStatsRequest, opts ...grpc.CallOption) (*QueueStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueStatsResponse)
+	err := c.cc.Invoke(ctx, Meridian_QueueStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) SetBarrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BarrierResponse)
+	err := c.cc.Invoke(ctx, Meridian_SetBarrier_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) RemoveBarrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BarrierResponse)
+	err := c.cc.Invoke(ctx, Meridian_RemoveBarrier_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) WaitBarrier(ctx context.Context, in *WaitBarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BarrierResponse)
+	err := c.cc.Invoke(ctx, Meridian_WaitBarrier_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) EnterBarrier(ctx context.Context, in *DoubleBarrierRequest, opts ...grpc.CallOption) (*DoubleBarrierResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DoubleBarrierResponse)
+	err := c.cc.Invoke(ctx, Meridian_EnterBarrier_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) LeaveBarrier(ctx context.Context, in *DoubleBarrierRequest, opts ...grpc.CallOption) (*DoubleBarrierResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DoubleBarrierResponse)
+	err := c.cc.Invoke(ctx, Meridian_LeaveBarrier_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) BarrierStats(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BarrierStatsResponse)
+	err := c.cc.Invoke(ctx, Meridian_BarrierStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *meridianClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -476,6 +617,26 @@ type MeridianServer interface {
 	// Counters: atomic add; delta 0 reads the value (through the log, so
 	// linearizably). Overflow fails with an error instead of wrapping.
 	Add(context.Context, *AddRequest) (*AddResponse, error)
+	// Queues: FIFO, at-least-once. Push appends (the id is its zxid); Pop
+	// takes the head item and hides it for a visibility lease until Ack
+	// (gone), Nack (back to the front), the lease passes or the consumer's
+	// session ends (back to the front, redelivered with attempt + 1). A
+	// waiting Pop on an empty queue is handed the next item by the commit
+	// that makes one available, FIFO among consumers.
+	Push(context.Context, *PushRequest) (*PushResponse, error)
+	Pop(context.Context, *PopRequest) (*PopResponse, error)
+	Ack(context.Context, *AckRequest) (*AckResponse, error)
+	Nack(context.Context, *AckRequest) (*AckResponse, error)
+	QueueStats(context.Context, *QueueStatsRequest) (*QueueStatsResponse, error)
+	// Barriers (ZooKeeper recipes). A simple barrier blocks WaitBarrier until
+	// it is removed. A double barrier for N: Enter returns once N sessions
+	// are inside, Leave once every participant has left.
+	SetBarrier(context.Context, *BarrierRequest) (*BarrierResponse, error)
+	RemoveBarrier(context.Context, *BarrierRequest) (*BarrierResponse, error)
+	WaitBarrier(context.Context, *WaitBarrierRequest) (*BarrierResponse, error)
+	EnterBarrier(context.Context, *DoubleBarrierRequest) (*DoubleBarrierResponse, error)
+	LeaveBarrier(context.Context, *DoubleBarrierRequest) (*DoubleBarrierResponse, error)
+	BarrierStats(context.Context, *BarrierRequest) (*BarrierStatsResponse, error)
 	// Cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
@@ -569,6 +730,39 @@ func (UnimplementedMeridianServer) Observe(*LeaderRequest, grpc.ServerStreamingS
 }
 func (UnimplementedMeridianServer) Add(context.Context, *AddRequest) (*AddResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Add not implemented")
+}
+func (UnimplementedMeridianServer) Push(context.Context, *PushRequest) (*PushResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Push not implemented")
+}
+func (UnimplementedMeridianServer) Pop(context.Context, *PopRequest) (*PopResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Pop not implemented")
+}
+func (UnimplementedMeridianServer) Ack(context.Context, *AckRequest) (*AckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ack not implemented")
+}
+func (UnimplementedMeridianServer) Nack(context.Context, *AckRequest) (*AckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Nack not implemented")
+}
+func (UnimplementedMeridianServer) QueueStats(context.Context, *QueueStatsRequest) (*QueueStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueStats not implemented")
+}
+func (UnimplementedMeridianServer) SetBarrier(context.Context, *BarrierRequest) (*BarrierResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBarrier not implemented")
+}
+func (UnimplementedMeridianServer) RemoveBarrier(context.Context, *BarrierRequest) (*BarrierResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveBarrier not implemented")
+}
+func (UnimplementedMeridianServer) WaitBarrier(context.Context, *WaitBarrierRequest) (*BarrierResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitBarrier not implemented")
+}
+func (UnimplementedMeridianServer) EnterBarrier(context.Context, *DoubleBarrierRequest) (*DoubleBarrierResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EnterBarrier not implemented")
+}
+func (UnimplementedMeridianServer) LeaveBarrier(context.Context, *DoubleBarrierRequest) (*DoubleBarrierResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaveBarrier not implemented")
+}
+func (UnimplementedMeridianServer) BarrierStats(context.Context, *BarrierRequest) (*BarrierStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BarrierStats not implemented")
 }
 func (UnimplementedMeridianServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -1054,6 +1248,204 @@ func _Meridian_Add_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_Push_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PushRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Push(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Push_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Push(ctx, req.(*PushRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_Pop_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PopRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Pop(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Pop_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Pop(ctx, req.(*PopRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_Ack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Ack(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Ack_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Ack(ctx, req.(*AckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_Nack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).Nack(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_Nack_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).Nack(ctx, req.(*AckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_QueueStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).QueueStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_QueueStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).QueueStats(ctx, req.(*QueueStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_SetBarrier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BarrierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).SetBarrier(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_SetBarrier_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).SetBarrier(ctx, req.(*BarrierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_RemoveBarrier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BarrierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).RemoveBarrier(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_RemoveBarrier_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).RemoveBarrier(ctx, req.(*BarrierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_WaitBarrier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitBarrierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).WaitBarrier(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_WaitBarrier_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).WaitBarrier(ctx, req.(*WaitBarrierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_EnterBarrier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DoubleBarrierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).EnterBarrier(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_EnterBarrier_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).EnterBarrier(ctx, req.(*DoubleBarrierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_LeaveBarrier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DoubleBarrierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).LeaveBarrier(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_LeaveBarrier_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).LeaveBarrier(ctx, req.(*DoubleBarrierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_BarrierStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BarrierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).BarrierStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_BarrierStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).BarrierStats(ctx, req.(*BarrierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meridian_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -1210,6 +1602,50 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Add",
 			Handler:    _Meridian_Add_Handler,
+		},
+		{
+			MethodName: "Push",
+			Handler:    _Meridian_Push_Handler,
+		},
+		{
+			MethodName: "Pop",
+			Handler:    _Meridian_Pop_Handler,
+		},
+		{
+			MethodName: "Ack",
+			Handler:    _Meridian_Ack_Handler,
+		},
+		{
+			MethodName: "Nack",
+			Handler:    _Meridian_Nack_Handler,
+		},
+		{
+			MethodName: "QueueStats",
+			Handler:    _Meridian_QueueStats_Handler,
+		},
+		{
+			MethodName: "SetBarrier",
+			Handler:    _Meridian_SetBarrier_Handler,
+		},
+		{
+			MethodName: "RemoveBarrier",
+			Handler:    _Meridian_RemoveBarrier_Handler,
+		},
+		{
+			MethodName: "WaitBarrier",
+			Handler:    _Meridian_WaitBarrier_Handler,
+		},
+		{
+			MethodName: "EnterBarrier",
+			Handler:    _Meridian_EnterBarrier_Handler,
+		},
+		{
+			MethodName: "LeaveBarrier",
+			Handler:    _Meridian_LeaveBarrier_Handler,
+		},
+		{
+			MethodName: "BarrierStats",
+			Handler:    _Meridian_BarrierStats_Handler,
 		},
 		{
 			MethodName: "Status",

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -223,6 +224,7 @@ func TestDevCommand(t *testing.T) {
 	if got := run("locks"); strings.Contains(got, "deploy") {
 		t.Fatalf("lock still listed after the command exited:\n%s", got)
 	}
+	checkQueueAndBarrierCLI(t, eps, run)
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -239,4 +241,118 @@ func TestDevCommand(t *testing.T) {
 			t.Fatalf("node %d still listening after dev stopped", i)
 		}
 	}
+}
+
+// checkQueueAndBarrierCLI runs README's queue and barrier commands against
+// the dev cluster, each command its own process (and session).
+func checkQueueAndBarrierCLI(t *testing.T, eps string, run func(args ...string) string) {
+	t.Helper()
+	type bg struct {
+		out  *syncBuffer
+		done chan error
+	}
+	start := func(args ...string) bg {
+		out := &syncBuffer{}
+		cmd := exec.Command(binary, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...)
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill() })
+		b := bg{out, make(chan error, 1)}
+		go func() { b.done <- cmd.Wait() }()
+		return b
+	}
+	wait := func(b bg, what string) string {
+		t.Helper()
+		select {
+		case err := <-b.done:
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", what, err, b.out)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not finish", what)
+		}
+		return strings.TrimSpace(b.out.String())
+	}
+	notDone := func(b bg, what string) {
+		t.Helper()
+		select {
+		case err := <-b.done:
+			t.Fatalf("%s returned early: %v\n%s", what, err, b.out)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	id1, id2 := run("queue", "push", "jobs", "hello"), run("queue", "push", "jobs", "world")
+	if got := run("queue", "pop", "jobs", "--visibility", "1m"); got != "id="+id1+" attempt=1\nhello" {
+		t.Fatalf("pop = %q (pushed %s)", got, id1)
+	}
+	// The popping command has exited: its detached delivery is still in flight.
+	if got := run("queue", "ls", "jobs"); !strings.HasPrefix(got, "ready=1 in-flight=1 consumers=0") || !strings.Contains(got, "detached") {
+		t.Fatalf("ls after pop:\n%s", got)
+	}
+	run("queue", "nack", "jobs", id1)
+	if got := run("queue", "pop", "jobs", "--ack"); got != "id="+id1+" attempt=2\nhello" {
+		t.Fatalf("pop after nack = %q", got)
+	}
+	if got := run("queue", "pop", "jobs"); got != "id="+id2+" attempt=1\nworld" {
+		t.Fatalf("second pop = %q", got)
+	}
+	run("queue", "ack", "jobs", id2)
+	if got := run("queue", "ls", "jobs"); got != "ready=0 in-flight=0 consumers=0 bytes=0" {
+		t.Fatalf("ls after acks: %q", got)
+	}
+	if b, err := exec.Command(binary, "--endpoints", eps, "queue", "pop", "jobs").CombinedOutput(); err == nil || !strings.Contains(string(b), "queue is empty") {
+		t.Fatalf("pop on an empty queue: %v %s", err, b)
+	}
+	waiter := start("queue", "pop", "jobs", "--wait", "--ack")
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(run("queue", "ls", "jobs"), "consumers=1"); {
+		if time.Now().After(deadline) {
+			t.Fatal("pop --wait never registered as a consumer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	notDone(waiter, "pop --wait on an empty queue")
+	id3 := run("queue", "push", "jobs", "late")
+	if got := wait(waiter, "pop --wait"); got != "id="+id3+" attempt=1\nlate" {
+		t.Fatalf("pop --wait = %q", got)
+	}
+	// Simple barrier: waiters block until it is removed.
+	run("barrier", "set", "gate")
+	bw := start("barrier", "wait", "gate")
+	notDone(bw, "barrier wait on a set barrier")
+	run("barrier", "rm", "gate")
+	wait(bw, "barrier wait")
+	// Double barrier: two processes run their command between enter and
+	// leave; the first does not run it before the second has entered.
+	r1 := start("barrier", "run", "phase", "2", "--", "echo", "one")
+	notDone(r1, "barrier run with 1 of 2 parties")
+	if got := r1.out.String(); got != "" {
+		t.Fatalf("command ran before the barrier opened: %q", got)
+	}
+	r2 := start("barrier", "run", "phase", "2", "--", "echo", "two")
+	if got := wait(r1, "barrier run 1") + wait(r2, "barrier run 2"); got != "onetwo" {
+		t.Fatalf("barrier run output %q", got)
+	}
+	if got := run("barrier", "stat", "phase"); got != "set=false parties=0 open=false entered=0 leaving=0" {
+		t.Fatalf("barrier after the round: %q", got)
+	}
+}
+
+// syncBuffer collects a process's output; readable while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

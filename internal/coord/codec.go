@@ -2,6 +2,7 @@ package coord
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/meridian-coord/meridian/internal/errs"
 )
@@ -13,10 +14,26 @@ const Tag byte = 0xC1
 // MaxInnerBytes bounds the tree command carried by a fenced write.
 const MaxInnerBytes = 4 << 20
 
-// Encode serializes c: Tag, then varints and length-prefixed strings.
+// extVersion starts the optional extension block after Value: the fields
+// queues and barriers added. It is written only when one of them is set, so
+// every command an older binary could write encodes byte for byte as before
+// and an older binary still decodes them during a rolling upgrade.
+const extVersion byte = 1
+
+func (c *Command) hasExt() bool {
+	return c.VisibilityMs != 0 || c.Detach || c.Item != 0 || c.Attempt != 0 || c.Waiter != 0 || c.Parties != 0
+}
+
+// Encode serializes c: Tag, then varints and length-prefixed strings, then
+// the extension block if any of its fields is set.
 func Encode(c *Command) ([]byte, error) {
 	if len(c.Lock) > MaxLockNameBytes || len(c.Inner) > MaxInnerBytes || len(c.Value) > MaxValueBytes {
 		return nil, errs.ErrRequestTooLarge
+	}
+	// Refuse here what Decode refuses, so a proposal is never committed only
+	// to be skipped by every replica (its caller would wait for nothing).
+	if c.Permits < 0 || c.Permits > MaxPermits || c.Parties < 0 || c.Parties > MaxParties {
+		return nil, errs.ErrBadArguments
 	}
 	b := make([]byte, 0, 48+len(c.Lock)+len(c.Inner))
 	b = append(b, Tag, byte(c.Op), byte(c.Mode))
@@ -39,6 +56,19 @@ func Encode(c *Command) ([]byte, error) {
 	b = append(b, c.Inner...)
 	b = binary.AppendUvarint(b, uint64(len(c.Value)))
 	b = append(b, c.Value...)
+	if c.hasExt() {
+		b = append(b, extVersion)
+		b = binary.AppendVarint(b, c.VisibilityMs)
+		if c.Detach {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		b = binary.AppendUvarint(b, c.Item)
+		b = binary.AppendUvarint(b, uint64(c.Attempt))
+		b = binary.AppendUvarint(b, c.Waiter)
+		b = binary.AppendVarint(b, int64(c.Parties))
+	}
 	return b, nil
 }
 
@@ -103,7 +133,37 @@ func Decode(b []byte) (*Command, error) {
 	if c.Inner, ok = bytesField(MaxInnerBytes); !ok {
 		return nil, bad
 	}
-	if c.Value, ok = bytesField(MaxValueBytes); !ok || len(b) != 0 {
+	if c.Value, ok = bytesField(MaxValueBytes); !ok {
+		return nil, bad
+	}
+	if len(b) > 0 {
+		if b[0] != extVersion {
+			return nil, bad
+		}
+		b = b[1:]
+		if c.VisibilityMs, ok = sv(); !ok || len(b) == 0 || b[0] > 1 {
+			return nil, bad
+		}
+		c.Detach = b[0] == 1
+		b = b[1:]
+		if c.Item, ok = uv(); !ok {
+			return nil, bad
+		}
+		attempt, ok := uv()
+		if !ok || attempt > math.MaxUint32 {
+			return nil, bad
+		}
+		c.Attempt = uint32(attempt)
+		if c.Waiter, ok = uv(); !ok {
+			return nil, bad
+		}
+		parties, ok := sv()
+		if !ok || parties < 0 || parties > MaxParties {
+			return nil, bad
+		}
+		c.Parties = int32(parties)
+	}
+	if len(b) != 0 {
 		return nil, bad
 	}
 	if len(c.Inner) == 0 {

@@ -1,6 +1,8 @@
 // Package coord owns Meridian's server-side coordination primitives that live
-// in the replicated state machine: today, locks (exclusive and shared, FIFO
-// wait queues, fencing tokens, lock-delay, release on session end).
+// in the replicated state machine: locks (exclusive and shared, FIFO wait
+// queues, fencing tokens, lock-delay, release on session end), semaphores,
+// elections, counters, FIFO work queues with visibility leases (queue.go) and
+// barriers (barrier.go).
 //
 // Like the tree it is a pure, deterministic state machine: Apply takes a
 // command and its log index and returns a result plus the grants and losses
@@ -59,6 +61,20 @@ const (
 	OpFenced       OpType = 6 // Lock, Token, Inner: a tree write applied only if Token holds Lock
 	OpProclaim     OpType = 7 // Lock, Value: the holder publishes a new value (elections)
 	OpAdd          OpType = 8 // Lock (the counter's name), Delta: atomic add; the result carries the new value
+
+	// Queues (queue.go); Lock is the queue's name.
+	OpPush      OpType = 9  // Value: append an item; its id is this command's index
+	OpPop       OpType = 10 // Wait, VisibilityMs, Detach: take the head item (or wait for one, FIFO)
+	OpAck       OpType = 11 // Item, Attempt: the delivery is done; the item is gone
+	OpNack      OpType = 12 // Item, Attempt: give the item back (front of the queue)
+	OpCancelPop OpType = 13 // Waiter: withdraw the waiting pop proposed with that id
+
+	// Barriers (barrier.go); Lock is the barrier's name.
+	OpBarrierSet    OpType = 14 // create a simple barrier (idempotent)
+	OpBarrierRemove OpType = 15 // remove it, releasing everyone waiting (idempotent)
+	OpEnter         OpType = 16 // Parties: enter a double barrier; waits until Parties have entered
+	OpLeave         OpType = 17 // leave it; waits until every participant has left
+	OpCancelEnter   OpType = 18 // withdraw a waiting enter (unless the barrier opened meanwhile)
 )
 
 // Command is one coordination command in the raft log.
@@ -77,14 +93,37 @@ type Command struct {
 	Inner   []byte // fenced: an encoded tree command
 	Value   []byte // acquire/proclaim: the holder's published value (an election's leader value)
 	Delta   int64  // add: the amount added to the counter
+
+	// Fields of the codec's extension block (queues, barriers).
+	VisibilityMs int64  // pop: how long a delivery stays invisible before redelivery (0: DefaultVisibilityMs)
+	Detach       bool   // pop: the delivery outlives the popping session (only its lease bounds it)
+	Item         uint64 // ack/nack: the item id
+	Attempt      uint32 // ack/nack: the delivery's attempt number (0: whichever is current)
+	Waiter       uint64 // cancel-pop: the proposal id of the waiting pop
+	Parties      int32  // enter: participants of the double barrier
 }
 
-// Grant is a hold given by a command: to return to a waiting acquirer.
+// GrantKind says what a Grant hands to a waiting request.
+type GrantKind uint8
+
+const (
+	GrantLock           GrantKind = iota // a lock hold
+	GrantItem                            // a queue item, to the waiting pop Waiter
+	GrantEnter                           // a double barrier opened: Session's enter returns
+	GrantLeave                           // every participant left: Session's leave returns
+	GrantBarrierRemoved                  // a simple barrier was removed: its waiters return (Session 0)
+)
+
+// Grant is something given by a command to a request waiting for it: a
+// lock hold (the zero Kind), a queue delivery or a barrier release.
 type Grant struct {
-	Lock    string
+	Lock    string // the lock, queue or barrier name
 	Session int64
 	Token   uint64
 	Mode    Mode
+	Kind    GrantKind
+	Waiter  uint64    // GrantItem: the proposal id of the pop it answers
+	Item    *Delivery // GrantItem
 }
 
 // Loss is a hold taken away other than by its holder's own release: the
@@ -99,10 +138,12 @@ type Loss struct {
 // Result is what Apply returns to the proposer.
 type Result struct {
 	Err      error
-	Granted  bool   // acquire/cancel: the caller holds the lock now
-	Token    uint64 // when Granted
-	Position int    // acquire with wait, not granted: place in the queue (1 = next)
-	Counter  int64  // add: the counter's value after the add
+	Granted  bool      // acquire/cancel: the caller holds the lock now; pop: Item was delivered; enter/leave: go on
+	Token    uint64    // when Granted
+	Position int       // waiting: place among waiters (1 = next); enter: sessions inside; leave: still inside
+	Counter  int64     // add: the counter's value after the add
+	Pushed   uint64    // push: the new item's id
+	Item     *Delivery // pop, cancel-pop: the delivery made to the caller (Granted)
 }
 
 // Holder is one current hold.
@@ -129,16 +170,22 @@ type lock struct {
 	delayUntil int64           // ms: no grants before this time
 }
 
-// State is the lock table. Not safe for concurrent use.
+// State is the lock table, counters, queues and barriers. Not safe for
+// concurrent use.
 type State struct {
 	locks     map[string]*lock
 	bySession map[int64]map[string]struct{}
 	counters  map[string]int64 // atomic counters; a counter at 0 is dropped
+	queues
+	barriers
 }
 
 // New returns an empty state.
 func New() *State {
-	return &State{locks: map[string]*lock{}, bySession: map[int64]map[string]struct{}{}, counters: map[string]int64{}}
+	s := &State{locks: map[string]*lock{}, bySession: map[int64]map[string]struct{}{}, counters: map[string]int64{}}
+	s.queues.init()
+	s.barriers.init()
+	return s
 }
 
 // LiveFunc reports whether a session is live (from the tree's session table).
@@ -165,8 +212,18 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 		for _, name := range s.sortedNames() {
 			grants = append(grants, s.grantNext(name, index, c.TimeMs)...)
 		}
-		return Result{}, grants, nil
+		return Result{}, append(grants, s.expireLeases(c.TimeMs)...), nil
 	case OpAcquire, OpRelease, OpCancel, OpForceRelease, OpFenced, OpProclaim, OpAdd:
+	case OpPush, OpPop, OpAck, OpNack, OpCancelPop:
+		if err := ValidName(c.Lock); err != nil {
+			return Result{Err: err}, nil, nil
+		}
+		return s.applyQueue(index, c, live)
+	case OpBarrierSet, OpBarrierRemove, OpEnter, OpLeave, OpCancelEnter:
+		if err := ValidName(c.Lock); err != nil {
+			return Result{Err: err}, nil, nil
+		}
+		return s.applyBarrier(c, live)
 	default:
 		return Result{Err: errs.ErrUnimplemented}, nil, nil
 	}
@@ -421,6 +478,10 @@ func (s *State) forceRelease(index uint64, c *Command) (Result, []Grant, []Loss)
 // SessionEnded releases everything session held or waited for, at log index
 // index and time nowMs. If expired (not a clean close), holders' lock-delay
 // applies: the lock is not granted again before nowMs + delay.
+//
+// Its session-bound queue deliveries (not detached ones) go back to their
+// queues (and on to waiting consumers), its waiting pops are withdrawn, and
+// it leaves every double barrier it is in.
 func (s *State) SessionEnded(index uint64, nowMs int64, session int64, expired bool) ([]Grant, []Loss) {
 	return s.SessionsEnded(index, nowMs, []int64{session}, expired)
 }
@@ -472,13 +533,21 @@ func (s *State) SessionsEnded(index uint64, nowMs int64, sessions []int64, expir
 			s.dropIfEmpty(name, l)
 		}
 	}
+	grants = append(grants, s.queueSessionsEnded(sessions, nowMs)...)
+	grants = append(grants, s.barrierSessionsEnded(sessions)...)
 	return grants, losses
 }
 
 // NeedsTick reports whether some lock waits for its lock-delay to pass by
 // nowMs (the leader then proposes OpTick). Locks whose delay passed with no
 // waiters are cleaned up by the tick too.
+//
+// It is also true when a queue delivery's visibility lease has passed, so
+// the tick returns it to its queue.
 func (s *State) NeedsTick(nowMs int64) bool {
+	if s.leaseDue(nowMs) {
+		return true
+	}
 	for _, l := range s.locks {
 		if l.delayUntil != 0 && nowMs >= l.delayUntil {
 			return true

@@ -86,6 +86,28 @@ var (
 	// queue; it does not hold the lock.
 	ErrLockWaitTimeout = &Error{zkOperationTimeout, codes.DeadlineExceeded, "timed out waiting for the lock; not acquired"}
 
+	// Queue errors.
+	ErrQueueEmpty       = &Error{zkNoNode, codes.FailedPrecondition, "queue is empty"}
+	ErrQueueFull        = &Error{zkQuotaExceeded, codes.ResourceExhausted, "queue is full (items or bytes)"}
+	ErrItemTooLarge     = &Error{zkBadArguments, codes.InvalidArgument, "queue item exceeds 65536 bytes"}
+	ErrTooManyQueues    = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many queues or queued bytes in the cluster"}
+	ErrTooManyConsumers = &Error{zkThrottled, codes.ResourceExhausted, "too many consumers waiting on this queue"}
+	ErrTooManyInFlight  = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many unacknowledged items or waiting pops for this session"}
+	// ErrNotInFlight: the delivery was acked, its lease expired, it was
+	// redelivered (another attempt), or it belongs to another session.
+	ErrNotInFlight = &Error{zkNoNode, codes.FailedPrecondition, "item is not in flight for this session and attempt"}
+	// ErrPopWaitTimeout: the wait ended and the pop was withdrawn; nothing
+	// was delivered to the caller.
+	ErrPopWaitTimeout = &Error{zkOperationTimeout, codes.DeadlineExceeded, "timed out waiting for a queue item; nothing delivered"}
+
+	// Barrier errors.
+	ErrBarrierOpen     = &Error{zkNodeExists, codes.FailedPrecondition, "double barrier is open; enter again after every participant has left"}
+	ErrNotParticipant  = &Error{zkNoNode, codes.FailedPrecondition, "session is not a participant of this barrier"}
+	ErrTooManyBarriers = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many barriers for this session or cluster"}
+	// ErrBarrierWaitTimeout: an enter that times out is withdrawn (not
+	// entered); a leave that times out stands (left, others still inside).
+	ErrBarrierWaitTimeout = &Error{zkOperationTimeout, codes.DeadlineExceeded, "timed out waiting at the barrier"}
+
 	// Session errors.
 	ErrSessionExpired = &Error{zkSessionExpired, codes.FailedPrecondition, "session expired"}
 	ErrUnknownSession = &Error{zkUnknownSession, codes.NotFound, "unknown session"}
@@ -116,6 +138,8 @@ var all = []*Error{
 	ErrBadArguments, ErrInvalidPath, ErrDataTooLarge, ErrInvalidACL, ErrNoAuth, ErrAuthFailed,
 	ErrRuntimeInconsistency, ErrUnimplemented, ErrNoWatcher, ErrQuotaExceeded, ErrReconfigDisabled,
 	ErrLockHeld, ErrLockNotHeld, ErrStaleToken, ErrTooManyWaiters, ErrTooManyLocks, ErrLockWaitTimeout,
+	ErrQueueEmpty, ErrQueueFull, ErrItemTooLarge, ErrTooManyQueues, ErrTooManyConsumers, ErrTooManyInFlight,
+	ErrNotInFlight, ErrPopWaitTimeout, ErrBarrierOpen, ErrNotParticipant, ErrTooManyBarriers, ErrBarrierWaitTimeout,
 	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved,
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,

@@ -67,6 +67,19 @@ func (o *observers) notify(name string) {
 	}
 }
 
+func (o *observers) notifyAll() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, set := range o.m {
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // leaderOf reads an election's current leader (the lock's first holder).
 func (s *Server) leaderOf(name string) *pb.LeaderResponse {
 	s.mu.RLock()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,8 +40,11 @@ func (s *Server) applyCoord(index uint64, data []byte) {
 	res, grants, losses := s.mu.coord.Apply(index, c, live)
 	s.mu.applied = index
 	s.mu.Unlock()
-	if c.Lock != "" && res.Err == nil && c.Op != coord.OpAdd {
-		s.obs.notify(c.Lock) // a release or proclaim changes what observers see
+	switch c.Op {
+	case coord.OpRelease, coord.OpForceRelease, coord.OpProclaim:
+		if res.Err == nil {
+			s.obs.notify(c.Lock) // a release or proclaim changes what observers see
+		}
 	}
 	s.deliverGrants(grants, losses)
 	s.waiters.deliver(c.ID, applied{index: index, coord: res})
@@ -70,13 +74,21 @@ func (s *Server) applyFenced(index uint64, c *coord.Command) {
 	s.waiters.deliver(c.ID, applied{index: index, res: res})
 }
 
-// grantKey identifies a waiting acquire on this server.
+// grantKey identifies a waiting request on this server: an acquire (lock,
+// session), a pop (also its proposal id: a session may have several), a
+// double barrier enter or leave.
 type grantKey struct {
+	kind    coord.GrantKind
 	lock    string
 	session int64
+	waiter  uint64
 }
 
-// grantWaiters hands grants made in apply to the Lock calls waiting for them.
+func keyOf(g coord.Grant) grantKey {
+	return grantKey{kind: g.Kind, lock: g.Lock, session: g.Session, waiter: g.Waiter}
+}
+
+// grantWaiters hands grants made in apply to the calls waiting for them.
 type grantWaiters struct {
 	mu sync.Mutex
 	m  map[grantKey]chan coord.Grant
@@ -99,9 +111,50 @@ func (g *grantWaiters) remove(k grantKey) {
 	g.mu.Unlock()
 }
 
+// regrant answers, from a state just installed from a snapshot, every
+// waiting request whose grant was made in the skipped range of the log
+// (its apply never ran here). Called from the raft loop, so no apply races.
+func (s *Server) regrant(c *coord.State) {
+	s.grants.mu.Lock()
+	defer s.grants.mu.Unlock()
+	for k, ch := range s.grants.m {
+		g, ok := coord.Grant{Kind: k.kind, Lock: k.lock, Session: k.session, Waiter: k.waiter}, false
+		switch k.kind {
+		case coord.GrantLock:
+			if info, found := c.Get(k.lock); found {
+				for _, h := range info.Holders {
+					if h.Session == k.session {
+						g.Token, g.Mode, ok = h.Token, h.Mode, true
+					}
+				}
+			}
+		case coord.GrantItem:
+			g.Item = c.DeliveryFor(k.lock, k.session, k.waiter)
+			ok = g.Item != nil
+		case coord.GrantEnter:
+			b, found := c.DoubleBarrier(k.lock)
+			ok = found && b.Open && slices.Contains(b.Entered, k.session)
+		case coord.GrantLeave:
+			b, found := c.DoubleBarrier(k.lock)
+			ok = !found || (!slices.Contains(b.Leaving, k.session) && !slices.Contains(b.Entered, k.session))
+		}
+		if ok {
+			select {
+			case ch <- g:
+			default:
+			}
+		}
+	}
+}
+
 func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
 	for _, g := range grants {
-		s.obs.notify(g.Lock)
+		switch g.Kind {
+		case coord.GrantLock:
+			s.obs.notify(g.Lock)
+		case coord.GrantBarrierRemoved:
+			s.barrierObs.notify(g.Lock)
+		}
 	}
 	for _, l := range losses {
 		s.obs.notify(l.Lock)
@@ -109,7 +162,7 @@ func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
 	if len(grants) > 0 {
 		s.grants.mu.Lock()
 		for _, gr := range grants {
-			if ch, ok := s.grants.m[grantKey{gr.Lock, gr.Session}]; ok {
+			if ch, ok := s.grants.m[keyOf(gr)]; ok {
 				select {
 				case ch <- gr:
 				default:
@@ -175,8 +228,13 @@ func (s *Server) proposeOnce(ctx context.Context, id uint64, data []byte) (appli
 	}
 }
 
+// proposeCoord commits c and waits until this server has applied it. A
+// caller that must know the proposal id beforehand (a pop registers its
+// grant under it) sets c.ID itself.
 func (s *Server) proposeCoord(ctx context.Context, c *coord.Command) (coord.Result, uint64, error) {
-	c.ID = s.nextID()
+	if c.ID == 0 {
+		c.ID = s.nextID()
+	}
 	c.TimeMs = time.Now().UnixMilli()
 	data, err := coord.Encode(c)
 	if err != nil {
@@ -255,7 +313,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 	if r.GetShared() {
 		mode = coord.Shared
 	}
-	key := grantKey{r.GetName(), r.GetSessionId()}
+	key := grantKey{kind: coord.GrantLock, lock: r.GetName(), session: r.GetSessionId()}
 	// Register before proposing so a grant made by a later command (a
 	// release) cannot slip past this call.
 	ch, ok := a.s.grants.add(key)

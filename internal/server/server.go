@@ -65,16 +65,18 @@ type Server struct {
 		applied uint64
 	}
 
-	rep      *replica.Replica
-	watches  *watch.Manager
-	tracker  *session.Tracker
-	touches  *session.Batcher
-	waiters  waiters
-	grants   grantWaiters
-	obs      observers
-	hubs     hubs
-	idPrefix uint64
-	idSeq    atomic.Uint64
+	rep     *replica.Replica
+	watches *watch.Manager
+	tracker *session.Tracker
+	touches *session.Batcher
+	waiters waiters
+	grants  grantWaiters
+	obs     observers // election observers, by lock name
+	// barrierObs wakes WaitBarrier calls, by barrier name.
+	barrierObs observers
+	hubs       hubs
+	idPrefix   uint64
+	idSeq      atomic.Uint64
 
 	zk     *zkListener // nil when no ZooKeeper address is configured
 	grpc   *grpc.Server
@@ -358,6 +360,12 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 		s.zk.closeAllConns("state replaced by a leader snapshot")
 	}
 	s.mu.Unlock()
+	// Leaders may have changed and barriers been removed in the skipped
+	// range: observers and barrier waiters re-read the state, and waiting
+	// requests whose grant was in that range get it now.
+	s.obs.notifyAll()
+	s.barrierObs.notifyAll()
+	s.regrant(c)
 	live := make(map[int64]time.Duration, len(sessions))
 	for _, si := range sessions {
 		live[si.ID] = time.Duration(si.TimeoutMs) * time.Millisecond
@@ -632,7 +640,8 @@ func (s *Server) duties() {
 		needTick := s.mu.coord.NeedsTick(now.UnixMilli())
 		s.mu.RUnlock()
 		if needTick {
-			// A lock-delay has passed: let waiters be granted.
+			// A lock-delay or a queue delivery's lease has passed: let
+			// waiters be granted, redeliver.
 			if err := s.proposeCoordAsync(&coord.Command{Op: coord.OpTick}); err != nil {
 				s.log.Warn("propose lock tick", "err", err)
 			}
