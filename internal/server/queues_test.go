@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/client"
 )
 
@@ -89,6 +93,50 @@ func TestQueueRedeliveredWhenConsumerDies(t *testing.T) {
 	st := waitStats(t, producer, "work", func(st *client.QueueStats) bool { return true })
 	if st.GetReady() != 0 || st.GetInFlight() != 0 || st.GetConsumers() != 0 {
 		t.Fatalf("after ack: %v", st)
+	}
+}
+
+// TestQueueRedeliveredWhenConsumerCrashes: a consumer that takes an item
+// and then goes silent (no close, no keepalives: a crashed process) loses it
+// when its session expires, long before the item's own lease would end.
+func TestQueueRedeliveredWhenConsumerCrashes(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	eps := tc.endpoints()
+	survivor := tc.client(eps[0])
+	cx := ctx(t)
+	id, err := survivor.Queue("work").Push(cx, []byte("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crashing consumer speaks raw gRPC so nothing keeps its session alive.
+	conn, err := grpc.NewClient(eps[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+	sess, err := api.CreateSession(cx, &pb.CreateSessionRequest{TimeoutMs: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	pop, err := api.Pop(cx, &pb.PopRequest{SessionId: sess.GetSessionId(), Queue: "work", VisibilityMs: 60000})
+	if err != nil || pop.GetItem().GetId() != id {
+		t.Fatalf("crashing consumer's pop: %v %v", pop, err)
+	}
+	re, err := survivor.Queue("work").Pop(cx, client.PopOptions{Visibility: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re.ID != id || re.Attempt != 2 || time.Since(start) > 30*time.Second {
+		t.Fatalf("redelivery %+v after %v", re, time.Since(start))
+	}
+	if _, err := api.Ack(cx, &pb.AckRequest{SessionId: sess.GetSessionId(), Queue: "work", Id: id}); err == nil {
+		t.Fatal("the expired consumer acked the redelivery")
+	}
+	if err := re.Ack(cx); err != nil {
+		t.Fatal(err)
 	}
 }
 
