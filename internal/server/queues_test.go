@@ -453,3 +453,36 @@ func TestQueuesSurviveRestart(t *testing.T) {
 		t.Fatalf("barrier after restart: %v %v", st, err)
 	}
 }
+
+// TestQueuePopCancelledLeavesNoGhost: a consumer that gives up waiting
+// (context cancelled) is withdrawn, so the next push goes to a live one.
+func TestQueuePopCancelledLeavesNoGhost(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	eps := tc.endpoints()
+	quitter, worker := tc.client(eps[1]), tc.client(eps[2])
+	cx := ctx(t)
+	qctx, cancel := context.WithCancel(context.Background())
+	got := popAsync(quitter, "g", client.PopOptions{})
+	done := make(chan error, 1)
+	go func() { _, err := quitter.Queue("g").Pop(qctx, client.PopOptions{}); done <- err }()
+	waitStats(t, worker, "g", func(st *client.QueueStats) bool { return st.GetConsumers() == 2 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("cancelled pop returned an item")
+	}
+	waitStats(t, worker, "g", func(st *client.QueueStats) bool { return st.GetConsumers() == 1 })
+	// The remaining waiter (the first pop) gets the first push; the second
+	// push is free for another consumer: nothing went to the quitter.
+	if _, err := worker.Queue("g").Push(cx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	recvPop(t, got, "the waiter that stayed")
+	if _, err := worker.Queue("g").Push(cx, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	it, err := worker.Queue("g").Pop(cx, client.PopOptions{TryOnly: true})
+	if err != nil || string(it.Data) != "b" {
+		t.Fatalf("second item: %+v %v", it, err)
+	}
+}
