@@ -176,13 +176,18 @@ type State struct {
 	locks     map[string]*lock
 	bySession map[int64]map[string]struct{}
 	counters  map[string]int64 // atomic counters; a counter at 0 is dropped
+	// delayed indexes the locks with a lock-delay pending (delayUntil set):
+	// the only ones a tick can change, so ticks (frequent when queue leases
+	// expire) and NeedsTick do not visit every lock.
+	delayed map[string]struct{}
 	queues
 	barriers
 }
 
 // New returns an empty state.
 func New() *State {
-	s := &State{locks: map[string]*lock{}, bySession: map[int64]map[string]struct{}{}, counters: map[string]int64{}}
+	s := &State{locks: map[string]*lock{}, bySession: map[int64]map[string]struct{}{}, counters: map[string]int64{},
+		delayed: map[string]struct{}{}}
 	s.queues.init()
 	s.barriers.init()
 	return s
@@ -208,8 +213,10 @@ func ValidName(name string) error {
 func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 	switch c.Op {
 	case OpTick:
+		// Locks without a pending delay have nothing a tick could grant:
+		// their grantable waiters were granted when the lock was freed.
 		var grants []Grant
-		for _, name := range s.sortedNames() {
+		for _, name := range sortedKeys(s.delayed) {
 			grants = append(grants, s.grantNext(name, index, c.TimeMs)...)
 		}
 		return Result{}, append(grants, s.expireLeases(c.TimeMs)...), nil
@@ -352,6 +359,7 @@ func (s *State) grantNext(name string, index uint64, nowMs int64) []Grant {
 		return nil
 	}
 	l.delayUntil = 0
+	delete(s.delayed, name)
 	var grants []Grant
 	for len(l.waiters) > 0 && l.admits(l.waiters[0].Mode) {
 		w := l.waiters[0]
@@ -515,6 +523,7 @@ func (s *State) SessionsEnded(index uint64, nowMs int64, sessions []int64, expir
 				losses = append(losses, Loss{Lock: name, Session: session, Token: h.Token, Reason: reason})
 				if expired && delay > 0 && nowMs+delay > l.delayUntil {
 					l.delayUntil = nowMs + delay
+					s.delayed[name] = struct{}{}
 				}
 			}
 			s.removeWaiter(name, l, session)
@@ -548,8 +557,8 @@ func (s *State) NeedsTick(nowMs int64) bool {
 	if s.leaseDue(nowMs) {
 		return true
 	}
-	for _, l := range s.locks {
-		if l.delayUntil != 0 && nowMs >= l.delayUntil {
+	for name := range s.delayed {
+		if l := s.locks[name]; l != nil && nowMs >= l.delayUntil {
 			return true
 		}
 	}

@@ -256,6 +256,20 @@ func checkSnapshot(t *testing.T, s *State) {
 	}
 	checkLeases(t, s)
 	checkLeases(t, r)
+	for _, st := range []*State{s, r} {
+		n := 0
+		for name, l := range st.locks {
+			if _, ok := st.delayed[name]; ok != (l.delayUntil != 0) {
+				t.Fatalf("lock %s: delayUntil %d, in the delayed index %v", name, l.delayUntil, ok)
+			}
+			if l.delayUntil != 0 {
+				n++
+			}
+		}
+		if n != len(st.delayed) {
+			t.Fatalf("delayed index has %d entries for %d delayed locks", len(st.delayed), n)
+		}
+	}
 	// Derived indexes are rebuilt, not stored: they must match too.
 	if !reflect.DeepEqual(s.qSession, r.qSession) || !reflect.DeepEqual(s.bSession, r.bSession) ||
 		s.qBytes != r.qBytes || s.nInflight != r.nInflight {

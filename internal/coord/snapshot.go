@@ -228,6 +228,9 @@ func Restore(b []byte) (*State, error) {
 			return nil, corrupt("duplicate lock")
 		}
 		l := &lock{delayUntil: sv(), permits: int32(uv(MaxPermits))}
+		if l.delayUntil != 0 {
+			s.delayed[name] = struct{}{}
+		}
 		if l.permits < 1 {
 			return nil, corrupt("permits")
 		}

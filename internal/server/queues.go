@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
@@ -62,6 +63,13 @@ func (a *api) Pop(ctx context.Context, r *pb.PopRequest) (*pb.PopResponse, error
 	defer a.s.grants.remove(key)
 	res, idx, err := a.coordCall(ctx, &coord.Command{ID: id, Session: r.GetSessionId(), Op: coord.OpPop, Lock: r.GetQueue(),
 		Wait: r.GetWait(), VisibilityMs: r.GetVisibilityMs(), Detach: r.GetDetach()})
+	if errors.Is(err, errs.ErrTimeout) || errors.Is(err, errs.ErrOutcomeUnknown) {
+		// The pop may still be applied: best effort, withdraw it and give
+		// back what it took, so nothing waits for a lease or a session end
+		// on the caller's behalf. (If the withdrawal is applied first, the
+		// item comes back when its lease passes.)
+		a.withdrawPop(r, id)
+	}
 	if err != nil {
 		return nil, a.done("Pop", err)
 	}
@@ -80,6 +88,10 @@ func (a *api) Pop(ctx context.Context, r *pb.PopRequest) (*pb.PopResponse, error
 	// Withdraw. An item may have been handed over meanwhile: the caller
 	// gets it if it is still there, else it goes back to the queue at once
 	// rather than when its lease passes.
+	if ctx.Err() != nil {
+		a.withdrawPop(r, id)
+		return nil, a.done("Pop", ctx.Err())
+	}
 	cctx, ccancel := context.WithTimeout(context.Background(), a.s.cfg.requestTimeout())
 	defer ccancel()
 	cres, idx, err := a.coordCall(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancelPop, Lock: r.GetQueue(), Waiter: id})
@@ -87,15 +99,20 @@ func (a *api) Pop(ctx context.Context, r *pb.PopRequest) (*pb.PopResponse, error
 		return nil, a.done("Pop", err)
 	}
 	if cres.Item != nil {
-		if ctx.Err() == nil {
-			return &pb.PopResponse{Header: a.header(idx), Item: toItem(cres.Item, true)}, a.done("Pop", nil)
-		}
-		a.coordCall(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpNack, Lock: r.GetQueue(), Item: cres.Item.ID, Attempt: cres.Item.Attempt})
-	}
-	if ctx.Err() != nil {
-		return nil, a.done("Pop", ctx.Err())
+		return &pb.PopResponse{Header: a.header(idx), Item: toItem(cres.Item, true)}, a.done("Pop", nil)
 	}
 	return nil, a.done("Pop", errs.ErrPopWaitTimeout)
+}
+
+// withdrawPop cancels the pop proposed with id for a caller that is gone,
+// and nacks the item it took, if any.
+func (a *api) withdrawPop(r *pb.PopRequest, id uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.requestTimeout())
+	defer cancel()
+	cres, _, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancelPop, Lock: r.GetQueue(), Waiter: id})
+	if err == nil && cres.Item != nil {
+		a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpNack, Lock: r.GetQueue(), Item: cres.Item.ID, Attempt: cres.Item.Attempt})
+	}
 }
 
 func (a *api) settle(ctx context.Context, method string, op coord.OpType, r *pb.AckRequest) (*pb.AckResponse, error) {

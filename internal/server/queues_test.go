@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/client"
 )
 
@@ -89,6 +93,50 @@ func TestQueueRedeliveredWhenConsumerDies(t *testing.T) {
 	st := waitStats(t, producer, "work", func(st *client.QueueStats) bool { return true })
 	if st.GetReady() != 0 || st.GetInFlight() != 0 || st.GetConsumers() != 0 {
 		t.Fatalf("after ack: %v", st)
+	}
+}
+
+// TestQueueRedeliveredWhenConsumerCrashes: a consumer that takes an item
+// and then goes silent (no close, no keepalives: a crashed process) loses it
+// when its session expires, long before the item's own lease would end.
+func TestQueueRedeliveredWhenConsumerCrashes(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	eps := tc.endpoints()
+	survivor := tc.client(eps[0])
+	cx := ctx(t)
+	id, err := survivor.Queue("work").Push(cx, []byte("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crashing consumer speaks raw gRPC so nothing keeps its session alive.
+	conn, err := grpc.NewClient(eps[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+	sess, err := api.CreateSession(cx, &pb.CreateSessionRequest{TimeoutMs: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	pop, err := api.Pop(cx, &pb.PopRequest{SessionId: sess.GetSessionId(), Queue: "work", VisibilityMs: 60000})
+	if err != nil || pop.GetItem().GetId() != id {
+		t.Fatalf("crashing consumer's pop: %v %v", pop, err)
+	}
+	re, err := survivor.Queue("work").Pop(cx, client.PopOptions{Visibility: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re.ID != id || re.Attempt != 2 || time.Since(start) > 30*time.Second {
+		t.Fatalf("redelivery %+v after %v", re, time.Since(start))
+	}
+	if _, err := api.Ack(cx, &pb.AckRequest{SessionId: sess.GetSessionId(), Queue: "work", Id: id}); err == nil {
+		t.Fatal("the expired consumer acked the redelivery")
+	}
+	if err := re.Ack(cx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -403,5 +451,38 @@ func TestQueuesSurviveRestart(t *testing.T) {
 	}
 	if st, err := c2.BarrierStats(cx, "gate"); err != nil || !st.GetSet() {
 		t.Fatalf("barrier after restart: %v %v", st, err)
+	}
+}
+
+// TestQueuePopCancelledLeavesNoGhost: a consumer that gives up waiting
+// (context cancelled) is withdrawn, so the next push goes to a live one.
+func TestQueuePopCancelledLeavesNoGhost(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	eps := tc.endpoints()
+	quitter, worker := tc.client(eps[1]), tc.client(eps[2])
+	cx := ctx(t)
+	qctx, cancel := context.WithCancel(context.Background())
+	got := popAsync(quitter, "g", client.PopOptions{})
+	done := make(chan error, 1)
+	go func() { _, err := quitter.Queue("g").Pop(qctx, client.PopOptions{}); done <- err }()
+	waitStats(t, worker, "g", func(st *client.QueueStats) bool { return st.GetConsumers() == 2 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("cancelled pop returned an item")
+	}
+	waitStats(t, worker, "g", func(st *client.QueueStats) bool { return st.GetConsumers() == 1 })
+	// The remaining waiter (the first pop) gets the first push; the second
+	// push is free for another consumer: nothing went to the quitter.
+	if _, err := worker.Queue("g").Push(cx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	recvPop(t, got, "the waiter that stayed")
+	if _, err := worker.Queue("g").Push(cx, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	it, err := worker.Queue("g").Pop(cx, client.PopOptions{TryOnly: true})
+	if err != nil || string(it.Data) != "b" {
+		t.Fatalf("second item: %+v %v", it, err)
 	}
 }
