@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -45,9 +46,17 @@ func TestPausedServerClientKeepsSession(t *testing.T) {
 	cl.Pause(f)
 	time.Sleep(3 * clientSession)
 	cl.Resume(f)
-	// An ephemeral create needs the session alive (a read would not).
-	if _, _, err := c.Create(ctx, "/after-pause", nil, client.CreateOptions{Mode: client.Ephemeral}); err != nil {
-		t.Fatalf("after a %v pause of its server (session timeout %v): %v", 3*clientSession, clientSession, err)
+	// An ephemeral create needs the session alive (a read would not). A
+	// leader change while it is in flight leaves its outcome unknown; then
+	// it is retried, and NodeExists means the first one was applied.
+	for {
+		_, _, err := c.Create(ctx, "/after-pause", nil, client.CreateOptions{Mode: client.Ephemeral})
+		if err == nil || (errors.Is(err, client.ErrNodeExists)) {
+			break
+		}
+		if !errors.Is(err, client.ErrOutcomeUnknown) && !errors.Is(err, client.ErrConnectionLoss) {
+			t.Fatalf("after a %v pause of its server (session timeout %v): %v", 3*clientSession, clientSession, err)
+		}
 	}
 	if c.SessionID() != sess {
 		t.Fatalf("session changed")
