@@ -6,7 +6,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos bench-locks
+.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos bench-locks bench-deps
 
 all: build
 
@@ -47,6 +47,10 @@ DURATION ?= 20s
 FAULTS ?= all
 chaos:
 	$(GO) run ./cmd/meridian-chaos --seed $(SEED) --count $(COUNT) --duration $(DURATION) --faults $(FAULTS)
+
+# The benchmark peers (ZooKeeper, etcd, Redis) from Debian, pinned; needs root.
+bench-deps:
+	./scripts/bench-deps.sh
 
 # Seed 003's lock benchmark: Meridian's lock, the ZooKeeper recipe on
 # Meridian and on a real ZooKeeper 3.8 cluster, at each RTT in BENCH_RTTS

@@ -1,0 +1,329 @@
+package netem
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// echoServer echoes every connection until it closes; it stops with the test.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func newLink(t *testing.T, cfg Config) *Link {
+	t.Helper()
+	l, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// pingRTTs sends n one-byte pings and returns each round trip.
+func pingRTTs(t *testing.T, c net.Conn, n int) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, 0, n)
+	b := []byte{0}
+	for i := 0; i < n; i++ {
+		b[0] = byte(i)
+		start := time.Now()
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != byte(i) {
+			t.Fatalf("ping %d echoed %d", i, b[0])
+		}
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// A link configured for a 40 ms round trip never measures less than 40 ms,
+// and its median is well below 80 ms (what a delay applied twice per
+// direction would show). The benchmark report prints the exact figures.
+func TestRTTMatchesConfig(t *testing.T) {
+	l := newLink(t, Config{Target: echoServer(t), Delay: 20 * time.Millisecond})
+	c := dial(t, l.Addr())
+	rtts := pingRTTs(t, c, 30)
+	med := median(rtts)
+	t.Logf("configured 40ms RTT: median %v min %v max %v", med, slices.Min(rtts), slices.Max(rtts))
+	if slices.Min(rtts) < 40*time.Millisecond {
+		t.Errorf("a round trip took %v, below the configured 40ms", slices.Min(rtts))
+	}
+	if med > 60*time.Millisecond {
+		t.Errorf("median RTT %v, want 40–60ms", med)
+	}
+}
+
+// Uniform jitter keeps every round trip within delay ± jitter per direction.
+func TestJitterBounds(t *testing.T) {
+	l := newLink(t, Config{Target: echoServer(t), Delay: 10 * time.Millisecond,
+		Jitter: 5 * time.Millisecond, Dist: Uniform, Seed: 1})
+	c := dial(t, l.Addr())
+	rtts := pingRTTs(t, c, 40)
+	lo, hi := slices.Min(rtts), slices.Max(rtts)
+	t.Logf("RTT 20ms ± 10ms: min %v median %v max %v", lo, median(rtts), hi)
+	// The upper bound has slack for a loaded machine (under -race).
+	if lo < 10*time.Millisecond || hi > 30*time.Millisecond+25*time.Millisecond {
+		t.Errorf("RTT range [%v, %v], want within [10ms, 55ms]", lo, hi)
+	}
+	if hi-lo < 2*time.Millisecond {
+		t.Errorf("RTT spread %v: jitter not applied", hi-lo)
+	}
+}
+
+// A large transfer with heavy jitter and a small queue arrives intact and in
+// order (no overtaking, no loss at the queue limit), and its time shows the
+// link is not a sleep-per-chunk pipe.
+func TestOrderIntegrityAndBandwidth(t *testing.T) {
+	l := newLink(t, Config{Target: echoServer(t), Delay: 25 * time.Millisecond,
+		Jitter: 20 * time.Millisecond, Dist: Normal, Seed: 7, MaxQueueBytes: 256 << 10})
+	c := dial(t, l.Addr())
+	data := make([]byte, 8<<20)
+	rand.Read(data)
+	want := sha256.Sum256(data)
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() { _, err := c.Write(data); errc <- err }()
+	got := make([]byte, len(data))
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(start)
+	t.Logf("8 MiB echoed through a 50ms-RTT link in %v", el)
+	if sha256.Sum256(got) != want {
+		t.Fatal("data corrupted or reordered")
+	}
+	// 8 MiB is at least 256 reads of 32 KiB: one delay per read would take
+	// over 6 s each way, 12 s in all.
+	if el > 6*time.Second {
+		t.Errorf("transfer took %v: chunks are serialised behind the delay", el)
+	}
+}
+
+func TestSetDelay(t *testing.T) {
+	l := newLink(t, Config{Target: echoServer(t), Delay: 2 * time.Millisecond})
+	c := dial(t, l.Addr())
+	before := median(pingRTTs(t, c, 10))
+	l.SetDelay(30*time.Millisecond, 0, Uniform)
+	after := pingRTTs(t, c, 10)
+	t.Logf("median RTT %v, then %v after SetDelay(30ms)", before, median(after))
+	if slices.Min(after) < 60*time.Millisecond {
+		t.Errorf("RTT %v after SetDelay(30ms one-way), want ≥ 60ms", slices.Min(after))
+	}
+	if before >= 60*time.Millisecond {
+		t.Errorf("RTT %v before SetDelay, want < 60ms", before)
+	}
+}
+
+func TestBlackhole(t *testing.T) {
+	l := newLink(t, Config{Target: echoServer(t), Delay: time.Millisecond})
+	c := dial(t, l.Addr())
+	pingRTTs(t, c, 1)
+	l.Block(BlockBlackhole)
+	if _, err := c.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := c.Read(buf); !isTimeout(err) {
+		t.Fatalf("read through a blackholed link: n=%d err=%v, want timeout", n, err)
+	}
+	// A new connection is accepted but nothing answers on it.
+	c2 := dial(t, l.Addr())
+	c2.Write([]byte("x"))
+	c2.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := c2.Read(buf[:1]); !isTimeout(err) {
+		t.Fatalf("read on a new connection while blackholed: n=%d err=%v, want timeout", n, err)
+	}
+	l.Unblock()
+	// Held bytes arrive after the partition heals, in order.
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
+		t.Fatalf("after Unblock: %q, %v", buf, err)
+	}
+	c2.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(c2, buf[:1]); err != nil || buf[0] != 'x' {
+		t.Fatalf("held connection after Unblock: %q, %v", buf[:1], err)
+	}
+	pingRTTs(t, c, 3)
+}
+
+func TestReset(t *testing.T) {
+	l := newLink(t, Config{Target: echoServer(t)})
+	c := dial(t, l.Addr())
+	pingRTTs(t, c, 1)
+	l.Block(BlockReset)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err := c.Read(make([]byte, 1))
+	if err == nil || isTimeout(err) {
+		t.Fatalf("existing connection after BlockReset: %v, want reset/EOF", err)
+	}
+	// New connections are reset on accept.
+	expectRejected(t, l.Addr(), "new connection while reset-blocked")
+	l.Unblock()
+	c3 := dial(t, l.Addr())
+	pingRTTs(t, c3, 3)
+	if s := l.Stats(); s.Rejected < 1 {
+		t.Errorf("stats %+v: the connection refused during the block is not counted", s)
+	}
+}
+
+// Half-close travels through: the target sees EOF and its reply still arrives.
+func TestHalfClose(t *testing.T) {
+	l := newLink(t, Config{Target: echoServer(t), Delay: 5 * time.Millisecond})
+	c := dial(t, l.Addr())
+	c.Write([]byte("bye"))
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, []byte("bye")) {
+		t.Fatalf("got %q, %v", got, err)
+	}
+}
+
+func TestCloseStopsEverything(t *testing.T) {
+	l, err := Listen(Config{Target: echoServer(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, l.Addr())
+	pingRTTs(t, c, 1)
+	addr := l.Addr()
+	l.Close()
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("connection after Close: %v", err)
+	}
+	if c2, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c2.Close()
+		t.Fatal("a closed link still accepts")
+	}
+}
+
+func TestMaxConns(t *testing.T) {
+	l := newLink(t, Config{Target: echoServer(t), MaxConns: 2})
+	a, b := dial(t, l.Addr()), dial(t, l.Addr())
+	pingRTTs(t, a, 1)
+	pingRTTs(t, b, 1)
+	expectRejected(t, l.Addr(), "third connection over MaxConns=2")
+}
+
+// expectRejected dials addr and expects the link to reset or close the
+// connection; the reset can arrive before the dialer has finished
+// connecting, so a failed dial counts as rejected.
+func expectRejected(t *testing.T, addr, what string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("%s: %v, want reset/EOF", what, err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// BenchmarkOverhead measures the proxy's own cost: a one-byte round trip
+// through a zero-delay link vs direct loopback.
+func BenchmarkOverhead(b *testing.B) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	for _, via := range []string{"direct", "link"} {
+		b.Run(via, func(b *testing.B) {
+			addr := ln.Addr().String()
+			if via == "link" {
+				l, err := Listen(Config{Target: addr})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				addr = l.Addr()
+			}
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			buf := []byte{0}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c.Write(buf)
+				if _, err := io.ReadFull(c, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
