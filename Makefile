@@ -6,7 +6,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos bench-locks bench-deps
+.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos bench-deps bench-report bench-quick
 
 all: build
 
@@ -52,13 +52,18 @@ chaos:
 bench-deps:
 	./scripts/bench-deps.sh
 
-# Seed 003's lock benchmark: Meridian's lock, the ZooKeeper recipe on
-# Meridian and on a real ZooKeeper 3.8 cluster, at each RTT in BENCH_RTTS
-# (every link through a delaying proxy). Prints a markdown table.
-BENCH_RTTS ?= 0,40ms
-bench-locks:
-	./scripts/install-zookeeper.sh >/dev/null
-	cd internal/benchwan && MERIDIAN_BENCH_RTTS=$(BENCH_RTTS) $(GO) test -tags bench -count=1 -timeout 30m -run TestSeed003Locks -v .
+# The side-by-side benchmark suite (bench/, its own Go module; needs
+# root for etcd's per-member network namespaces and make bench-deps).
+# bench-report runs every workload on every topology in full and rewrites
+# the generated part of docs/benchmarks.md and docs/bench/*.png;
+# bench-quick runs everything in small form (a smoke run, not figures).
+BENCH_TOPOLOGIES ?= topologies/loopback.yaml,topologies/1dc.yaml,topologies/2dc.yaml,topologies/3dc.yaml,topologies/5region.yaml
+BENCH_SYSTEMS ?= meridian,zookeeper,etcd,redis
+bench-report:
+	cd bench && $(GO) run ./cmd/meridian-bench --systems $(BENCH_SYSTEMS) --topologies $(BENCH_TOPOLOGIES) \
+		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md
+bench-quick:
+	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems $(BENCH_SYSTEMS) --topologies topologies/loopback.yaml,topologies/3dc.yaml
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

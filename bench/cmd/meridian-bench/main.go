@@ -1,0 +1,208 @@
+// Command meridian-bench runs the side-by-side benchmark suite (package
+// bench): real clusters of Meridian, ZooKeeper, etcd and Redis behind
+// emulated wide-area links, the source documents' workloads, a Markdown
+// report with plots and raw JSON. `make bench-report` runs it.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meridian-coord/meridian/bench"
+)
+
+func main() {
+	workloads := flag.String("workloads", "locks,seed004", "comma-separated: locks (seed 003), seed004")
+	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
+	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
+	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
+	out := flag.String("out", "", "directory for results.json and the plots (default: none)")
+	report := flag.String("report", "", "write the Markdown report here (default: stdout)")
+	plotRef := flag.String("plot-ref", "", "path of the plots as the report should link them (default: -out)")
+	bin := flag.String("meridian-bin", "", "meridian binary (default: built from -meridian-src)")
+	src := flag.String("meridian-src", "..", "the Meridian checkout to build the binary from")
+	keep := flag.Bool("keep", false, "keep run directories (logs, data)")
+	flag.Parse()
+
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "meridian-bench:", err)
+		os.Exit(1)
+	}
+	tmp, err := os.MkdirTemp("", "meridian-bench-")
+	if err != nil {
+		fail(err)
+	}
+	if !*keep {
+		defer os.RemoveAll(tmp)
+	}
+	want := strings.Split(*systems, ",")
+	if *bin == "" && slices.Contains(want, "meridian") {
+		*bin = filepath.Join(tmp, "meridian")
+		cmd := exec.Command("go", "build", "-o", *bin, "./cmd/meridian")
+		cmd.Dir = *src
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fail(fmt.Errorf("building meridian: %w", err))
+		}
+	}
+	lockP := bench.LockParams{Clients: []int{1, 3, 5}, Iters: 50, Hold: 2 * time.Millisecond}
+	s4 := bench.Seed004Params{Ops: 1000, MixedClients: 6}
+	samples := 50
+	mode := "full"
+	if *quick {
+		lockP = bench.LockParams{Clients: []int{1, 5}, Iters: 8, Hold: 2 * time.Millisecond}
+		s4.Ops = 40
+		samples = 10
+		mode = "quick"
+	}
+	start := time.Now()
+	rep := &bench.Report{Machine: machine(), Started: start.UTC().Format("2006-01-02 15:04 UTC"), Mode: mode,
+		Links: map[string][]bench.LinkCheck{}, Notes: map[string]string{}}
+	step := 0
+	progress := func(s string) {
+		step++
+		fmt.Fprintf(os.Stderr, "[%s %3d] %s\n", time.Since(start).Round(time.Second), step, s)
+	}
+	for _, path := range strings.Split(*topos, ",") {
+		topo, err := bench.LoadTopology(path)
+		if err != nil {
+			fail(err)
+		}
+		checks, err := bench.VerifyLinks(topo, samples)
+		if err != nil {
+			fail(fmt.Errorf("verifying links: %w", err))
+		}
+		rep.Links[topo.Name] = checks
+		progress(fmt.Sprintf("topology %s: %d region pairs verified", topo.Name, len(checks)))
+		for _, sys := range want {
+			env, err := bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1))
+			if err != nil {
+				fail(err)
+			}
+			var c *bench.Cluster
+			switch sys {
+			case "meridian":
+				c, err = bench.StartMeridian(env, *bin, 0)
+			case "zookeeper":
+				c, err = bench.StartZooKeeper(env)
+			case "etcd":
+				c, err = bench.StartEtcd(env)
+			case "redis":
+				c, err = bench.StartRedis(env)
+			default:
+				err = fmt.Errorf("unknown system %q", sys)
+			}
+			if err != nil {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%s on %s: %v", sys, topo.Name, err))
+				progress(fmt.Sprintf("%s on %s: could not start: %v", sys, topo.Name, err))
+				env.Close(*keep)
+				continue
+			}
+			rep.Notes[sys] = c.Notes
+			progress(fmt.Sprintf("%s on %s: started, leader %s", sys, topo.Name, leader(c, topo)))
+			for _, f := range bench.Flavors {
+				if f.System != sys {
+					continue
+				}
+				for _, w := range strings.Split(*workloads, ",") {
+					switch w {
+					case "locks":
+						if f.CanLock() {
+							rep.Results = append(rep.Results, bench.RunLocks(c, topo, f, lockP, progress)...)
+						}
+					case "seed004":
+						if f.CanKV() {
+							rep.Results = append(rep.Results, bench.RunSeed004(c, topo, f, s4, progress)...)
+						}
+					default:
+						fail(fmt.Errorf("unknown workload %q", w))
+					}
+				}
+			}
+			if ex := env.Exited(); len(ex) > 0 {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%s on %s: processes exited during the run: %v", sys, topo.Name, ex))
+			}
+			env.Close(*keep)
+		}
+	}
+	rep.Duration = time.Since(start).Round(time.Second).String()
+	ref := *plotRef
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			fail(err)
+		}
+		if err := rep.WritePlots(*out); err != nil {
+			fail(err)
+		}
+		if err := rep.WriteJSON(*out); err != nil {
+			fail(err)
+		}
+		if ref == "" {
+			ref = *out
+		}
+	}
+	md := rep.Markdown(ref)
+	if *report != "" {
+		if err := writeReport(*report, md); err != nil {
+			fail(err)
+		}
+	} else {
+		fmt.Print(md)
+	}
+	if len(rep.Failures) > 0 {
+		fmt.Fprintln(os.Stderr, "meridian-bench: some systems or workloads could not run (see the report)")
+		os.Exit(2)
+	}
+}
+
+func leader(c *bench.Cluster, t *bench.Topology) string {
+	if c.Leader == nil {
+		return "?"
+	}
+	if l := c.Leader(); l >= 0 {
+		return fmt.Sprintf("server %d in %s", l+1, t.Servers[l])
+	}
+	return "unknown"
+}
+
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d vCPU %s, %s/%s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
+}
+
+// Generated report markers: a report file that has them keeps everything
+// outside them (docs/benchmarks.md's hand-written sections).
+const (
+	beginMarker = "<!-- meridian-bench:begin -->"
+	endMarker   = "<!-- meridian-bench:end -->"
+)
+
+func writeReport(path, md string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s := string(old)
+	b, e := strings.Index(s, beginMarker), strings.Index(s, endMarker)
+	if b >= 0 && e > b {
+		s = s[:b+len(beginMarker)] + "\n" + md + s[e:]
+	} else {
+		s = md
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}

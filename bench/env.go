@@ -1,0 +1,305 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/meridian-coord/meridian/internal/netem"
+	"github.com/meridian-coord/meridian/internal/testutil"
+)
+
+// Env is one system's run: its processes, its links and its directory.
+// Close stops everything it started.
+type Env struct {
+	Topo *Topology
+	Dir  string
+	Seed uint64
+
+	mu      sync.Mutex
+	links   []*netem.Link
+	procs   []*proc
+	cleanup []func()
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// NewEnv makes a run directory under dir.
+func NewEnv(topo *Topology, dir string, seed uint64) (*Env, error) {
+	d, err := os.MkdirTemp(dir, "run-")
+	if err != nil {
+		return nil, err
+	}
+	return &Env{Topo: topo, Dir: d, Seed: seed}, nil
+}
+
+// Link starts an emulated link with the round trip between two regions,
+// listening on listen ("" for a free loopback port).
+func (e *Env) Link(from, to, target, listen string) (string, error) {
+	return e.linkRTT(e.Topo.RTT(from, to), target, listen)
+}
+
+func (e *Env) linkRTT(rtt time.Duration, target, listen string) (string, error) {
+	e.mu.Lock()
+	e.Seed++
+	seed := e.Seed
+	e.mu.Unlock()
+	oneWay := rtt / 2
+	l, err := netem.Listen(netem.Config{Listen: listen, Target: target, Delay: oneWay,
+		Jitter: time.Duration(float64(oneWay) * e.Topo.JitterPct / 100), Dist: netem.Normal, Seed: seed})
+	if err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	e.links = append(e.links, l)
+	e.mu.Unlock()
+	return l.Addr(), nil
+}
+
+// Ports returns n free loopback ports.
+func (e *Env) Ports(n int) ([]int, error) { return testutil.PickPorts(n) }
+
+// Start runs a process with its output in Dir/name.log; Close kills it.
+func (e *Env) Start(name string, argv ...string) error {
+	logf, err := os.Create(filepath.Join(e.Dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
+	e.mu.Lock()
+	e.procs = append(e.procs, p)
+	e.mu.Unlock()
+	return nil
+}
+
+// Exited returns the names of started processes that have exited.
+func (e *Env) Exited() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, p := range e.procs {
+		select {
+		case <-p.done:
+			out = append(out, p.name)
+		default:
+		}
+	}
+	return out
+}
+
+// OnClose registers cleanup run by Close (last registered, first run).
+func (e *Env) OnClose(f func()) {
+	e.mu.Lock()
+	e.cleanup = append(e.cleanup, f)
+	e.mu.Unlock()
+}
+
+// Close kills the processes, closes the links and runs the cleanups. The
+// directory stays (logs) unless keep is false.
+func (e *Env) Close(keep bool) {
+	e.mu.Lock()
+	procs, links, cleanup := e.procs, e.links, e.cleanup
+	e.procs, e.links, e.cleanup = nil, nil, nil
+	e.mu.Unlock()
+	for _, p := range procs {
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	for _, l := range links {
+		l.Close()
+	}
+	for i := len(cleanup) - 1; i >= 0; i-- {
+		cleanup[i]()
+	}
+	if !keep {
+		os.RemoveAll(e.Dir)
+	}
+}
+
+// LinkCheck is one region pair's emulated round trip as measured.
+type LinkCheck struct {
+	From, To      string
+	Configured    time.Duration
+	Min, P50, P99 time.Duration
+	Max           time.Duration
+	Samples       int
+	JitterPct     float64
+}
+
+// VerifyLinks measures, for every distinct pair of regions in the
+// topology, the round trip of a link configured exactly like the
+// benchmark's (same delay, jitter and proxy code) to a local echo server:
+// the proxies' own overhead is included.
+func VerifyLinks(topo *Topology, samples int) ([]LinkCheck, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	regions := map[string]bool{}
+	for _, r := range append(slices.Clone(topo.Servers), topo.Clients...) {
+		regions[r] = true
+	}
+	var names []string
+	for r := range regions {
+		names = append(names, r)
+	}
+	sort.Strings(names)
+	var out []LinkCheck
+	env := &Env{Topo: topo, Seed: 99}
+	defer env.Close(true)
+	for i, a := range names {
+		for _, b := range names[i:] {
+			addr, err := env.Link(a, b, ln.Addr().String(), "")
+			if err != nil {
+				return nil, err
+			}
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			var rtts []time.Duration
+			buf := []byte{0}
+			for k := 0; k < samples; k++ {
+				start := time.Now()
+				if _, err := c.Write(buf); err != nil {
+					c.Close()
+					return nil, err
+				}
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := io.ReadFull(c, buf); err != nil {
+					c.Close()
+					return nil, err
+				}
+				rtts = append(rtts, time.Since(start))
+			}
+			c.Close()
+			slices.Sort(rtts)
+			out = append(out, LinkCheck{From: a, To: b, Configured: topo.RTT(a, b), Min: rtts[0],
+				P50: rtts[len(rtts)/2], P99: rtts[(len(rtts)*99)/100], Max: rtts[len(rtts)-1],
+				Samples: len(rtts), JitterPct: topo.JitterPct})
+		}
+	}
+	return out, nil
+}
+
+// Network namespaces, for systems that advertise one peer address to all
+// members (etcd): each member runs in its own namespace, reachable from the
+// host at 10.201.i.2 over a veth pair. Inside member i's namespace every
+// other member's advertised address 10.200.j.2 is a local address on lo,
+// where a link created in that namespace listens and forwards (from the
+// host) to 10.201.j.2 with pair (i,j)'s delay. So every ordered pair gets
+// its own delay with no iptables.
+
+// netnsName is member i's namespace.
+func (e *Env) netnsName(i int) string { return fmt.Sprintf("mbench%d-%d", os.Getpid()%10000, i) }
+
+// AdvertisedAddr and HostAddr are member i's addresses (see above).
+func AdvertisedAddr(i int) string { return fmt.Sprintf("10.200.%d.2", i+1) }
+func HostAddr(i int) string       { return fmt.Sprintf("10.201.%d.2", i+1) }
+
+// SetupNetns creates n namespaces wired as described above.
+func (e *Env) SetupNetns(n int) error {
+	if os.Geteuid() != 0 {
+		return errors.New("network namespaces need root")
+	}
+	for i := 0; i < n; i++ {
+		ns := e.netnsName(i)
+		host, peer := fmt.Sprintf("mbh%d", i), fmt.Sprintf("mbn%d", i)
+		// A leftover from a killed run would make the first command fail.
+		exec.Command("ip", "link", "del", host).Run()
+		cmds := [][]string{
+			{"netns", "add", ns},
+			{"link", "add", host, "type", "veth", "peer", "name", peer, "netns", ns},
+			{"addr", "add", fmt.Sprintf("10.201.%d.1/24", i+1), "dev", host},
+			{"link", "set", host, "up"},
+			{"-n", ns, "addr", "add", HostAddr(i) + "/24", "dev", peer},
+			{"-n", ns, "link", "set", peer, "up"},
+			{"-n", ns, "link", "set", "lo", "up"},
+		}
+		for j := 0; j < n; j++ {
+			cmds = append(cmds, []string{"-n", ns, "addr", "add", AdvertisedAddr(j) + "/32", "dev", "lo"})
+		}
+		e.OnClose(func() {
+			exec.Command("ip", "netns", "del", ns).Run()
+			exec.Command("ip", "link", "del", host).Run()
+		})
+		for _, c := range cmds {
+			if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+				return fmt.Errorf("ip %v: %v: %s", c, err, out)
+			}
+		}
+	}
+	return nil
+}
+
+// NetnsExec returns argv run inside member i's namespace.
+func (e *Env) NetnsExec(i int, argv ...string) []string {
+	return append([]string{"ip", "netns", "exec", e.netnsName(i)}, argv...)
+}
+
+// LinkInNetns starts a link listening on listen inside member i's
+// namespace (the listening socket is created there; connections to the
+// target are made from the host).
+func (e *Env) LinkInNetns(i int, rtt time.Duration, target, listen string) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The thread enters the namespace and is never unlocked, so it exits
+		// with this goroutine instead of returning to the pool in the wrong
+		// namespace (the runtime starts new threads from a clean template).
+		runtime.LockOSThread()
+		f, err := os.Open("/var/run/netns/" + e.netnsName(i))
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := setns(int(f.Fd())); err != nil {
+			errc <- fmt.Errorf("setns: %w", err)
+			return
+		}
+		_, err = e.linkRTT(rtt, target, listen)
+		errc <- err
+	}()
+	return <-errc
+}
+
+func setns(fd int) error { return unix.Setns(fd, unix.CLONE_NEWNET) }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

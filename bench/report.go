@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// Report is everything one run measured.
+type Report struct {
+	Machine  string
+	Started  string
+	Duration string
+	Mode     string // quick or full
+	Links    map[string][]LinkCheck
+	Notes    map[string]string // per system: durability and emulation settings
+	Results  []Result
+	Failures []string // systems or workloads that could not run, and why
+}
+
+// WriteJSON writes the report with every series' full histogram
+// (HdrHistogram snapshots, microseconds) as results.json.
+func (r *Report) WriteJSON(dir string) error {
+	for i := range r.Results {
+		if h := r.Results[i].Hist; h != nil {
+			r.Results[i].Raw = h.Export()
+		}
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644)
+}
+
+func fmtMs(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// Markdown renders the report's tables.
+func (r *Report) Markdown(plotDir string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Run: %s, %s mode, %s, on %s.\n\n", r.Started, r.Mode, r.Duration, r.Machine)
+	if len(r.Notes) > 0 {
+		b.WriteString("Systems (3 servers each unless said, fsync on for all):\n\n")
+		var keys []string
+		for k := range r.Notes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "- %s: %s\n", k, r.Notes[k])
+		}
+		b.WriteString("\n")
+	}
+	var topos []string
+	for t := range r.Links {
+		topos = append(topos, t)
+	}
+	sort.Strings(topos)
+	for _, t := range topos {
+		fmt.Fprintf(&b, "Emulated round trips, topology %s (configured vs measured through a link built like the benchmark's, proxy overhead included; %d pings each):\n\n", t, r.Links[t][0].Samples)
+		b.WriteString("| regions | configured ms | jitter | min | p50 | p99 | max |\n|---|---|---|---|---|---|---|\n")
+		for _, l := range r.Links[t] {
+			fmt.Fprintf(&b, "| %s–%s | %s | %.0f%% | %s | %s | %s | %s |\n", l.From, l.To, fmtMs(ms(l.Configured)), l.JitterPct,
+				fmtMs(ms(l.Min)), fmtMs(ms(l.P50)), fmtMs(ms(l.P99)), fmtMs(ms(l.Max)))
+		}
+		b.WriteString("\n")
+	}
+	groups := r.groups()
+	for _, g := range groups {
+		fmt.Fprintf(&b, "### %s, topology %s\n\n", workloadTitle(g.workload), g.topology)
+		if plotDir != "" {
+			fmt.Fprintf(&b, "![%s %s](%s)\n\n", g.workload, g.topology, filepath.ToSlash(filepath.Join(plotDir, plotName(g.workload, g.topology))))
+		}
+		b.WriteString("| system | clients | keys | avg | p50 | p90 | p99 | p99.9 | max | n | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, res := range g.results {
+			keys := "—"
+			if res.Workload == "locks" {
+				keys = map[bool]string{false: "different", true: "same"}[res.Same]
+			}
+			s := res.Summary
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n", res.Flavor, res.Clients, keys,
+				fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P90), fmtMs(s.P99), fmtMs(s.P999), fmtMs(s.Max), s.Count, res.Errors, res.Leader)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Failures) > 0 {
+		b.WriteString("Could not run:\n\n")
+		for _, f := range r.Failures {
+			fmt.Fprintf(&b, "- %s\n", f)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func workloadTitle(w string) string {
+	return map[string]string{
+		"locks":              "Seed 003 locks: acquire latency (ms)",
+		"seed004-read":       "Seed 004 task 1: one client reads a random 1000 B key (ms)",
+		"seed004-write":      "Seed 004 task 2: one client writes a random key, 1000 B (ms)",
+		"seed004-mixed-op":   "Seed 004 task 3: mixed conflicting task, per operation of client 0 (ms)",
+		"seed004-mixed-pair": "Seed 004 task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
+	}[w]
+}
+
+type group struct {
+	workload, topology string
+	results            []Result
+}
+
+func (r *Report) groups() []group {
+	var out []group
+	idx := map[[2]string]int{}
+	for _, res := range r.Results {
+		k := [2]string{res.Workload, res.Topology}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, group{workload: res.Workload, topology: res.Topology})
+		}
+		out[i].results = append(out[i].results, res)
+	}
+	return out
+}
+
+func plotName(workload, topology string) string { return fmt.Sprintf("%s-%s.png", workload, topology) }
+
+var palette = []color.Color{
+	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+	color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
+	color.RGBA{0xe3, 0x77, 0xc2, 0xff}, color.RGBA{0x7f, 0x7f, 0x7f, 0xff},
+}
+
+// WritePlots draws one latency CDF per workload and topology (one line per
+// system and client count) into dir.
+func (r *Report) WritePlots(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, g := range r.groups() {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("%s — %s", workloadTitle(g.workload), g.topology)
+		p.X.Label.Text = "latency (ms)"
+		p.Y.Label.Text = "fraction of operations"
+		p.Legend.Top = false
+		p.Legend.Left = false
+		p.Add(plotter.NewGrid())
+		n := 0
+		for _, res := range g.results {
+			if res.Hist == nil || res.Hist.TotalCount() == 0 {
+				continue
+			}
+			// Locks: one line per flavor at the largest contended setting
+			// and at one client, to keep the plot readable.
+			if res.Workload == "locks" && !(res.Clients == 1 || res.Same) {
+				continue
+			}
+			var pts plotter.XYs
+			for _, br := range res.Hist.CumulativeDistribution() {
+				pts = append(pts, plotter.XY{X: float64(br.ValueAt) / 1000, Y: br.Quantile / 100})
+			}
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return err
+			}
+			l.Color = palette[n%len(palette)]
+			l.Width = vg.Points(1.5)
+			label := res.Flavor
+			if res.Workload == "locks" {
+				label = fmt.Sprintf("%s, %d on %s", res.Flavor, res.Clients, map[bool]string{false: "own lock", true: "one lock"}[res.Same])
+			}
+			p.Add(l)
+			p.Legend.Add(label, l)
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		if err := p.Save(9*vg.Inch, 5*vg.Inch, filepath.Join(dir, plotName(g.workload, g.topology))); err != nil {
+			return err
+		}
+	}
+	return nil
+}

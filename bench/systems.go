@@ -1,0 +1,404 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	gozk "github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/meridian-coord/meridian/internal/server"
+)
+
+// Cluster is a running system: for every client region, the address of
+// the emulated link from there to each server.
+type Cluster struct {
+	System string
+	Native map[string][]string // Meridian gRPC
+	ZK     map[string][]string // ZooKeeper protocol (Meridian and ZooKeeper)
+	Etcd   map[string][]string
+	Redis  map[string]string // one server: single-instance Redlock
+	// Leader returns the index of the leading server (-1: unknown).
+	Leader func() int
+	// Notes describes the durability and emulation settings.
+	Notes string
+}
+
+// clientRegions returns the topology's distinct client regions.
+func clientRegions(t *Topology) []string {
+	var out []string
+	for _, r := range t.Clients {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// srvrMode asks a ZooKeeper-protocol server for its mode with the srvr
+// four-letter word (Meridian answers it too).
+func srvrMode(addr string) string {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	c.Write([]byte("srvr"))
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if m, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
+			return m
+		}
+	}
+	return ""
+}
+
+func leaderBySrvr(direct []string) func() int {
+	return func() int {
+		for i, a := range direct {
+			if srvrMode(a) == "leader" {
+				return i
+			}
+		}
+		return -1
+	}
+}
+
+// waitZK waits until a write through the ZooKeeper protocol succeeds.
+func waitZK(addrs []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, _, err := gozk.Connect(addrs, 10*time.Second, gozk.WithLogInfo(false), gozk.WithLogger(quiet{}))
+		if err == nil {
+			_, err = conn.Create("/ready", nil, 0, gozk.WorldACL(gozk.PermAll))
+			if err == gozk.ErrNodeExists {
+				err = nil
+			}
+			conn.Close()
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster not ready: %w", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// StartMeridian starts 3 `meridian server` processes (bin) with the
+// topology's regions; every server→server link is a per-pair emulated link.
+// preferLeader (1-based, 0: none) pins the leader, an operator's choice.
+func StartMeridian(e *Env, bin string, preferLeader uint64) (*Cluster, error) {
+	t := e.Topo
+	p, err := e.Ports(9)
+	if err != nil {
+		return nil, err
+	}
+	real := make([]server.Member, 3)
+	for i := range real {
+		real[i] = server.Member{ID: uint64(i + 1), Region: t.Servers[i], Zone: fmt.Sprint(i),
+			Peer: fmt.Sprintf("127.0.0.1:%d", p[3*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", p[3*i+1]),
+			ZK: fmt.Sprintf("127.0.0.1:%d", p[3*i+2])}
+	}
+	c := &Cluster{System: "meridian", Native: map[string][]string{}, ZK: map[string][]string{}}
+	var direct []string
+	for i := 0; i < 3; i++ {
+		members := slices.Clone(real)
+		for j := range members {
+			if j != i {
+				if members[j].Peer, err = e.Link(t.Servers[i], t.Servers[j], real[j].Peer, ""); err != nil {
+					return nil, err
+				}
+			}
+		}
+		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(e.Dir, fmt.Sprint(i+1)), Members: members,
+			ListenPeer: real[i].Peer, PreferLeader: preferLeader}
+		path := filepath.Join(e.Dir, fmt.Sprintf("meridian%d.yaml", i+1))
+		if err := cfg.WriteFile(path); err != nil {
+			return nil, err
+		}
+		if err := e.Start(fmt.Sprintf("meridian%d", i+1), bin, "server", "--config", path); err != nil {
+			return nil, err
+		}
+		direct = append(direct, real[i].ZK)
+	}
+	for _, r := range clientRegions(t) {
+		for i := 0; i < 3; i++ {
+			n, err := e.Link(r, t.Servers[i], real[i].GRPC, "")
+			if err != nil {
+				return nil, err
+			}
+			z, err := e.Link(r, t.Servers[i], real[i].ZK, "")
+			if err != nil {
+				return nil, err
+			}
+			c.Native[r] = append(c.Native[r], n)
+			c.ZK[r] = append(c.ZK[r], z)
+		}
+	}
+	if err := waitZK(direct, 60*time.Second); err != nil {
+		return nil, fmt.Errorf("meridian: %w (logs in %s)", err, e.Dir)
+	}
+	c.Leader = leaderBySrvr(direct)
+	c.Notes = "fsync on (one synced Pebble batch per raft Ready)"
+	return c, nil
+}
+
+// ZooKeeperJar is Debian's zookeeper package.
+const ZooKeeperJar = "/usr/share/java/zookeeper.jar"
+
+// StartZooKeeper starts 3 ZooKeeper 3.8 servers with fsync on (its
+// default forceSync=yes); each server's zoo.cfg names its own per-pair
+// links for the other servers' quorum and election ports.
+func StartZooKeeper(e *Env) (*Cluster, error) {
+	if _, err := os.Stat(ZooKeeperJar); err != nil {
+		return nil, fmt.Errorf("ZooKeeper is not installed: run make bench-deps")
+	}
+	t := e.Topo
+	p, err := e.Ports(9)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{System: "zookeeper", ZK: map[string][]string{}}
+	var direct []string
+	for i := 0; i < 3; i++ {
+		data := filepath.Join(e.Dir, fmt.Sprint(i+1))
+		os.MkdirAll(data, 0o755)
+		os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprint(i+1)), 0o644)
+		var lines []string
+		for j := 0; j < 3; j++ {
+			quorum, election := fmt.Sprintf("127.0.0.1:%d", p[3*j]), fmt.Sprintf("127.0.0.1:%d", p[3*j+1])
+			if j != i {
+				if quorum, err = e.Link(t.Servers[i], t.Servers[j], quorum, ""); err != nil {
+					return nil, err
+				}
+				if election, err = e.Link(t.Servers[i], t.Servers[j], election, ""); err != nil {
+					return nil, err
+				}
+			}
+			// One host for both ports: every link listens on 127.0.0.1.
+			lines = append(lines, fmt.Sprintf("server.%d=%s:%s", j+1, quorum, election[strings.LastIndex(election, ":")+1:]))
+		}
+		cfg := fmt.Sprintf("tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
+			"admin.enableServer=false\n4lw.commands.whitelist=*\nmaxClientCnxns=0\n%s\n", data, p[3*i+2], strings.Join(lines, "\n"))
+		path := filepath.Join(e.Dir, fmt.Sprintf("zoo%d.cfg", i+1))
+		os.WriteFile(path, []byte(cfg), 0o644)
+		if err := e.Start(fmt.Sprintf("zk%d", i+1), "java", "-Xmx512m",
+			"-cp", "/etc/zookeeper/conf:"+ZooKeeperJar, "-Dzookeeper.log.dir="+e.Dir,
+			"org.apache.zookeeper.server.quorum.QuorumPeerMain", path); err != nil {
+			return nil, err
+		}
+		direct = append(direct, fmt.Sprintf("127.0.0.1:%d", p[3*i+2]))
+	}
+	for _, r := range clientRegions(t) {
+		for i := 0; i < 3; i++ {
+			z, err := e.Link(r, t.Servers[i], direct[i], "")
+			if err != nil {
+				return nil, err
+			}
+			c.ZK[r] = append(c.ZK[r], z)
+		}
+	}
+	if err := waitZK(direct, 90*time.Second); err != nil {
+		return nil, fmt.Errorf("zookeeper: %w (logs in %s)", err, e.Dir)
+	}
+	c.Leader = leaderBySrvr(direct)
+	c.Notes = "fsync on (forceSync=yes, the default)"
+	return c, nil
+}
+
+// StartEtcd starts 3 etcd members (Debian's etcd-server) with fsync on
+// (etcd always syncs its WAL). etcd advertises one peer URL to all
+// members, so per-pair delays need each member in its own network
+// namespace (Env.SetupNetns, root only); without root the members share
+// loopback and every member's inbound peer traffic gets one delay, which is
+// exact only when all server pairs have the same round trip.
+func StartEtcd(e *Env) (*Cluster, error) {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, fmt.Errorf("etcd is not installed: run make bench-deps")
+	}
+	t := e.Topo
+	c := &Cluster{System: "etcd", Etcd: map[string][]string{}}
+	useNetns := os.Geteuid() == 0
+	if !useNetns && !t.UniformServers() {
+		return nil, fmt.Errorf("etcd: topology %s has unequal server round trips; per-pair delays need root (network namespaces)", t.Name)
+	}
+	var clientTargets, peerURLs []string
+	var cluster []string
+	var ports []int
+	if useNetns {
+		if err := e.SetupNetns(3); err != nil {
+			return nil, err
+		}
+		for i := 0; i < 3; i++ {
+			clientTargets = append(clientTargets, HostAddr(i)+":2379")
+			peerURLs = append(peerURLs, "http://"+AdvertisedAddr(i)+":2380")
+			// In member i's namespace, member j's advertised address is a
+			// link with pair (i,j)'s delay to j's host-side address.
+			for j := 0; j < 3; j++ {
+				if j == i {
+					continue
+				}
+				if err := e.LinkInNetns(i, t.RTT(t.Servers[i], t.Servers[j]), HostAddr(j)+":2380", AdvertisedAddr(j)+":2380"); err != nil {
+					return nil, err
+				}
+			}
+		}
+	} else {
+		if ports, err = e.Ports(6); err != nil {
+			return nil, err
+		}
+		for i := 0; i < 3; i++ {
+			clientTargets = append(clientTargets, fmt.Sprintf("127.0.0.1:%d", ports[2*i]))
+			// Advertise a link in front of the real peer port.
+			a, err := e.linkRTT(t.RTT(t.Servers[0], t.Servers[1]), fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]), "")
+			if err != nil {
+				return nil, err
+			}
+			peerURLs = append(peerURLs, "http://"+a)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		cluster = append(cluster, fmt.Sprintf("e%d=%s", i+1, peerURLs[i]))
+	}
+	// etcd's defaults assume a LAN (heartbeat 100 ms, election 1 s); the
+	// etcd tuning guide says heartbeat ≈ the round trip and election ≥ 10×.
+	var maxRTT time.Duration
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			maxRTT = max(maxRTT, t.RTT(t.Servers[i], t.Servers[j]))
+		}
+	}
+	hb := max(100*time.Millisecond, maxRTT*3/2)
+	for i := 0; i < 3; i++ {
+		// In its namespace a member listens on its host-side address only:
+		// the other members' advertised addresses are links there.
+		listenPeer, listenClient := "http://"+HostAddr(i)+":2380", "http://"+clientTargets[i]
+		if !useNetns {
+			listenPeer, listenClient = fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]), "http://"+clientTargets[i]
+		}
+		argv := []string{bin, "--name", fmt.Sprintf("e%d", i+1), "--data-dir", filepath.Join(e.Dir, fmt.Sprintf("etcd%d", i+1)),
+			"--listen-peer-urls", listenPeer, "--initial-advertise-peer-urls", peerURLs[i],
+			"--listen-client-urls", listenClient, "--advertise-client-urls", "http://" + clientTargets[i],
+			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "bench", "--heartbeat-interval", fmt.Sprint(hb.Milliseconds()),
+			"--election-timeout", fmt.Sprint(10 * hb.Milliseconds()), "--logger", "zap", "--log-level", "warn"}
+		if useNetns {
+			argv = e.NetnsExec(i, argv...)
+		}
+		if err := e.Start(fmt.Sprintf("etcd%d", i+1), argv...); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range clientRegions(t) {
+		for i := 0; i < 3; i++ {
+			a, err := e.Link(r, t.Servers[i], clientTargets[i], "")
+			if err != nil {
+				return nil, err
+			}
+			c.Etcd[r] = append(c.Etcd[r], a)
+		}
+	}
+	if err := waitEtcd(clientTargets, 90*time.Second); err != nil {
+		return nil, fmt.Errorf("etcd: %w (logs in %s)", err, e.Dir)
+	}
+	c.Leader = func() int { return etcdLeader(clientTargets) }
+	c.Notes = fmt.Sprintf("fsync on (etcd always syncs its WAL); heartbeat %v, election timeout %v", hb, 10*hb)
+	if useNetns {
+		c.Notes += "; per-pair peer delays through network namespaces"
+	} else {
+		c.Notes += "; one delay per destination (uniform server round trips only)"
+	}
+	return c, nil
+}
+
+func waitEtcd(eps []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err = cli.Put(ctx, "/ready", "")
+			cancel()
+			cli.Close()
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster not ready: %w", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func etcdLeader(eps []string) int {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return -1
+	}
+	defer cli.Close()
+	for i, ep := range eps {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		st, err := cli.Status(ctx, ep)
+		cancel()
+		if err == nil && st.Header.GetMemberId() == st.Leader {
+			return i
+		}
+	}
+	return -1
+}
+
+// StartRedis starts one redis-server in the first server's region with
+// appendonly yes and appendfsync always (every write fsynced before the
+// reply, like the consensus systems): single-instance Redlock.
+func StartRedis(e *Env) (*Cluster, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server is not installed: run make bench-deps")
+	}
+	p, err := e.Ports(1)
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", p[0])
+	if err := e.Start("redis", bin, "--port", fmt.Sprint(p[0]), "--bind", "127.0.0.1", "--dir", e.Dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"); err != nil {
+		return nil, err
+	}
+	c := &Cluster{System: "redis", Redis: map[string]string{}, Leader: func() int { return 0 },
+		Notes: "one server (single-instance Redlock), appendfsync always"}
+	for _, r := range clientRegions(e.Topo) {
+		a, err := e.Link(r, e.Topo.Servers[0], addr, "")
+		if err != nil {
+			return nil, err
+		}
+		c.Redis[r] = a
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rc := redis.NewClient(&redis.Options{Addr: addr})
+		err := rc.Ping(context.Background()).Err()
+		rc.Close()
+		if err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Result is one measured series.
+type Result struct {
+	Workload string // "locks", "seed004-read", "seed004-write", "seed004-mixed-op", "seed004-mixed-pair"
+	Topology string
+	Flavor   string
+	Clients  int
+	Same     bool   // locks: all clients on one lock
+	Leader   string // region of the leading server when the run started
+	Errors   int
+	Hist     *hdrhistogram.Histogram `json:"-"`
+	Summary  Summary
+	Raw      *hdrhistogram.Snapshot `json:",omitempty"` // µs
+}
+
+// Summary is a histogram's figures in milliseconds.
+type Summary struct {
+	Count                         int64
+	Avg, P50, P90, P99, P999, Max float64
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600_000_000, 3) } // µs, up to 10 min
+
+func summarize(h *hdrhistogram.Histogram) Summary {
+	ms := func(v int64) float64 { return float64(v) / 1000 }
+	return Summary{Count: h.TotalCount(), Avg: h.Mean() / 1000, P50: ms(h.ValueAtQuantile(50)),
+		P90: ms(h.ValueAtQuantile(90)), P99: ms(h.ValueAtQuantile(99)), P999: ms(h.ValueAtQuantile(99.9)), Max: ms(h.Max())}
+}
+
+// serverFor picks client i's server: the nearest to its region; clients
+// spread round-robin over servers that are equally near.
+func serverFor(t *Topology, i int) (string, int) {
+	r := t.ClientRegion(i)
+	best := t.RTT(r, t.Servers[t.NearestServer(r)])
+	var ties []int
+	for s := range t.Servers {
+		if t.RTT(r, t.Servers[s]) == best {
+			ties = append(ties, s)
+		}
+	}
+	return r, ties[(i/len(t.Clients))%len(ties)]
+}
+
+// LockParams sets seed 003's lock workload.
+type LockParams struct {
+	Clients []int         // e.g. 1, 3, 5
+	Iters   int           // acquires per client
+	Hold    time.Duration // the "short computation" while holding
+}
+
+// RunLocks runs seed 003: n clients acquire, hold, release Iters times, on
+// one lock each or all on one lock; it records every acquire's latency.
+func RunLocks(c *Cluster, t *Topology, f Flavor, p LockParams, progress func(string)) []Result {
+	var out []Result
+	for _, n := range p.Clients {
+		for _, same := range []bool{false, true} {
+			if n == 1 && same {
+				continue // one client: same as different
+			}
+			res := Result{Workload: "locks", Topology: t.Name, Flavor: f.Name, Clients: n, Same: same, Hist: newHist(), Leader: leaderRegion(c, t)}
+			lockers := make([]Locker, n)
+			var err error
+			for i := range lockers {
+				r, s := serverFor(t, i)
+				if lockers[i], err = f.lock(c, r, s); err != nil {
+					res.Errors++
+					break
+				}
+			}
+			if err == nil {
+				runLockClients(lockers, p, same, &res)
+			}
+			for _, l := range lockers {
+				if l != nil {
+					l.Close()
+				}
+			}
+			res.Summary = summarize(res.Hist)
+			progress(fmt.Sprintf("locks %s %s: %d clients, %s: avg %.1f ms p99 %.1f ms (%d errors)",
+				t.Name, f.Name, n, map[bool]string{false: "different locks", true: "same lock"}[same], res.Summary.Avg, res.Summary.P99, res.Errors))
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+func runLockClients(lockers []Locker, p LockParams, same bool, res *Result) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	run := mrand.Int64()
+	for i, lk := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("r%d-c%d", run, i)
+			if same {
+				name = fmt.Sprintf("r%d-shared", run)
+			}
+			for k := 0; k < p.Iters; k++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				start := time.Now()
+				release, err := lk.Lock(ctx, name)
+				el := time.Since(start)
+				cancel()
+				mu.Lock()
+				if err != nil {
+					res.Errors++
+					mu.Unlock()
+					continue
+				}
+				res.Hist.RecordValue(el.Microseconds())
+				mu.Unlock()
+				time.Sleep(p.Hold)
+				if err := release(); err != nil {
+					mu.Lock()
+					res.Errors++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func leaderRegion(c *Cluster, t *Topology) string {
+	if c.Leader == nil {
+		return "?"
+	}
+	if l := c.Leader(); l >= 0 {
+		return fmt.Sprintf("%s (server %d)", t.Servers[l], l+1)
+	}
+	return "?"
+}
+
+// Seed004Params sets seed 004's tasks.
+type Seed004Params struct {
+	Ops          int // task 1 reads, task 2 writes, task 3 client 0's loops
+	MixedClients int // task 3's clients (6)
+}
+
+const seed004Keys, seed004Size = 5, 1000
+
+// RunSeed004 runs seed 004's three tasks: (1) one client reads a random key
+// of 5 Ops times, (2) writes a random key Ops times with 1000 B, (3) the
+// mixed conflicting task: MixedClients clients each loop reading a random
+// key and writing a random key with the read value minus its last byte
+// (read key even) or plus one byte (odd); client 0 runs Ops loops and the
+// others run until it finishes. Task 3 records client 0's operations and
+// its read+write pairs.
+func RunSeed004(c *Cluster, t *Topology, f Flavor, p Seed004Params, progress func(string)) []Result {
+	base := Result{Topology: t.Name, Flavor: f.Name, Leader: leaderRegion(c, t)}
+	mk := func(w string, n int) Result {
+		r := base
+		r.Workload, r.Clients, r.Hist = w, n, newHist()
+		return r
+	}
+	read, write, op, pair := mk("seed004-read", 1), mk("seed004-write", 1), mk("seed004-mixed-op", p.MixedClients), mk("seed004-mixed-pair", p.MixedClients)
+	prefix := fmt.Sprintf("/s4-%d", mrand.Int64())
+	key := func(k int) string { return fmt.Sprintf("%s-k%d", prefix, k) }
+	r0, s0 := serverFor(t, 0)
+	kv, err := f.kv(c, r0, s0)
+	if err != nil {
+		read.Errors++
+		progress(fmt.Sprintf("seed004 %s %s: %v", t.Name, f.Name, err))
+		return []Result{read}
+	}
+	defer kv.Close()
+	ctx := context.Background()
+	val := make([]byte, seed004Size)
+	for k := 0; k < seed004Keys; k++ {
+		if err := kv.Create(ctx, key(k), val); err != nil {
+			read.Errors++
+		}
+	}
+	timed := func(h *Result, f func() error) {
+		start := time.Now()
+		if err := f(); err != nil {
+			h.Errors++
+			return
+		}
+		h.Hist.RecordValue(time.Since(start).Microseconds())
+	}
+	for i := 0; i < p.Ops; i++ {
+		timed(&read, func() error { _, err := kv.Get(ctx, key(mrand.IntN(seed004Keys))); return err })
+	}
+	for i := 0; i < p.Ops; i++ {
+		timed(&write, func() error { return kv.Put(ctx, key(mrand.IntN(seed004Keys)), val) })
+	}
+
+	// Task 3.
+	var done sync.WaitGroup
+	stop := make(chan struct{})
+	loop := func(kv KV, measured bool) {
+		rk := mrand.IntN(seed004Keys)
+		start := time.Now()
+		var v []byte
+		var err error
+		if measured {
+			timed(&op, func() error { v, err = kv.Get(ctx, key(rk)); return err })
+		} else {
+			v, err = kv.Get(ctx, key(rk))
+		}
+		if err != nil {
+			return
+		}
+		nv := append([]byte{}, v...)
+		if rk%2 == 0 && len(nv) > 0 {
+			nv = nv[:len(nv)-1]
+		} else {
+			nv = append(nv, 'x')
+		}
+		wk := key(mrand.IntN(seed004Keys))
+		if measured {
+			before := op.Errors
+			timed(&op, func() error { return kv.Put(ctx, wk, nv) })
+			if op.Errors == before {
+				pair.Hist.RecordValue(time.Since(start).Microseconds())
+			}
+		} else {
+			kv.Put(ctx, wk, nv)
+		}
+	}
+	for i := 1; i < p.MixedClients; i++ {
+		r, s := serverFor(t, i)
+		other, err := f.kv(c, r, s)
+		if err != nil {
+			op.Errors++
+			continue
+		}
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			defer other.Close()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				loop(other, false)
+			}
+		}()
+	}
+	for i := 0; i < p.Ops; i++ {
+		loop(kv, true)
+	}
+	close(stop)
+	done.Wait()
+	pair.Errors = op.Errors
+	var out []Result
+	for _, r := range []*Result{&read, &write, &op, &pair} {
+		r.Summary = summarize(r.Hist)
+		out = append(out, *r)
+		progress(fmt.Sprintf("%s %s %s: avg %.2f ms p99 %.2f ms p99.9 %.2f ms (%d errors)", r.Workload, t.Name, f.Name,
+			r.Summary.Avg, r.Summary.P99, r.Summary.P999, r.Errors))
+	}
+	return out
+}
