@@ -18,6 +18,7 @@ dev: build
 
 vet:
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 # The chaos battery runs on its own after the other packages: it keeps
@@ -63,7 +64,7 @@ bench-report:
 	cd bench && $(GO) run ./cmd/meridian-bench --systems $(BENCH_SYSTEMS) --topologies $(BENCH_TOPOLOGIES) \
 		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md
 bench-quick:
-	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems $(BENCH_SYSTEMS) --topologies topologies/loopback.yaml,topologies/3dc.yaml
+	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems $(BENCH_SYSTEMS) --topologies topologies/3dc.yaml
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

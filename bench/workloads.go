@@ -267,3 +267,38 @@ func RunSeed004(c *Cluster, t *Topology, f Flavor, p Seed004Params, progress fun
 	}
 	return out
 }
+
+// Warmup has one client per client region write for d, as a deployment's
+// steady traffic would before anyone measures it. Every system gets the
+// same warm-up; for Meridian it is also what leader placement decides on.
+func Warmup(c *Cluster, t *Topology, f Flavor, d time.Duration) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, len(t.Clients))
+	for i, r := range clientRegions(t) {
+		_, s := serverFor(t, i)
+		kv, err := f.kv(c, r, s)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer kv.Close()
+			ctx := context.Background()
+			key := fmt.Sprintf("/warmup-%d-%d", i, mrand.Int64())
+			if err := kv.Create(ctx, key, nil); err != nil {
+				errc <- err
+				return
+			}
+			for end := time.Now().Add(d); time.Now().Before(end); {
+				if err := kv.Put(ctx, key, []byte("w")); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}

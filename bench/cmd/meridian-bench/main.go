@@ -29,6 +29,9 @@ func main() {
 	bin := flag.String("meridian-bin", "", "meridian binary (default: built from -meridian-src)")
 	src := flag.String("meridian-src", "..", "the Meridian checkout to build the binary from")
 	keep := flag.Bool("keep", false, "keep run directories (logs, data)")
+	ops := flag.Int("ops", 0, "seed 004 operations per task (default 1000; quick 40)")
+	lockIters := flag.Int("lock-iters", 0, "lock acquires per client (default 50; quick 8)")
+	warmup := flag.Duration("warmup", 10*time.Second, "writes from every client region before measuring each system")
 	flag.Parse()
 
 	fail := func(err error) {
@@ -61,6 +64,15 @@ func main() {
 		s4.Ops = 40
 		samples = 10
 		mode = "quick"
+	}
+	if *ops > 0 {
+		s4.Ops = *ops
+	}
+	if *lockIters > 0 {
+		lockP.Iters = *lockIters
+	}
+	if *ops > 0 || *lockIters > 0 {
+		mode += fmt.Sprintf(" (%d seed 004 operations per task, %d lock acquires per client)", s4.Ops, lockP.Iters)
 	}
 	start := time.Now()
 	rep := &bench.Report{Machine: machine(), Started: start.UTC().Format("2006-01-02 15:04 UTC"), Mode: mode,
@@ -106,6 +118,14 @@ func main() {
 				continue
 			}
 			rep.Notes[sys] = c.Notes
+			for _, f := range bench.Flavors {
+				if f.System == sys && f.CanKV() {
+					if err := bench.Warmup(c, topo, f, *warmup); err != nil {
+						rep.Failures = append(rep.Failures, fmt.Sprintf("%s on %s: warm-up: %v", sys, topo.Name, err))
+					}
+					break
+				}
+			}
 			progress(fmt.Sprintf("%s on %s: started, leader %s", sys, topo.Name, leader(c, topo)))
 			for _, f := range bench.Flavors {
 				if f.System != sys {
