@@ -27,6 +27,7 @@ vet:
 test: vet
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v /internal/chaos$$)
 	$(GO) test -race -count=1 -timeout 10m ./internal/chaos
+	cd bench && $(GO) test -count=1 ./...
 	./scripts/pyenv.sh
 	./scripts/install-zookeeper.sh
 	MERIDIAN_PYTHON=$(CURDIR)/.venv/bin/python ZKCLI=/usr/share/zookeeper/bin/zkCli.sh \
