@@ -88,6 +88,11 @@ type Config struct {
 	// sliding window of Latency's statistics.
 	ProbeInterval time.Duration
 	LatencyWindow time.Duration
+	// MaxTickInterval > TickInterval turns on ticks from measurements: the
+	// tick (one heartbeat; ElectionTicks of them make the election timeout)
+	// follows the measured round trips (AdaptiveTick), between TickInterval
+	// and MaxTickInterval.
+	MaxTickInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -143,6 +148,7 @@ type Status struct {
 	ID, Leader, Term, Commit, Applied, SnapshotIndex, FirstIndex, LastIndex uint64
 	Role                                                                    string
 	Members                                                                 []Peer
+	Tick                                                                    time.Duration // the raft tick in use
 	Progress                                                                map[uint64]uint64 // leader only: match index per peer
 }
 
@@ -178,6 +184,7 @@ type Replica struct {
 	sm   StateMachine
 	log  *slog.Logger
 	lat  *latency.Tracker
+	tick time.Duration // the raft tick in use (loop goroutine only)
 	disk *disk
 	mem  *raft.MemoryStorage
 	rn   *raft.RawNode // raft loop only
@@ -613,12 +620,23 @@ func (r *Replica) loop() {
 			go r.Close()
 		}
 	}()
-	ticker := time.NewTicker(r.cfg.TickInterval)
+	r.tick = r.cfg.TickInterval
+	ticker := time.NewTicker(r.tick)
 	defer ticker.Stop()
+	var adapt <-chan time.Time
+	if r.cfg.MaxTickInterval > r.cfg.TickInterval {
+		t := time.NewTicker(adaptEvery)
+		defer t.Stop()
+		adapt = t.C
+	}
 	for {
 		select {
 		case <-r.stopc:
 			return
+		case <-adapt:
+			if d, ok := r.adaptTick(); ok {
+				ticker.Reset(d)
+			}
 		case <-ticker.C:
 			r.rn.Tick()
 			r.retryReads()
@@ -660,6 +678,48 @@ func (r *Replica) loop() {
 			}
 		}
 	}
+}
+
+// Ticks from measurements.
+const (
+	adaptEvery      = 5 * time.Second
+	adaptMinSamples = 20   // probes in the window before the measurement counts
+	adaptHysteresis = 0.25 // a new tick must differ by more than this fraction
+	adaptFactor     = 1.5  // tick ≥ this × the p99 round trip to the slowest voter
+)
+
+// AdaptiveTick is the rule for ticks from measurements: one tick (the
+// heartbeat interval) is at least adaptFactor times the p99 round trip to
+// the slowest voter peer, so a heartbeat and its answer fit in one tick and
+// the election timeout (ElectionTicks ticks, 10 by default) is at least 15
+// of those round trips, the ratio etcd's tuning guide recommends; never
+// below floor (the configured tick, what a LAN gets) nor above ceiling.
+func AdaptiveTick(floor, ceiling, slowestP99 time.Duration) time.Duration {
+	return min(max(floor, time.Duration(adaptFactor*float64(slowestP99))), ceiling)
+}
+
+// adaptTick recomputes the tick from the latency window; it returns the
+// new tick when it moved by more than the hysteresis.
+func (r *Replica) adaptTick() (time.Duration, bool) {
+	snap := r.lat.Snapshot()
+	var slowest time.Duration
+	for _, p := range snap.Peers {
+		if !r.isVoter(p.Peer) {
+			continue
+		}
+		if p.Window.Count < adaptMinSamples {
+			return 0, false // not measured yet: keep what we have
+		}
+		slowest = max(slowest, p.Window.P99)
+	}
+	want := AdaptiveTick(r.cfg.TickInterval, r.cfg.MaxTickInterval, slowest)
+	if diff := float64(want - r.tick); diff <= adaptHysteresis*float64(r.tick) && -diff <= adaptHysteresis*float64(r.tick) {
+		return 0, false
+	}
+	r.log.Info("raft tick from measured round trips", "tick", want, "was", r.tick, "slowest_voter_p99", slowest,
+		"election_timeout", want*time.Duration(r.cfg.ElectionTicks))
+	r.tick = want
+	return want, true
 }
 
 // maxDrain bounds how many queued proposals, messages and reads one Ready
@@ -919,7 +979,7 @@ func (r *Replica) status() Status {
 		SnapshotIndex: r.snapIndex, FirstIndex: first, LastIndex: last,
 		Role: map[raft.StateType]string{raft.StateLeader: "leader", raft.StateFollower: "follower",
 			raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate"}[st.RaftState],
-		Members: slices.Clone(r.cfg.Peers),
+		Members: slices.Clone(r.cfg.Peers), Tick: r.tick,
 	}
 	if st.RaftState == raft.StateFollower && slices.Contains(r.confState.GetLearners(), r.cfg.ID) {
 		out.Role = "learner"

@@ -729,3 +729,16 @@ func TestLatencyProbes(t *testing.T) {
 		t.Fatalf("quorum rounds lost with a majority up: %+v", s.Quorum)
 	}
 }
+
+func TestAdaptiveTickRule(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct{ floor, ceil, p99, want time.Duration }{
+		{100 * ms, time.Second, 300 * time.Microsecond, 100 * ms}, // LAN: the configured tick
+		{100 * ms, time.Second, 150 * ms, 225 * ms},               // 150 ms WAN: 1.5×
+		{100 * ms, time.Second, 2 * time.Second, time.Second},     // capped
+	} {
+		if got := AdaptiveTick(c.floor, c.ceil, c.p99); got != c.want {
+			t.Errorf("AdaptiveTick(%v, %v, %v) = %v, want %v", c.floor, c.ceil, c.p99, got, c.want)
+		}
+	}
+}

@@ -70,7 +70,12 @@ type Config struct {
 	// minimises access-weighted commit latency (internal/placement), at most
 	// once per PlacementMinIntervalMs (default 30000). PreferLeader pins
 	// leadership to a voter instead. Default "off".
-	Placement              string `yaml:"placement,omitempty"`
+	Placement string `yaml:"placement,omitempty"`
+	// MaxTickMs > TickMs derives the raft tick from the measured round
+	// trips to the voters (replica.AdaptiveTick): at least 1.5× the p99 to
+	// the slowest voter, between TickMs and MaxTickMs; election timeout
+	// stays ElectionTicks ticks. 0 (default): the tick is TickMs.
+	MaxTickMs              int    `yaml:"max_tick_ms,omitempty"`
 	PlacementMinIntervalMs int    `yaml:"placement_min_interval_ms,omitempty"`
 	PreferLeader           uint64 `yaml:"prefer_leader,omitempty"`
 	// PlacementPolicy: center-of-gravity (default), majority or ema (seed
@@ -202,6 +207,9 @@ func (c *Config) Normalize() error {
 	defInt(&c.MaxQueuedEvents, 10000)
 	defInt(&c.MaxSessions, 100000)
 	defInt(&c.PlacementMinIntervalMs, 30000)
+	if c.MaxTickMs < 0 || c.MaxTickMs > 60000 {
+		return fmt.Errorf("max_tick_ms %d: want 0 (off) up to 60000", c.MaxTickMs)
+	}
 	switch c.Placement {
 	case "":
 		c.Placement = "off"

@@ -90,3 +90,49 @@ func TestPlacementMovesLeaderToTheWork(t *testing.T) {
 		}
 	}
 }
+
+// Ticks from measurements: behind 60 ms round trips, every server's raft
+// tick grows from the configured 20 ms to at least 1.5× the measured p99
+// (election timeout 10 ticks ≥ 15 round trips), capped by max_tick_ms, and
+// the cluster keeps committing.
+func TestTickFollowsMeasuredRTT(t *testing.T) {
+	const oneWay = 30 * time.Millisecond
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.MaxTickMs = 400
+		real := slices.Clone(c.Members)
+		c.Members = slices.Clone(c.Members)
+		c.ListenPeer = real[c.ID-1].Peer
+		for j := range c.Members {
+			if uint64(j+1) != c.ID {
+				c.Members[j].Peer = testutil.NewProxy(t, real[j].Peer, oneWay).Addr
+			}
+		}
+	})
+	tc.leader()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok := true
+		var ticks []time.Duration
+		for _, s := range tc.servers {
+			tick := s.Replica().Status().Tick
+			ticks = append(ticks, tick)
+			if tick < 90*time.Millisecond {
+				ok = false
+			}
+			if tick > 400*time.Millisecond {
+				t.Fatalf("tick %v above max_tick_ms", tick)
+			}
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ticks %v: want ≥ 90ms (1.5 × 60ms round trips)", ticks)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	c := tc.client(tc.servers[0].GRPCAddr())
+	if _, _, err := c.Create(ctx(t), "/after", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

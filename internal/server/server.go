@@ -142,6 +142,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		ListenAddr:      cfg.ListenPeer,
 		DataDir:         cfg.DataDir,
 		TickInterval:    cfg.tick(),
+		MaxTickInterval: time.Duration(cfg.MaxTickMs) * time.Millisecond,
 		ElectionTicks:   cfg.ElectionTicks,
 		HeartbeatTicks:  cfg.HeartbeatTicks,
 		SnapshotEntries: uint64(cfg.SnapshotEntries),
