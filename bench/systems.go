@@ -126,7 +126,7 @@ func StartMeridian(e *Env, bin string, preferLeader uint64) (*Cluster, error) {
 		}
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(e.Dir, fmt.Sprint(i+1)), Members: members,
 			ListenPeer: real[i].Peer, PreferLeader: preferLeader, Placement: "auto",
-			PlacementMinIntervalMs: 5000}
+			PlacementMinIntervalMs: 5000, MaxTickMs: 1000}
 		path := filepath.Join(e.Dir, fmt.Sprintf("meridian%d.yaml", i+1))
 		if err := cfg.WriteFile(path); err != nil {
 			return nil, err
@@ -154,7 +154,7 @@ func StartMeridian(e *Env, bin string, preferLeader uint64) (*Cluster, error) {
 		return nil, fmt.Errorf("meridian: %w (logs in %s)", err, e.Dir)
 	}
 	c.Leader = leaderBySrvr(direct)
-	c.Notes = "fsync on (one synced Pebble batch per raft Ready); placement: auto with a 5 s minimum interval between moves (default 30 s) so the 10 s warm-up lets the leader settle where the workload is"
+	c.Notes = "fsync on (one synced Pebble batch per raft Ready); placement: auto with a 5 s minimum interval between moves (default 30 s) so the 10 s warm-up lets the leader settle where the workload is; raft tick from measured round trips (max_tick_ms 1000)"
 	return c, nil
 }
 
