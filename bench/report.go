@@ -88,6 +88,16 @@ func (r *Report) Markdown(plotDir string) string {
 		if plotDir != "" {
 			fmt.Fprintf(&b, "![%s %s](%s)\n\n", g.workload, g.topology, filepath.ToSlash(filepath.Join(plotDir, plotName(g.workload, g.topology))))
 		}
+		if strings.HasPrefix(g.workload, "throughput") {
+			b.WriteString("| system | clients | ops/s | avg | p50 | p90 | p99 | p99.9 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+			for _, res := range g.results {
+				s := res.Summary
+				fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %d | %s |\n", res.Flavor, res.Clients, res.OpsPerSec,
+					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P90), fmtMs(s.P99), fmtMs(s.P999), fmtMs(s.Max), res.Errors, res.Leader)
+			}
+			b.WriteString("\n")
+			continue
+		}
 		b.WriteString("| system | clients | keys | avg | p50 | p90 | p99 | p99.9 | max | n | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, res := range g.results {
 			keys := "—"
@@ -117,6 +127,8 @@ func workloadTitle(w string) string {
 		"seed004-write":      "Seed 004 task 2: one client writes a random key, 1000 B (ms)",
 		"seed004-mixed-op":   "Seed 004 task 3: mixed conflicting task, per operation of client 0 (ms)",
 		"seed004-mixed-pair": "Seed 004 task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
+		"throughput-write":   "Throughput: 1000 B writes to random keys, closed-loop clients (latency ms)",
+		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
 	}[w]
 }
 
@@ -163,9 +175,16 @@ func (r *Report) WritePlots(dir string) error {
 		p.Legend.Top = false
 		p.Legend.Left = false
 		p.Add(plotter.NewGrid())
-		n := 0
+		n, most := 0, 0
+		for _, res := range g.results {
+			most = max(most, res.Clients)
+		}
 		for _, res := range g.results {
 			if res.Hist == nil || res.Hist.TotalCount() == 0 {
+				continue
+			}
+			// Throughput: the largest client count only.
+			if strings.HasPrefix(res.Workload, "throughput") && res.Clients != most {
 				continue
 			}
 			// Locks: one line per flavor at the largest contended setting
@@ -184,6 +203,9 @@ func (r *Report) WritePlots(dir string) error {
 			l.Color = palette[n%len(palette)]
 			l.Width = vg.Points(1.5)
 			label := res.Flavor
+			if strings.HasPrefix(res.Workload, "throughput") {
+				label = fmt.Sprintf("%s, %d clients", res.Flavor, res.Clients)
+			}
 			if res.Workload == "locks" {
 				label = fmt.Sprintf("%s, %d on %s", res.Flavor, res.Clients, map[bool]string{false: "own lock", true: "one lock"}[res.Same])
 			}

@@ -19,9 +19,11 @@ type Result struct {
 	Same     bool   // locks: all clients on one lock
 	Leader   string // region of the leading server when the run started
 	Errors   int
-	Hist     *hdrhistogram.Histogram `json:"-"`
-	Summary  Summary
-	Raw      *hdrhistogram.Snapshot `json:",omitempty"` // µs
+	// OpsPerSec: throughput workloads, completed operations per second.
+	OpsPerSec float64                 `json:",omitempty"`
+	Hist      *hdrhistogram.Histogram `json:"-"`
+	Summary   Summary
+	Raw       *hdrhistogram.Snapshot `json:",omitempty"` // µs
 }
 
 // Summary is a histogram's figures in milliseconds.
@@ -301,4 +303,87 @@ func Warmup(c *Cluster, t *Topology, f Flavor, d time.Duration) error {
 	wg.Wait()
 	close(errc)
 	return <-errc
+}
+
+// ThroughputParams sets the throughput sweep.
+type ThroughputParams struct {
+	Clients  []int         // closed-loop clients at each point
+	Duration time.Duration // measured time per point
+}
+
+const throughputKeys = 100
+
+// RunThroughput measures writes/s and reads/s with n closed-loop clients
+// (each its own session, on its nearest server) doing 1000 B writes or
+// reads of random keys among 100, with latency percentiles at each point.
+// Reads are each flavor's KV reads (see Flavors).
+func RunThroughput(c *Cluster, t *Topology, f Flavor, p ThroughputParams, progress func(string)) []Result {
+	var out []Result
+	prefix := fmt.Sprintf("/tp-%d", mrand.Int64())
+	key := func(k int) string { return fmt.Sprintf("%s-k%d", prefix, k) }
+	val := make([]byte, seed004Size)
+	r0, s0 := serverFor(t, 0)
+	setup, err := f.kv(c, r0, s0)
+	if err != nil {
+		progress(fmt.Sprintf("throughput %s %s: %v", t.Name, f.Name, err))
+		return []Result{{Workload: "throughput-write", Topology: t.Name, Flavor: f.Name, Errors: 1, Hist: newHist()}}
+	}
+	for k := 0; k < throughputKeys; k++ {
+		setup.Create(context.Background(), key(k), val)
+	}
+	setup.Close()
+	for _, kind := range []string{"write", "read"} {
+		for _, n := range p.Clients {
+			res := Result{Workload: "throughput-" + kind, Topology: t.Name, Flavor: f.Name, Clients: n, Hist: newHist(), Leader: leaderRegion(c, t)}
+			kvs := make([]KV, 0, n)
+			for i := 0; i < n; i++ {
+				r, s := serverFor(t, i)
+				kv, err := f.kv(c, r, s)
+				if err != nil {
+					res.Errors++
+					continue
+				}
+				kvs = append(kvs, kv)
+			}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			start := time.Now()
+			end := start.Add(p.Duration)
+			for _, kv := range kvs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx := context.Background()
+					for time.Now().Before(end) {
+						k := key(mrand.IntN(throughputKeys))
+						t0 := time.Now()
+						var err error
+						if kind == "write" {
+							err = kv.Put(ctx, k, val)
+						} else {
+							_, err = kv.Get(ctx, k)
+						}
+						el := time.Since(t0)
+						mu.Lock()
+						if err != nil {
+							res.Errors++
+						} else {
+							res.Hist.RecordValue(el.Microseconds())
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			res.OpsPerSec = float64(res.Hist.TotalCount()) / time.Since(start).Seconds()
+			for _, kv := range kvs {
+				kv.Close()
+			}
+			res.Summary = summarize(res.Hist)
+			progress(fmt.Sprintf("throughput-%s %s %s: %d clients: %.0f ops/s, p50 %.2f ms p99 %.2f ms (%d errors)", kind, t.Name, f.Name,
+				n, res.OpsPerSec, res.Summary.P50, res.Summary.P99, res.Errors))
+			out = append(out, res)
+		}
+	}
+	return out
 }

@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004", "comma-separated: locks (seed 003), seed004")
+	workloads := flag.String("workloads", "locks,seed004,throughput", "comma-separated: locks (seed 003), seed004, throughput")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -57,12 +57,14 @@ func main() {
 	}
 	lockP := bench.LockParams{Clients: []int{1, 3, 5}, Iters: 50, Hold: 2 * time.Millisecond}
 	s4 := bench.Seed004Params{Ops: 1000, MixedClients: 6}
+	tp := bench.ThroughputParams{Clients: []int{1, 8, 32, 128}, Duration: 10 * time.Second}
 	samples := 50
 	mode := "full"
 	if *quick {
 		lockP = bench.LockParams{Clients: []int{1, 5}, Iters: 8, Hold: 2 * time.Millisecond}
 		s4.Ops = 40
 		samples = 10
+		tp = bench.ThroughputParams{Clients: []int{1, 8}, Duration: 2 * time.Second}
 		mode = "quick"
 	}
 	if *ops > 0 {
@@ -140,6 +142,10 @@ func main() {
 					case "seed004":
 						if f.CanKV() {
 							rep.Results = append(rep.Results, bench.RunSeed004(c, topo, f, s4, progress)...)
+						}
+					case "throughput":
+						if f.CanKV() {
+							rep.Results = append(rep.Results, bench.RunThroughput(c, topo, f, tp, progress)...)
 						}
 					default:
 						fail(fmt.Errorf("unknown workload %q", w))
