@@ -27,11 +27,11 @@ type Report struct {
 }
 
 // WriteJSON writes the report with every series' full histogram
-// (HdrHistogram snapshots, microseconds) as results.json.
+// (non-empty buckets, microseconds) as results.json.
 func (r *Report) WriteJSON(dir string) error {
 	for i := range r.Results {
 		if h := r.Results[i].Hist; h != nil {
-			r.Results[i].Raw = h.Export()
+			r.Results[i].Raw = rawHist(h)
 		}
 	}
 	b, err := json.MarshalIndent(r, "", "  ")

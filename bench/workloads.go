@@ -23,13 +23,25 @@ type Result struct {
 	OpsPerSec float64                 `json:",omitempty"`
 	Hist      *hdrhistogram.Histogram `json:"-"`
 	Summary   Summary
-	Raw       *hdrhistogram.Snapshot `json:",omitempty"` // µs
+	// Raw is the full histogram: [value µs, count] for every non-empty
+	// bucket (HdrHistogram, 3 significant digits).
+	Raw [][2]int64 `json:",omitempty"`
 }
 
 // Summary is a histogram's figures in milliseconds.
 type Summary struct {
 	Count                         int64
 	Avg, P50, P90, P99, P999, Max float64
+}
+
+func rawHist(h *hdrhistogram.Histogram) [][2]int64 {
+	var out [][2]int64
+	for _, b := range h.Distribution() {
+		if b.Count > 0 {
+			out = append(out, [2]int64{b.To, b.Count})
+		}
+	}
+	return out
 }
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600_000_000, 3) } // µs, up to 10 min
@@ -292,10 +304,16 @@ func Warmup(c *Cluster, t *Topology, f Flavor, d time.Duration) error {
 				errc <- err
 				return
 			}
+			// Errors do not stop the warm-up: a leader moving (placement)
+			// can leave a write's outcome unknown, as in production.
+			failed := 0
 			for end := time.Now().Add(d); time.Now().Before(end); {
 				if err := kv.Put(ctx, key, []byte("w")); err != nil {
-					errc <- err
-					return
+					if failed++; failed > 100 {
+						errc <- err
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
 			}
 		}()
