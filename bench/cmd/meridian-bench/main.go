@@ -32,7 +32,19 @@ func main() {
 	ops := flag.Int("ops", 0, "seed 004 operations per task (default 1000; quick 40)")
 	lockIters := flag.Int("lock-iters", 0, "lock acquires per client (default 50; quick 8)")
 	warmup := flag.Duration("warmup", 10*time.Second, "writes from every client region before measuring each system")
+	replot := flag.String("replot", "", "redraw the plots of a results.json into -out, and stop")
 	flag.Parse()
+	if *replot != "" {
+		rep, err := bench.LoadReport(*replot)
+		if err == nil {
+			err = rep.WritePlots(*out)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "meridian-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "meridian-bench:", err)
