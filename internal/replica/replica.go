@@ -148,7 +148,7 @@ type Status struct {
 	ID, Leader, Term, Commit, Applied, SnapshotIndex, FirstIndex, LastIndex uint64
 	Role                                                                    string
 	Members                                                                 []Peer
-	Tick                                                                    time.Duration // the raft tick in use
+	Tick                                                                    time.Duration     // the raft tick in use
 	Progress                                                                map[uint64]uint64 // leader only: match index per peer
 }
 
