@@ -34,7 +34,7 @@ func (r *Report) WriteJSON(dir string) error {
 			r.Results[i].Raw = rawHist(h)
 		}
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
