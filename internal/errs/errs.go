@@ -38,6 +38,8 @@ const (
 	zkUnimplemented         = -6
 	zkOperationTimeout      = -7
 	zkBadArguments          = -8
+	zkNewConfigNoQuorum     = -13
+	zkReconfigInProgress    = -14
 	zkUnknownSession        = -12
 	zkNoNode                = -101
 	zkNoAuth                = -102
@@ -75,6 +77,11 @@ var (
 	ErrNoWatcher               = &Error{zkNoWatcher, codes.NotFound, "no such watcher"}
 	ErrQuotaExceeded           = &Error{zkQuotaExceeded, codes.ResourceExhausted, "quota exceeded"}
 	ErrReconfigDisabled        = &Error{zkReconfigDisabled, codes.Unimplemented, "dynamic reconfiguration is not supported"}
+
+	// Membership changes.
+	ErrReconfigInProgress = &Error{zkReconfigInProgress, codes.FailedPrecondition, "another membership change is in progress; retry when it is applied"}
+	ErrNewConfigNoQuorum  = &Error{zkNewConfigNoQuorum, codes.FailedPrecondition, "the new configuration would have no voters"}
+	ErrBadMembership      = &Error{zkBadArguments, codes.InvalidArgument, "membership change is not valid for the current configuration"}
 
 	// Coordination errors (no ZooKeeper equivalent; mapped to the nearest code).
 	ErrLockHeld       = &Error{zkNodeExists, codes.FailedPrecondition, "lock is held by another session"}
@@ -137,6 +144,7 @@ var all = []*Error{
 	ErrNoNode, ErrNodeExists, ErrBadVersion, ErrNotEmpty, ErrNoChildrenForEphemerals,
 	ErrBadArguments, ErrInvalidPath, ErrDataTooLarge, ErrInvalidACL, ErrNoAuth, ErrAuthFailed,
 	ErrRuntimeInconsistency, ErrUnimplemented, ErrNoWatcher, ErrQuotaExceeded, ErrReconfigDisabled,
+	ErrReconfigInProgress, ErrNewConfigNoQuorum, ErrBadMembership,
 	ErrLockHeld, ErrLockNotHeld, ErrStaleToken, ErrTooManyWaiters, ErrTooManyLocks, ErrLockWaitTimeout,
 	ErrQueueEmpty, ErrQueueFull, ErrItemTooLarge, ErrTooManyQueues, ErrTooManyConsumers, ErrTooManyInFlight,
 	ErrNotInFlight, ErrPopWaitTimeout, ErrBarrierOpen, ErrNotParticipant, ErrTooManyBarriers, ErrBarrierWaitTimeout,

@@ -143,8 +143,44 @@ func New(self uint64, peers, voters []uint64, window, maxAge time.Duration, now 
 	return t
 }
 
+// SetPeers changes who is probed and who votes, after a membership change.
+// Measurements of peers that stay are kept; open rounds are expired (their
+// replies would be counted against the wrong quorum).
+func (t *Tracker) SetPeers(peers, voters []uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.open {
+		t.expire(r)
+	}
+	t.open = nil
+	t.voters = map[uint64]bool{}
+	for _, v := range voters {
+		t.voters[v] = true
+	}
+	t.selfVotes = t.voters[t.self]
+	per := map[uint64]*series{}
+	t.peers = nil
+	for _, p := range peers {
+		if p == t.self || per[p] != nil {
+			continue
+		}
+		t.peers = append(t.peers, p)
+		if s := t.perPeer[p]; s != nil {
+			per[p] = s
+		} else {
+			per[p] = newSeries()
+		}
+	}
+	slices.Sort(t.peers)
+	t.perPeer = per
+}
+
 // Peers returns the peers probed.
-func (t *Tracker) Peers() []uint64 { return slices.Clone(t.peers) }
+func (t *Tracker) Peers() []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.peers)
+}
 
 // StartRound opens a round of probes and returns its sequence number.
 func (t *Tracker) StartRound() uint64 {

@@ -33,15 +33,18 @@ type StateMachine interface {
 	Restore(index uint64, data []byte) error
 }
 
-// Peer is a voter and its peer-transport address.
+// Peer is a member and its peer-transport address.
 type Peer struct {
 	ID   uint64
 	Addr string
+	// Meta is opaque to the replica and replicated with the membership (the
+	// server keeps the member's region, zone and client addresses in it).
+	Meta []byte `json:",omitempty"`
 	// Learner: a non-voting replica (ZooKeeper's observer). It receives the
 	// log, serves reads, forwards writes, never campaigns and never counts
 	// toward a quorum. Voters bootstrap the group; the first leader adds the
 	// learners with a configuration change.
-	Learner bool
+	Learner bool `json:",omitempty"`
 }
 
 // voters returns the ids of the voting peers.
@@ -57,8 +60,16 @@ func voters(peers []Peer) []uint64 {
 
 // Config configures a replica.
 type Config struct {
-	ID               uint64
-	Peers            []Peer // all voters, this one included (static membership)
+	ID uint64
+	// Peers: the initial configuration, this member included. Once the group
+	// runs, the configuration is what was replicated (ChangeMembers); a
+	// restarted or joining member uses Peers only to find the others.
+	Peers []Peer
+	// Join: with empty storage, wait to be added by the group (ChangeMembers
+	// on an existing member) instead of bootstrapping a new group from
+	// Peers. A new member must join: bootstrapping it would start a second
+	// group with the same ids.
+	Join             bool
 	ListenAddr       string // defaults to this member's Peers entry
 	DataDir          string
 	TickInterval     time.Duration // default 100ms
@@ -201,6 +212,7 @@ type Replica struct {
 	transferc chan uint64
 	campaignc chan chan error
 	statusc   chan chan Status
+	confc     chan confReq
 
 	leader  atomic.Uint64
 	term    atomic.Uint64
@@ -208,6 +220,10 @@ type Replica struct {
 
 	// raft loop state
 	confState     *pb.ConfState
+	book          book                   // the address book (members.go)
+	members       atomic.Pointer[[]Peer] // book.Peers for other goroutines
+	confSeq       uint64
+	confWaits     map[uint64]*confWait
 	learnersAsked time.Time // last proposal adding configured learners
 	snapIndex     uint64
 	pendingReads  []*readReq
@@ -257,8 +273,11 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		propc: make(chan proposal, 1024), recvc: make(chan *pb.Message, 4096),
 		readc: make(chan *readReq, 1024), eventc: make(chan loopEvent, 1024),
 		transferc: make(chan uint64, 1), campaignc: make(chan chan error), statusc: make(chan chan Status),
+		confc: make(chan confReq), confWaits: map[uint64]*confWait{},
 		inflight: map[string]*readBatch{}, stopc: make(chan struct{}), donec: make(chan struct{}),
+		book: book{Peers: slices.Clone(cfg.Peers)},
 	}
+	slices.SortFunc(r.book.Peers, func(x, y Peer) int { return cmpU64(x.ID, y.ID) })
 	r.applied.ch = make(chan struct{})
 	// Read request contexts: a random start makes them unique across members
 	// (the leader keys pending reads by context) and across restarts.
@@ -285,6 +304,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		MaxInflightMsgs:           cfg.MaxInflightMsgs,
 		CheckQuorum:               true,
 		PreVote:                   true,
+		StepDownOnRemoval:         true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
 		Logger:                    raftLogger{cfg.Logger},
 	}
@@ -294,10 +314,12 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
 	r.rn = rn
-	if fresh {
+	if fresh && !cfg.Join {
 		var peers []raft.Peer
-		for _, id := range voters(cfg.Peers) {
-			peers = append(peers, raft.Peer{ID: id})
+		for _, p := range cfg.Peers {
+			if !p.Learner {
+				peers = append(peers, raft.Peer{ID: p.ID, Context: encodeContext(ccContext{Peers: []Peer{p}})})
+			}
 		}
 		if err := rn.Bootstrap(peers); err != nil {
 			d.close()
@@ -310,14 +332,16 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	if cfg.MaxSizePerMsg < maxSnapFrame {
 		maxMsgFrame = min(cfg.MaxSizePerMsg+uint64(cfg.MaxProposalBytes)+msgFrameSlack, maxSnapFrame)
 	}
-	ids := make([]uint64, 0, len(cfg.Peers))
-	for _, p := range cfg.Peers {
+	peers := slices.Clone(r.book.Peers)
+	r.members.Store(&peers)
+	ids := make([]uint64, 0, len(peers))
+	for _, p := range peers {
 		ids = append(ids, p.ID)
 	}
 	// A probe round unanswered for an election timeout is lost: a commit
 	// that slow would have looked like a dead leader anyway.
-	r.lat = latency.New(cfg.ID, ids, voters(cfg.Peers), cfg.LatencyWindow, max(cfg.TickInterval*time.Duration(cfg.ElectionTicks), time.Second), time.Now)
-	tr, err := newTransport(cfg.ID, cfg.ListenAddr, cfg.Peers, int(maxMsgFrame), (*events)(r), r.lat, cfg.ProbeInterval, cfg.Logger)
+	r.lat = latency.New(cfg.ID, ids, voters(peers), cfg.LatencyWindow, max(cfg.TickInterval*time.Duration(cfg.ElectionTicks), time.Second), time.Now)
+	tr, err := newTransport(cfg.ID, cfg.ListenAddr, peers, int(maxMsgFrame), (*events)(r), r.lat, cfg.ProbeInterval, cfg.Logger)
 	if err != nil {
 		d.close()
 		return nil, err
@@ -351,7 +375,14 @@ func (r *Replica) restore() (bool, error) {
 		if err := r.mem.ApplySnapshot(snap); err != nil {
 			return false, err
 		}
-		if err := r.sm.Restore(snap.GetMetadata().GetIndex(), snap.GetData()); err != nil {
+		bk, data, err := unwrapSnapshot(snap.GetData())
+		if err != nil {
+			return false, err
+		}
+		if bk != nil {
+			r.book = *bk
+		}
+		if err := r.sm.Restore(snap.GetMetadata().GetIndex(), data); err != nil {
 			return false, fmt.Errorf("replica: restore snapshot at %d: %w", snap.GetMetadata().GetIndex(), err)
 		}
 		r.snapIndex = snap.GetMetadata().GetIndex()
@@ -490,7 +521,7 @@ func (r *Replica) stopped() bool {
 }
 
 func (r *Replica) isVoter(id uint64) bool {
-	return slices.Contains(voters(r.cfg.Peers), id)
+	return slices.ContainsFunc(*r.members.Load(), func(p Peer) bool { return p.ID == id && !p.Learner })
 }
 
 // Status asks the raft loop for its state. After Close (or a storage
@@ -506,7 +537,7 @@ func (r *Replica) Status() Status {
 		}
 	case <-r.donec:
 	}
-	return Status{ID: r.cfg.ID, Role: "stopped", Members: slices.Clone(r.cfg.Peers), Applied: r.AppliedIndex()}
+	return Status{ID: r.cfg.ID, Role: "stopped", Members: r.Members(), Applied: r.AppliedIndex()}
 }
 
 // Latency returns the round trips measured to every peer and the quorum
@@ -641,6 +672,7 @@ func (r *Replica) loop() {
 			r.rn.Tick()
 			r.retryReads()
 			r.addLearners()
+			r.expireConfWaits()
 		case p := <-r.propc:
 			r.propose(p)
 			r.drain()
@@ -667,6 +699,8 @@ func (r *Replica) loop() {
 			ch <- r.rn.Campaign()
 		case ch := <-r.statusc:
 			ch <- r.status()
+		case req := <-r.confc:
+			r.proposeMembers(req)
 		}
 		r.issueReads()
 		if r.rn.HasReady() {
@@ -745,6 +779,7 @@ func (r *Replica) drain() {
 }
 
 func (r *Replica) step(m *pb.Message) {
+	r.checkForwarded(m)
 	if err := r.rn.Step(m); err != nil {
 		r.log.Debug("step", "err", err)
 	}
@@ -777,11 +812,18 @@ func (r *Replica) handleReady() error {
 			return err
 		}
 		idx := snap.GetMetadata().GetIndex()
-		if err := r.sm.Restore(idx, snap.GetData()); err != nil {
+		bk, data, err := unwrapSnapshot(snap.GetData())
+		if err != nil {
+			return err
+		}
+		if err := r.sm.Restore(idx, data); err != nil {
 			return fmt.Errorf("restore snapshot %d: %w", idx, err)
 		}
 		r.snapIndex = idx
 		r.confState = snap.GetMetadata().GetConfState()
+		if bk != nil {
+			r.setBook(*bk)
+		}
 		r.applied.set(idx)
 		r.log.Info("restored from leader snapshot", "index", idx)
 	}
@@ -793,6 +835,7 @@ func (r *Replica) handleReady() error {
 	if err := r.mem.Append(rd.Entries); err != nil {
 		return err
 	}
+	r.noteAppended(rd.Entries)
 	for _, m := range rd.Messages {
 		r.tr.send(m)
 	}
@@ -854,13 +897,21 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
 			}
-			r.confState = r.rn.ApplyConfChange(&cc)
+			if r.applyConfChange(cc.AsV2()) {
+				if err := r.snapshotAt(e.GetIndex()); err != nil {
+					return err
+				}
+			}
 		case pb.EntryConfChangeV2:
 			var cc pb.ConfChangeV2
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
 			}
-			r.confState = r.rn.ApplyConfChange(&cc)
+			if r.applyConfChange(&cc) {
+				if err := r.snapshotAt(e.GetIndex()); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	r.applied.set(ents[len(ents)-1].GetIndex())
@@ -874,12 +925,18 @@ func (r *Replica) maybeSnapshot() error {
 	if applied-r.snapIndex < r.cfg.SnapshotEntries {
 		return nil
 	}
+	return r.snapshotAt(applied)
+}
+
+// snapshotAt snapshots the state machine, which has applied everything up
+// to applied and nothing after, and compacts the log.
+func (r *Replica) snapshotAt(applied uint64) error {
 	start := time.Now()
 	data, err := r.sm.Snapshot()
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	snap, err := r.mem.CreateSnapshot(applied, r.confState, data)
+	snap, err := r.mem.CreateSnapshot(applied, r.confState, wrapSnapshot(r.book, data))
 	if err != nil {
 		return err
 	}
@@ -948,21 +1005,24 @@ func (r *Replica) failReads(err error) {
 // the configuration lacks; retried every election timeout until applied
 // (raft takes one configuration change at a time and drops others).
 func (r *Replica) addLearners() {
-	if r.leader.Load() != r.cfg.ID || r.confState == nil {
+	if r.leader.Load() != r.cfg.ID || r.confState == nil || r.book.Changed {
 		return
 	}
 	if time.Since(r.learnersAsked) < r.cfg.TickInterval*time.Duration(r.cfg.ElectionTicks) {
 		return
 	}
 	var cc pb.ConfChangeV2
+	var recs []Peer
 	for _, p := range r.cfg.Peers {
-		if p.Learner && !slices.Contains(r.confState.GetLearners(), p.ID) && !slices.Contains(r.confState.GetVoters(), p.ID) {
+		if p.Learner && !inConf(r.confState, p.ID) {
 			cc.Changes = append(cc.Changes, &pb.ConfChangeSingle{Type: pb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(p.ID)})
+			recs = append(recs, p)
 		}
 	}
-	if len(cc.Changes) == 0 {
+	if len(cc.Changes) == 0 || len(r.confState.GetVotersOutgoing()) > 0 {
 		return
 	}
+	cc.Context = encodeContext(ccContext{Peers: recs})
 	r.learnersAsked = time.Now()
 	if err := r.rn.ProposeConfChange(&cc); err != nil {
 		r.log.Debug("propose learners", "err", err)
@@ -979,7 +1039,7 @@ func (r *Replica) status() Status {
 		SnapshotIndex: r.snapIndex, FirstIndex: first, LastIndex: last,
 		Role: map[raft.StateType]string{raft.StateLeader: "leader", raft.StateFollower: "follower",
 			raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate"}[st.RaftState],
-		Members: slices.Clone(r.cfg.Peers), Tick: r.tick,
+		Members: slices.Clone(r.book.Peers), Tick: r.tick,
 	}
 	if st.RaftState == raft.StateFollower && slices.Contains(r.confState.GetLearners(), r.cfg.ID) {
 		out.Role = "learner"

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -72,14 +73,18 @@ type transportEvents interface {
 }
 
 type transport struct {
-	id      uint64
-	log     *slog.Logger
-	ev      transportEvents
-	lat     *latency.Tracker
-	origin  time.Time // probe send times are offsets from it (monotonic)
-	ln      net.Listener
-	peers   map[uint64]*peerConn
-	members map[uint64]bool // all voters, self included
+	id     uint64
+	log    *slog.Logger
+	ev     transportEvents
+	lat    *latency.Tracker
+	origin time.Time // probe send times are offsets from it (monotonic)
+	ln     net.Listener
+	// peers (the others) and members (everyone in the configuration, self
+	// included) change with the membership: readers load the current map,
+	// setPeers swaps in a new one (copy on write).
+	peers   atomic.Pointer[map[uint64]*peerConn]
+	members atomic.Pointer[map[uint64]bool]
+	pmu     sync.Mutex // serialises setPeers
 	// maxMsgFrame bounds an ordinary (non-snapshot) raft message frame.
 	maxMsgFrame int
 
@@ -95,6 +100,51 @@ type peerConn struct {
 	id   uint64
 	addr string
 	q    chan outMsg
+	quit chan struct{} // closed when the peer leaves the configuration
+}
+
+// peer returns the connection to id, nil when id is not a peer.
+func (t *transport) peer(id uint64) *peerConn { return (*t.peers.Load())[id] }
+
+// isMember reports whether id is in the configuration (self included).
+func (t *transport) isMember(id uint64) bool { return (*t.members.Load())[id] }
+
+// setPeers makes peers the configuration: writers start for new peers and
+// for peers whose address changed, and stop for peers that left.
+func (t *transport) setPeers(peers []Peer) {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	old := map[uint64]*peerConn{}
+	if p := t.peers.Load(); p != nil {
+		old = *p
+	}
+	next, members := map[uint64]*peerConn{}, map[uint64]bool{}
+	for _, p := range peers {
+		members[p.ID] = true
+		if p.ID == t.id {
+			continue
+		}
+		if pc := old[p.ID]; pc != nil && pc.addr == p.Addr {
+			next[p.ID] = pc
+			continue
+		}
+		pc := &peerConn{id: p.ID, addr: p.Addr, q: make(chan outMsg, peerQueue), quit: make(chan struct{})}
+		next[p.ID] = pc
+		if !closed {
+			t.wg.Add(1)
+			go t.writer(pc)
+		}
+	}
+	for id, pc := range old {
+		if next[id] != pc {
+			close(pc.quit)
+		}
+	}
+	t.members.Store(&members)
+	t.peers.Store(&next)
 }
 
 func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, ev transportEvents, lat *latency.Tracker, probeEvery time.Duration, log *slog.Logger) (*transport, error) {
@@ -102,18 +152,9 @@ func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, ev tr
 	if err != nil {
 		return nil, fmt.Errorf("peer listener: %w", err)
 	}
-	t := &transport{id: id, log: log, ev: ev, lat: lat, origin: time.Now(), ln: ln, peers: map[uint64]*peerConn{}, members: map[uint64]bool{},
+	t := &transport{id: id, log: log, ev: ev, lat: lat, origin: time.Now(), ln: ln,
 		maxMsgFrame: maxMsgFrame, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
-	for _, p := range peers {
-		t.members[p.ID] = true
-		if p.ID == id {
-			continue
-		}
-		pc := &peerConn{id: p.ID, addr: p.Addr, q: make(chan outMsg, peerQueue)}
-		t.peers[p.ID] = pc
-		t.wg.Add(1)
-		go t.writer(pc)
-	}
+	t.setPeers(peers)
 	t.wg.Add(1)
 	go t.accept()
 	if lat != nil && probeEvery > 0 {
@@ -140,7 +181,7 @@ func (t *transport) probe(every time.Duration) {
 		payload := make([]byte, probePayload)
 		binary.BigEndian.PutUint64(payload, seq)
 		binary.BigEndian.PutUint64(payload[8:], uint64(time.Since(t.origin)))
-		for _, pc := range t.peers {
+		for _, pc := range *t.peers.Load() {
 			select {
 			case pc.q <- outMsg{kind: kindProbe, side: payload}:
 			default:
@@ -152,9 +193,11 @@ func (t *transport) probe(every time.Duration) {
 // probed handles a probe or its echo from peer from.
 func (t *transport) probed(kind byte, from uint64, payload []byte) {
 	if kind == kindProbe {
-		select {
-		case t.peers[from].q <- outMsg{kind: kindProbeReply, side: append([]byte(nil), payload...)}:
-		default:
+		if pc := t.peer(from); pc != nil {
+			select {
+			case pc.q <- outMsg{kind: kindProbeReply, side: append([]byte(nil), payload...)}:
+			default:
+			}
 		}
 		return
 	}
@@ -224,7 +267,7 @@ func (t *transport) release(c net.Conn) {
 
 // send queues a raft message without blocking.
 func (t *transport) send(m *pb.Message) {
-	pc := t.peers[m.GetTo()]
+	pc := t.peer(m.GetTo())
 	if pc == nil {
 		return
 	}
@@ -239,7 +282,7 @@ func (t *transport) send(m *pb.Message) {
 }
 
 func (t *transport) sendSide(to uint64, payload []byte) error {
-	pc := t.peers[to]
+	pc := t.peer(to)
 	if pc == nil {
 		return errs.ErrNotLeader
 	}
@@ -271,6 +314,8 @@ func (t *transport) writer(pc *peerConn) {
 		select {
 		case <-t.stop:
 			return
+		case <-pc.quit:
+			return
 		case m := <-pc.q:
 			batch = append(batch, m)
 		}
@@ -294,6 +339,8 @@ func (t *transport) writer(pc *peerConn) {
 				t.failFrames(pc.id, frames)
 				select {
 				case <-t.stop:
+					return
+				case <-pc.quit:
 					return
 				case <-time.After(backoff):
 				}
@@ -460,7 +507,7 @@ func (t *transport) reader(c net.Conn) {
 			bad("length out of range", "len", n, "limit", limit)
 			return
 		}
-		if from == t.id || t.peers[from] == nil {
+		if from == t.id || t.peer(from) == nil {
 			bad("unknown sender", "from", from)
 			return
 		}
@@ -508,19 +555,27 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 	}
 	// m.From need not be the frame's sender: a follower forwards
 	// MsgTransferLeader with From set to the transferee. It must be a member.
-	if !t.members[m.GetFrom()] {
+	if !t.isMember(m.GetFrom()) {
 		return fmt.Errorf("from non-member %d", m.GetFrom())
 	}
 	ents := m.GetEntries()
 	switch typ {
 	case pb.MsgProp:
-		// Proposals are normal entries only (membership is static); raft
-		// panics on an empty one and on undecodable conf changes.
+		// Proposals are normal entries or (forwarded membership changes)
+		// V2 configuration changes; raft panics on an empty proposal and on
+		// an undecodable configuration change. The leader's loop validates
+		// the change itself (validateForwarded) before raft sees it.
 		if len(ents) == 0 {
 			return errors.New("empty proposal")
 		}
 		for _, e := range ents {
-			if e.GetType() != pb.EntryNormal {
+			switch e.GetType() {
+			case pb.EntryNormal:
+			case pb.EntryConfChangeV2:
+				if err := proto.Unmarshal(e.GetData(), &pb.ConfChangeV2{}); err != nil {
+					return fmt.Errorf("undecodable configuration change: %v", err)
+				}
+			default:
 				return fmt.Errorf("proposal of %s", e.GetType())
 			}
 		}
@@ -541,10 +596,16 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 		if md == nil || md.GetIndex() == 0 || len(md.GetConfState().GetVoters()) == 0 {
 			return errors.New("snapshot without metadata")
 		}
+		// Every member it names must be known here or be in the address
+		// book it carries (members added since this one's configuration).
+		bk, _, err := unwrapSnapshot(m.GetSnapshot().GetData())
+		if err != nil {
+			return err
+		}
 		cs := md.GetConfState()
 		for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 			for _, id := range ids {
-				if !t.members[id] {
+				if !t.isMember(id) && (bk == nil || bk.find(id) < 0) {
 					return fmt.Errorf("snapshot configuration names non-member %d", id)
 				}
 			}
