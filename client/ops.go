@@ -280,3 +280,27 @@ func (c *Client) TransferLeader(ctx context.Context, id uint64) error {
 		return r.GetHeader(), err
 	})
 }
+
+// Members lists the cluster's members (replicated with raft's
+// configuration) and the log index of the last membership change.
+func (c *Client) Members(ctx context.Context) (*pb.MemberListResponse, error) {
+	var resp *pb.MemberListResponse
+	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.MemberList(ctx, &pb.MemberListRequest{})
+		return resp.GetHeader(), err
+	})
+	return resp, err
+}
+
+// ChangeMembers adds, promotes, demotes or removes members: one change
+// simply, several at once through joint consensus. It returns the new
+// membership once the serving member has applied the change. Like a write,
+// it is not retried after a lost connection (its outcome is unknown then).
+func (c *Client) ChangeMembers(ctx context.Context, changes ...*pb.MemberChangeOp) (*pb.MemberListResponse, error) {
+	var resp *pb.MemberListResponse
+	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.MemberChange(ctx, &pb.MemberChangeRequest{Changes: changes})
+		return resp.GetHeader(), err
+	})
+	return resp, err
+}

@@ -287,6 +287,55 @@ func (WatcherType) EnumDescriptor() ([]byte, []int) {
 	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{4}
 }
 
+type MemberChangeType int32
+
+const (
+	MemberChangeType_ADD_VOTER     MemberChangeType = 0 // add a voter, or promote a learner
+	MemberChangeType_ADD_LEARNER   MemberChangeType = 1 // add a learner, or demote a voter
+	MemberChangeType_REMOVE_MEMBER MemberChangeType = 2
+)
+
+// Enum value maps for MemberChangeType.
+var (
+	MemberChangeType_name = map[int32]string{
+		0: "ADD_VOTER",
+		1: "ADD_LEARNER",
+		2: "REMOVE_MEMBER",
+	}
+	MemberChangeType_value = map[string]int32{
+		"ADD_VOTER":     0,
+		"ADD_LEARNER":   1,
+		"REMOVE_MEMBER": 2,
+	}
+)
+
+func (x MemberChangeType) Enum() *MemberChangeType {
+	p := new(MemberChangeType)
+	*p = x
+	return p
+}
+
+func (x MemberChangeType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MemberChangeType) Descriptor() protoreflect.EnumDescriptor {
+	return file_meridian_v1_meridian_proto_enumTypes[5].Descriptor()
+}
+
+func (MemberChangeType) Type() protoreflect.EnumType {
+	return &file_meridian_v1_meridian_proto_enumTypes[5]
+}
+
+func (x MemberChangeType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MemberChangeType.Descriptor instead.
+func (MemberChangeType) EnumDescriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{5}
+}
+
 type Header struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Zxid     int64                  `protobuf:"varint,1,opt,name=zxid,proto3" json:"zxid,omitempty"`                         // applied index of the serving replica (for writes: the write's zxid)
@@ -4698,6 +4747,7 @@ type Member struct {
 	ZkAddr        string                 `protobuf:"bytes,6,opt,name=zk_addr,json=zkAddr,proto3" json:"zk_addr,omitempty"`
 	HttpAddr      string                 `protobuf:"bytes,7,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
 	MatchIndex    uint64                 `protobuf:"varint,8,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"` // as seen by the leader
+	Learner       bool                   `protobuf:"varint,9,opt,name=learner,proto3" json:"learner,omitempty"`                         // a non-voting replica (ZooKeeper's observer)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4786,6 +4836,13 @@ func (x *Member) GetMatchIndex() uint64 {
 		return x.MatchIndex
 	}
 	return 0
+}
+
+func (x *Member) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
 }
 
 type StatusResponse struct {
@@ -4937,6 +4994,202 @@ func (x *StatusResponse) GetPlacement() string {
 	return ""
 }
 
+type MemberListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberListRequest) Reset() {
+	*x = MemberListRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberListRequest) ProtoMessage() {}
+
+func (x *MemberListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberListRequest.ProtoReflect.Descriptor instead.
+func (*MemberListRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{74}
+}
+
+type MemberListResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Header  *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Members []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	// The log index of the last configuration change (ZooKeeper's config
+	// version).
+	ConfigIndex   uint64 `protobuf:"varint,3,opt,name=config_index,json=configIndex,proto3" json:"config_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberListResponse) Reset() {
+	*x = MemberListResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberListResponse) ProtoMessage() {}
+
+func (x *MemberListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberListResponse.ProtoReflect.Descriptor instead.
+func (*MemberListResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *MemberListResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MemberListResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *MemberListResponse) GetConfigIndex() uint64 {
+	if x != nil {
+		return x.ConfigIndex
+	}
+	return 0
+}
+
+type MemberChangeOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  MemberChangeType       `protobuf:"varint,1,opt,name=type,proto3,enum=meridian.v1.MemberChangeType" json:"type,omitempty"`
+	// For adds: id, peer_addr (needed for a new member), region, zone and
+	// client addresses; for promote, demote and remove only the id.
+	Member        *Member `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberChangeOp) Reset() {
+	*x = MemberChangeOp{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberChangeOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberChangeOp) ProtoMessage() {}
+
+func (x *MemberChangeOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberChangeOp.ProtoReflect.Descriptor instead.
+func (*MemberChangeOp) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *MemberChangeOp) GetType() MemberChangeType {
+	if x != nil {
+		return x.Type
+	}
+	return MemberChangeType_ADD_VOTER
+}
+
+func (x *MemberChangeOp) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+type MemberChangeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changes       []*MemberChangeOp      `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberChangeRequest) Reset() {
+	*x = MemberChangeRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberChangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberChangeRequest) ProtoMessage() {}
+
+func (x *MemberChangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberChangeRequest.ProtoReflect.Descriptor instead.
+func (*MemberChangeRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *MemberChangeRequest) GetChanges() []*MemberChangeOp {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
 type TransferLeaderRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TargetId      uint64                 `protobuf:"varint,1,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
@@ -4946,7 +5199,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[74]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4958,7 +5211,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[74]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4971,7 +5224,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{74}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *TransferLeaderRequest) GetTargetId() uint64 {
@@ -4990,7 +5243,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[75]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5255,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[75]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5268,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{75}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TransferLeaderResponse) GetHeader() *Header {
@@ -5033,7 +5286,7 @@ type LatencyRequest struct {
 
 func (x *LatencyRequest) Reset() {
 	*x = LatencyRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[76]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5045,7 +5298,7 @@ func (x *LatencyRequest) String() string {
 func (*LatencyRequest) ProtoMessage() {}
 
 func (x *LatencyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[76]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5058,7 +5311,7 @@ func (x *LatencyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyRequest.ProtoReflect.Descriptor instead.
 func (*LatencyRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{76}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{80}
 }
 
 // LatencyStats summarises one histogram; durations in microseconds.
@@ -5078,7 +5331,7 @@ type LatencyStats struct {
 
 func (x *LatencyStats) Reset() {
 	*x = LatencyStats{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[77]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5090,7 +5343,7 @@ func (x *LatencyStats) String() string {
 func (*LatencyStats) ProtoMessage() {}
 
 func (x *LatencyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[77]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5103,7 +5356,7 @@ func (x *LatencyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyStats.ProtoReflect.Descriptor instead.
 func (*LatencyStats) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{77}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *LatencyStats) GetCount() int64 {
@@ -5174,7 +5427,7 @@ type LatencySeries struct {
 
 func (x *LatencySeries) Reset() {
 	*x = LatencySeries{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +5439,7 @@ func (x *LatencySeries) String() string {
 func (*LatencySeries) ProtoMessage() {}
 
 func (x *LatencySeries) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +5452,7 @@ func (x *LatencySeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencySeries.ProtoReflect.Descriptor instead.
 func (*LatencySeries) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{78}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LatencySeries) GetWindow() *LatencyStats {
@@ -5234,7 +5487,7 @@ type PeerLatency struct {
 
 func (x *PeerLatency) Reset() {
 	*x = PeerLatency{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5246,7 +5499,7 @@ func (x *PeerLatency) String() string {
 func (*PeerLatency) ProtoMessage() {}
 
 func (x *PeerLatency) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5259,7 +5512,7 @@ func (x *PeerLatency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLatency.ProtoReflect.Descriptor instead.
 func (*PeerLatency) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{79}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *PeerLatency) GetPeerId() uint64 {
@@ -5297,7 +5550,7 @@ type LatencyResponse struct {
 
 func (x *LatencyResponse) Reset() {
 	*x = LatencyResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5309,7 +5562,7 @@ func (x *LatencyResponse) String() string {
 func (*LatencyResponse) ProtoMessage() {}
 
 func (x *LatencyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5322,7 +5575,7 @@ func (x *LatencyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyResponse.ProtoReflect.Descriptor instead.
 func (*LatencyResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{80}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *LatencyResponse) GetMemberId() uint64 {
@@ -5712,7 +5965,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04open\x18\x04 \x01(\bR\x04open\x12\x18\n" +
 	"\aentered\x18\x05 \x03(\x03R\aentered\x12\x18\n" +
 	"\aleaving\x18\x06 \x03(\x03R\aleaving\"\x0f\n" +
-	"\rStatusRequest\"\xd5\x01\n" +
+	"\rStatusRequest\"\xef\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -5722,7 +5975,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\azk_addr\x18\x06 \x01(\tR\x06zkAddr\x12\x1b\n" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1f\n" +
 	"\vmatch_index\x18\b \x01(\x04R\n" +
-	"matchIndex\"\xc3\x03\n" +
+	"matchIndex\x12\x18\n" +
+	"\alearner\x18\t \x01(\bR\alearner\"\xc3\x03\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
@@ -5738,7 +5992,17 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\awatches\x18\v \x01(\x03R\awatches\x12%\n" +
 	"\x0esnapshot_index\x18\f \x01(\x04R\rsnapshotIndex\x12\x18\n" +
 	"\aversion\x18\r \x01(\tR\aversion\x12\x1c\n" +
-	"\tplacement\x18\x0e \x01(\tR\tplacement\"4\n" +
+	"\tplacement\x18\x0e \x01(\tR\tplacement\"\x13\n" +
+	"\x11MemberListRequest\"\x93\x01\n" +
+	"\x12MemberListResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12-\n" +
+	"\amembers\x18\x02 \x03(\v2\x13.meridian.v1.MemberR\amembers\x12!\n" +
+	"\fconfig_index\x18\x03 \x01(\x04R\vconfigIndex\"p\n" +
+	"\x0eMemberChangeOp\x121\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1d.meridian.v1.MemberChangeTypeR\x04type\x12+\n" +
+	"\x06member\x18\x02 \x01(\v2\x13.meridian.v1.MemberR\x06member\"L\n" +
+	"\x13MemberChangeRequest\x125\n" +
+	"\achanges\x18\x01 \x03(\v2\x1b.meridian.v1.MemberChangeOpR\achanges\"4\n" +
 	"\x15TransferLeaderRequest\x12\x1b\n" +
 	"\ttarget_id\x18\x01 \x01(\x04R\btargetId\"E\n" +
 	"\x16TransferLeaderResponse\x12+\n" +
@@ -5795,7 +6059,11 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\vWatcherType\x12\x0f\n" +
 	"\vWATCHER_ANY\x10\x00\x12\x14\n" +
 	"\x10WATCHER_CHILDREN\x10\x01\x12\x10\n" +
-	"\fWATCHER_DATA\x10\x022\xcb\x16\n" +
+	"\fWATCHER_DATA\x10\x02*E\n" +
+	"\x10MemberChangeType\x12\r\n" +
+	"\tADD_VOTER\x10\x00\x12\x0f\n" +
+	"\vADD_LEARNER\x10\x01\x12\x11\n" +
+	"\rREMOVE_MEMBER\x10\x022\xed\x17\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -5839,7 +6107,10 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\fBarrierStats\x12\x1b.meridian.v1.BarrierRequest\x1a!.meridian.v1.BarrierStatsResponse\x12A\n" +
 	"\x06Status\x12\x1a.meridian.v1.StatusRequest\x1a\x1b.meridian.v1.StatusResponse\x12Y\n" +
 	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponse\x12D\n" +
-	"\aLatency\x12\x1b.meridian.v1.LatencyRequest\x1a\x1c.meridian.v1.LatencyResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
+	"\aLatency\x12\x1b.meridian.v1.LatencyRequest\x1a\x1c.meridian.v1.LatencyResponse\x12M\n" +
+	"\n" +
+	"MemberList\x12\x1e.meridian.v1.MemberListRequest\x1a\x1f.meridian.v1.MemberListResponse\x12Q\n" +
+	"\fMemberChange\x12 .meridian.v1.MemberChangeRequest\x1a\x1f.meridian.v1.MemberListResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
 
 var (
 	file_meridian_v1_meridian_proto_rawDescOnce sync.Once
@@ -5853,252 +6124,266 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_meridian_proto_rawDescData
 }
 
-var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_meridian_v1_meridian_proto_goTypes = []any{
 	(CreateMode)(0),                // 0: meridian.v1.CreateMode
 	(Consistency)(0),               // 1: meridian.v1.Consistency
 	(WatchMode)(0),                 // 2: meridian.v1.WatchMode
 	(EventType)(0),                 // 3: meridian.v1.EventType
 	(WatcherType)(0),               // 4: meridian.v1.WatcherType
-	(*Header)(nil),                 // 5: meridian.v1.Header
-	(*Stat)(nil),                   // 6: meridian.v1.Stat
-	(*ACL)(nil),                    // 7: meridian.v1.ACL
-	(*Fence)(nil),                  // 8: meridian.v1.Fence
-	(*CreateRequest)(nil),          // 9: meridian.v1.CreateRequest
-	(*CreateResponse)(nil),         // 10: meridian.v1.CreateResponse
-	(*DeleteRequest)(nil),          // 11: meridian.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 12: meridian.v1.DeleteResponse
-	(*SetDataRequest)(nil),         // 13: meridian.v1.SetDataRequest
-	(*SetDataResponse)(nil),        // 14: meridian.v1.SetDataResponse
-	(*SetACLRequest)(nil),          // 15: meridian.v1.SetACLRequest
-	(*SetACLResponse)(nil),         // 16: meridian.v1.SetACLResponse
-	(*CheckOp)(nil),                // 17: meridian.v1.CheckOp
-	(*Op)(nil),                     // 18: meridian.v1.Op
-	(*MultiRequest)(nil),           // 19: meridian.v1.MultiRequest
-	(*OpResult)(nil),               // 20: meridian.v1.OpResult
-	(*MultiResponse)(nil),          // 21: meridian.v1.MultiResponse
-	(*ReadRequest)(nil),            // 22: meridian.v1.ReadRequest
-	(*GetDataResponse)(nil),        // 23: meridian.v1.GetDataResponse
-	(*ExistsResponse)(nil),         // 24: meridian.v1.ExistsResponse
-	(*GetChildrenResponse)(nil),    // 25: meridian.v1.GetChildrenResponse
-	(*GetACLResponse)(nil),         // 26: meridian.v1.GetACLResponse
-	(*SyncRequest)(nil),            // 27: meridian.v1.SyncRequest
-	(*SyncResponse)(nil),           // 28: meridian.v1.SyncResponse
-	(*CreateSessionRequest)(nil),   // 29: meridian.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),  // 30: meridian.v1.CreateSessionResponse
-	(*KeepAliveRequest)(nil),       // 31: meridian.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 32: meridian.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),    // 33: meridian.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 34: meridian.v1.CloseSessionResponse
-	(*AttachSessionRequest)(nil),   // 35: meridian.v1.AttachSessionRequest
-	(*AttachSessionResponse)(nil),  // 36: meridian.v1.AttachSessionResponse
-	(*WatchRequest)(nil),           // 37: meridian.v1.WatchRequest
-	(*WatchEvent)(nil),             // 38: meridian.v1.WatchEvent
-	(*AddWatchRequest)(nil),        // 39: meridian.v1.AddWatchRequest
-	(*AddWatchResponse)(nil),       // 40: meridian.v1.AddWatchResponse
-	(*RemoveWatchesRequest)(nil),   // 41: meridian.v1.RemoveWatchesRequest
-	(*RemoveWatchesResponse)(nil),  // 42: meridian.v1.RemoveWatchesResponse
-	(*LockRequest)(nil),            // 43: meridian.v1.LockRequest
-	(*LockResponse)(nil),           // 44: meridian.v1.LockResponse
-	(*UnlockRequest)(nil),          // 45: meridian.v1.UnlockRequest
-	(*ForceUnlockRequest)(nil),     // 46: meridian.v1.ForceUnlockRequest
-	(*UnlockResponse)(nil),         // 47: meridian.v1.UnlockResponse
-	(*CheckTokenRequest)(nil),      // 48: meridian.v1.CheckTokenRequest
-	(*CheckTokenResponse)(nil),     // 49: meridian.v1.CheckTokenResponse
-	(*LockHolder)(nil),             // 50: meridian.v1.LockHolder
-	(*ProclaimRequest)(nil),        // 51: meridian.v1.ProclaimRequest
-	(*ProclaimResponse)(nil),       // 52: meridian.v1.ProclaimResponse
-	(*LeaderRequest)(nil),          // 53: meridian.v1.LeaderRequest
-	(*LeaderResponse)(nil),         // 54: meridian.v1.LeaderResponse
-	(*LockWaiter)(nil),             // 55: meridian.v1.LockWaiter
-	(*LockInfo)(nil),               // 56: meridian.v1.LockInfo
-	(*ListLocksRequest)(nil),       // 57: meridian.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),      // 58: meridian.v1.ListLocksResponse
-	(*AddRequest)(nil),             // 59: meridian.v1.AddRequest
-	(*AddResponse)(nil),            // 60: meridian.v1.AddResponse
-	(*PushRequest)(nil),            // 61: meridian.v1.PushRequest
-	(*PushResponse)(nil),           // 62: meridian.v1.PushResponse
-	(*PopRequest)(nil),             // 63: meridian.v1.PopRequest
-	(*QueueItem)(nil),              // 64: meridian.v1.QueueItem
-	(*PopResponse)(nil),            // 65: meridian.v1.PopResponse
-	(*AckRequest)(nil),             // 66: meridian.v1.AckRequest
-	(*AckResponse)(nil),            // 67: meridian.v1.AckResponse
-	(*QueueStatsRequest)(nil),      // 68: meridian.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 69: meridian.v1.QueueStatsResponse
-	(*BarrierRequest)(nil),         // 70: meridian.v1.BarrierRequest
-	(*BarrierResponse)(nil),        // 71: meridian.v1.BarrierResponse
-	(*WaitBarrierRequest)(nil),     // 72: meridian.v1.WaitBarrierRequest
-	(*DoubleBarrierRequest)(nil),   // 73: meridian.v1.DoubleBarrierRequest
-	(*DoubleBarrierResponse)(nil),  // 74: meridian.v1.DoubleBarrierResponse
-	(*BarrierStatsResponse)(nil),   // 75: meridian.v1.BarrierStatsResponse
-	(*StatusRequest)(nil),          // 76: meridian.v1.StatusRequest
-	(*Member)(nil),                 // 77: meridian.v1.Member
-	(*StatusResponse)(nil),         // 78: meridian.v1.StatusResponse
-	(*TransferLeaderRequest)(nil),  // 79: meridian.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 80: meridian.v1.TransferLeaderResponse
-	(*LatencyRequest)(nil),         // 81: meridian.v1.LatencyRequest
-	(*LatencyStats)(nil),           // 82: meridian.v1.LatencyStats
-	(*LatencySeries)(nil),          // 83: meridian.v1.LatencySeries
-	(*PeerLatency)(nil),            // 84: meridian.v1.PeerLatency
-	(*LatencyResponse)(nil),        // 85: meridian.v1.LatencyResponse
+	(MemberChangeType)(0),          // 5: meridian.v1.MemberChangeType
+	(*Header)(nil),                 // 6: meridian.v1.Header
+	(*Stat)(nil),                   // 7: meridian.v1.Stat
+	(*ACL)(nil),                    // 8: meridian.v1.ACL
+	(*Fence)(nil),                  // 9: meridian.v1.Fence
+	(*CreateRequest)(nil),          // 10: meridian.v1.CreateRequest
+	(*CreateResponse)(nil),         // 11: meridian.v1.CreateResponse
+	(*DeleteRequest)(nil),          // 12: meridian.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 13: meridian.v1.DeleteResponse
+	(*SetDataRequest)(nil),         // 14: meridian.v1.SetDataRequest
+	(*SetDataResponse)(nil),        // 15: meridian.v1.SetDataResponse
+	(*SetACLRequest)(nil),          // 16: meridian.v1.SetACLRequest
+	(*SetACLResponse)(nil),         // 17: meridian.v1.SetACLResponse
+	(*CheckOp)(nil),                // 18: meridian.v1.CheckOp
+	(*Op)(nil),                     // 19: meridian.v1.Op
+	(*MultiRequest)(nil),           // 20: meridian.v1.MultiRequest
+	(*OpResult)(nil),               // 21: meridian.v1.OpResult
+	(*MultiResponse)(nil),          // 22: meridian.v1.MultiResponse
+	(*ReadRequest)(nil),            // 23: meridian.v1.ReadRequest
+	(*GetDataResponse)(nil),        // 24: meridian.v1.GetDataResponse
+	(*ExistsResponse)(nil),         // 25: meridian.v1.ExistsResponse
+	(*GetChildrenResponse)(nil),    // 26: meridian.v1.GetChildrenResponse
+	(*GetACLResponse)(nil),         // 27: meridian.v1.GetACLResponse
+	(*SyncRequest)(nil),            // 28: meridian.v1.SyncRequest
+	(*SyncResponse)(nil),           // 29: meridian.v1.SyncResponse
+	(*CreateSessionRequest)(nil),   // 30: meridian.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),  // 31: meridian.v1.CreateSessionResponse
+	(*KeepAliveRequest)(nil),       // 32: meridian.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 33: meridian.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),    // 34: meridian.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),   // 35: meridian.v1.CloseSessionResponse
+	(*AttachSessionRequest)(nil),   // 36: meridian.v1.AttachSessionRequest
+	(*AttachSessionResponse)(nil),  // 37: meridian.v1.AttachSessionResponse
+	(*WatchRequest)(nil),           // 38: meridian.v1.WatchRequest
+	(*WatchEvent)(nil),             // 39: meridian.v1.WatchEvent
+	(*AddWatchRequest)(nil),        // 40: meridian.v1.AddWatchRequest
+	(*AddWatchResponse)(nil),       // 41: meridian.v1.AddWatchResponse
+	(*RemoveWatchesRequest)(nil),   // 42: meridian.v1.RemoveWatchesRequest
+	(*RemoveWatchesResponse)(nil),  // 43: meridian.v1.RemoveWatchesResponse
+	(*LockRequest)(nil),            // 44: meridian.v1.LockRequest
+	(*LockResponse)(nil),           // 45: meridian.v1.LockResponse
+	(*UnlockRequest)(nil),          // 46: meridian.v1.UnlockRequest
+	(*ForceUnlockRequest)(nil),     // 47: meridian.v1.ForceUnlockRequest
+	(*UnlockResponse)(nil),         // 48: meridian.v1.UnlockResponse
+	(*CheckTokenRequest)(nil),      // 49: meridian.v1.CheckTokenRequest
+	(*CheckTokenResponse)(nil),     // 50: meridian.v1.CheckTokenResponse
+	(*LockHolder)(nil),             // 51: meridian.v1.LockHolder
+	(*ProclaimRequest)(nil),        // 52: meridian.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),       // 53: meridian.v1.ProclaimResponse
+	(*LeaderRequest)(nil),          // 54: meridian.v1.LeaderRequest
+	(*LeaderResponse)(nil),         // 55: meridian.v1.LeaderResponse
+	(*LockWaiter)(nil),             // 56: meridian.v1.LockWaiter
+	(*LockInfo)(nil),               // 57: meridian.v1.LockInfo
+	(*ListLocksRequest)(nil),       // 58: meridian.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),      // 59: meridian.v1.ListLocksResponse
+	(*AddRequest)(nil),             // 60: meridian.v1.AddRequest
+	(*AddResponse)(nil),            // 61: meridian.v1.AddResponse
+	(*PushRequest)(nil),            // 62: meridian.v1.PushRequest
+	(*PushResponse)(nil),           // 63: meridian.v1.PushResponse
+	(*PopRequest)(nil),             // 64: meridian.v1.PopRequest
+	(*QueueItem)(nil),              // 65: meridian.v1.QueueItem
+	(*PopResponse)(nil),            // 66: meridian.v1.PopResponse
+	(*AckRequest)(nil),             // 67: meridian.v1.AckRequest
+	(*AckResponse)(nil),            // 68: meridian.v1.AckResponse
+	(*QueueStatsRequest)(nil),      // 69: meridian.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 70: meridian.v1.QueueStatsResponse
+	(*BarrierRequest)(nil),         // 71: meridian.v1.BarrierRequest
+	(*BarrierResponse)(nil),        // 72: meridian.v1.BarrierResponse
+	(*WaitBarrierRequest)(nil),     // 73: meridian.v1.WaitBarrierRequest
+	(*DoubleBarrierRequest)(nil),   // 74: meridian.v1.DoubleBarrierRequest
+	(*DoubleBarrierResponse)(nil),  // 75: meridian.v1.DoubleBarrierResponse
+	(*BarrierStatsResponse)(nil),   // 76: meridian.v1.BarrierStatsResponse
+	(*StatusRequest)(nil),          // 77: meridian.v1.StatusRequest
+	(*Member)(nil),                 // 78: meridian.v1.Member
+	(*StatusResponse)(nil),         // 79: meridian.v1.StatusResponse
+	(*MemberListRequest)(nil),      // 80: meridian.v1.MemberListRequest
+	(*MemberListResponse)(nil),     // 81: meridian.v1.MemberListResponse
+	(*MemberChangeOp)(nil),         // 82: meridian.v1.MemberChangeOp
+	(*MemberChangeRequest)(nil),    // 83: meridian.v1.MemberChangeRequest
+	(*TransferLeaderRequest)(nil),  // 84: meridian.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 85: meridian.v1.TransferLeaderResponse
+	(*LatencyRequest)(nil),         // 86: meridian.v1.LatencyRequest
+	(*LatencyStats)(nil),           // 87: meridian.v1.LatencyStats
+	(*LatencySeries)(nil),          // 88: meridian.v1.LatencySeries
+	(*PeerLatency)(nil),            // 89: meridian.v1.PeerLatency
+	(*LatencyResponse)(nil),        // 90: meridian.v1.LatencyResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
-	7,   // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
+	8,   // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
 	0,   // 1: meridian.v1.CreateRequest.mode:type_name -> meridian.v1.CreateMode
-	8,   // 2: meridian.v1.CreateRequest.fence:type_name -> meridian.v1.Fence
-	5,   // 3: meridian.v1.CreateResponse.header:type_name -> meridian.v1.Header
-	6,   // 4: meridian.v1.CreateResponse.stat:type_name -> meridian.v1.Stat
-	8,   // 5: meridian.v1.DeleteRequest.fence:type_name -> meridian.v1.Fence
-	5,   // 6: meridian.v1.DeleteResponse.header:type_name -> meridian.v1.Header
-	8,   // 7: meridian.v1.SetDataRequest.fence:type_name -> meridian.v1.Fence
-	5,   // 8: meridian.v1.SetDataResponse.header:type_name -> meridian.v1.Header
-	6,   // 9: meridian.v1.SetDataResponse.stat:type_name -> meridian.v1.Stat
-	7,   // 10: meridian.v1.SetACLRequest.acl:type_name -> meridian.v1.ACL
-	5,   // 11: meridian.v1.SetACLResponse.header:type_name -> meridian.v1.Header
-	6,   // 12: meridian.v1.SetACLResponse.stat:type_name -> meridian.v1.Stat
-	9,   // 13: meridian.v1.Op.create:type_name -> meridian.v1.CreateRequest
-	11,  // 14: meridian.v1.Op.delete:type_name -> meridian.v1.DeleteRequest
-	13,  // 15: meridian.v1.Op.set_data:type_name -> meridian.v1.SetDataRequest
-	17,  // 16: meridian.v1.Op.check:type_name -> meridian.v1.CheckOp
-	18,  // 17: meridian.v1.MultiRequest.ops:type_name -> meridian.v1.Op
-	8,   // 18: meridian.v1.MultiRequest.fence:type_name -> meridian.v1.Fence
-	6,   // 19: meridian.v1.OpResult.stat:type_name -> meridian.v1.Stat
-	5,   // 20: meridian.v1.MultiResponse.header:type_name -> meridian.v1.Header
-	20,  // 21: meridian.v1.MultiResponse.results:type_name -> meridian.v1.OpResult
+	9,   // 2: meridian.v1.CreateRequest.fence:type_name -> meridian.v1.Fence
+	6,   // 3: meridian.v1.CreateResponse.header:type_name -> meridian.v1.Header
+	7,   // 4: meridian.v1.CreateResponse.stat:type_name -> meridian.v1.Stat
+	9,   // 5: meridian.v1.DeleteRequest.fence:type_name -> meridian.v1.Fence
+	6,   // 6: meridian.v1.DeleteResponse.header:type_name -> meridian.v1.Header
+	9,   // 7: meridian.v1.SetDataRequest.fence:type_name -> meridian.v1.Fence
+	6,   // 8: meridian.v1.SetDataResponse.header:type_name -> meridian.v1.Header
+	7,   // 9: meridian.v1.SetDataResponse.stat:type_name -> meridian.v1.Stat
+	8,   // 10: meridian.v1.SetACLRequest.acl:type_name -> meridian.v1.ACL
+	6,   // 11: meridian.v1.SetACLResponse.header:type_name -> meridian.v1.Header
+	7,   // 12: meridian.v1.SetACLResponse.stat:type_name -> meridian.v1.Stat
+	10,  // 13: meridian.v1.Op.create:type_name -> meridian.v1.CreateRequest
+	12,  // 14: meridian.v1.Op.delete:type_name -> meridian.v1.DeleteRequest
+	14,  // 15: meridian.v1.Op.set_data:type_name -> meridian.v1.SetDataRequest
+	18,  // 16: meridian.v1.Op.check:type_name -> meridian.v1.CheckOp
+	19,  // 17: meridian.v1.MultiRequest.ops:type_name -> meridian.v1.Op
+	9,   // 18: meridian.v1.MultiRequest.fence:type_name -> meridian.v1.Fence
+	7,   // 19: meridian.v1.OpResult.stat:type_name -> meridian.v1.Stat
+	6,   // 20: meridian.v1.MultiResponse.header:type_name -> meridian.v1.Header
+	21,  // 21: meridian.v1.MultiResponse.results:type_name -> meridian.v1.OpResult
 	1,   // 22: meridian.v1.ReadRequest.consistency:type_name -> meridian.v1.Consistency
-	5,   // 23: meridian.v1.GetDataResponse.header:type_name -> meridian.v1.Header
-	6,   // 24: meridian.v1.GetDataResponse.stat:type_name -> meridian.v1.Stat
-	5,   // 25: meridian.v1.ExistsResponse.header:type_name -> meridian.v1.Header
-	6,   // 26: meridian.v1.ExistsResponse.stat:type_name -> meridian.v1.Stat
-	5,   // 27: meridian.v1.GetChildrenResponse.header:type_name -> meridian.v1.Header
-	6,   // 28: meridian.v1.GetChildrenResponse.stat:type_name -> meridian.v1.Stat
-	5,   // 29: meridian.v1.GetACLResponse.header:type_name -> meridian.v1.Header
-	7,   // 30: meridian.v1.GetACLResponse.acl:type_name -> meridian.v1.ACL
-	6,   // 31: meridian.v1.GetACLResponse.stat:type_name -> meridian.v1.Stat
-	5,   // 32: meridian.v1.SyncResponse.header:type_name -> meridian.v1.Header
-	5,   // 33: meridian.v1.CreateSessionResponse.header:type_name -> meridian.v1.Header
-	5,   // 34: meridian.v1.KeepAliveResponse.header:type_name -> meridian.v1.Header
-	5,   // 35: meridian.v1.CloseSessionResponse.header:type_name -> meridian.v1.Header
-	5,   // 36: meridian.v1.AttachSessionResponse.header:type_name -> meridian.v1.Header
+	6,   // 23: meridian.v1.GetDataResponse.header:type_name -> meridian.v1.Header
+	7,   // 24: meridian.v1.GetDataResponse.stat:type_name -> meridian.v1.Stat
+	6,   // 25: meridian.v1.ExistsResponse.header:type_name -> meridian.v1.Header
+	7,   // 26: meridian.v1.ExistsResponse.stat:type_name -> meridian.v1.Stat
+	6,   // 27: meridian.v1.GetChildrenResponse.header:type_name -> meridian.v1.Header
+	7,   // 28: meridian.v1.GetChildrenResponse.stat:type_name -> meridian.v1.Stat
+	6,   // 29: meridian.v1.GetACLResponse.header:type_name -> meridian.v1.Header
+	8,   // 30: meridian.v1.GetACLResponse.acl:type_name -> meridian.v1.ACL
+	7,   // 31: meridian.v1.GetACLResponse.stat:type_name -> meridian.v1.Stat
+	6,   // 32: meridian.v1.SyncResponse.header:type_name -> meridian.v1.Header
+	6,   // 33: meridian.v1.CreateSessionResponse.header:type_name -> meridian.v1.Header
+	6,   // 34: meridian.v1.KeepAliveResponse.header:type_name -> meridian.v1.Header
+	6,   // 35: meridian.v1.CloseSessionResponse.header:type_name -> meridian.v1.Header
+	6,   // 36: meridian.v1.AttachSessionResponse.header:type_name -> meridian.v1.Header
 	3,   // 37: meridian.v1.WatchEvent.type:type_name -> meridian.v1.EventType
 	2,   // 38: meridian.v1.AddWatchRequest.mode:type_name -> meridian.v1.WatchMode
-	5,   // 39: meridian.v1.AddWatchResponse.header:type_name -> meridian.v1.Header
+	6,   // 39: meridian.v1.AddWatchResponse.header:type_name -> meridian.v1.Header
 	4,   // 40: meridian.v1.RemoveWatchesRequest.type:type_name -> meridian.v1.WatcherType
-	5,   // 41: meridian.v1.RemoveWatchesResponse.header:type_name -> meridian.v1.Header
-	5,   // 42: meridian.v1.LockResponse.header:type_name -> meridian.v1.Header
-	5,   // 43: meridian.v1.UnlockResponse.header:type_name -> meridian.v1.Header
-	5,   // 44: meridian.v1.CheckTokenResponse.header:type_name -> meridian.v1.Header
-	5,   // 45: meridian.v1.ProclaimResponse.header:type_name -> meridian.v1.Header
-	5,   // 46: meridian.v1.LeaderResponse.header:type_name -> meridian.v1.Header
-	50,  // 47: meridian.v1.LockInfo.holders:type_name -> meridian.v1.LockHolder
-	55,  // 48: meridian.v1.LockInfo.waiters:type_name -> meridian.v1.LockWaiter
-	5,   // 49: meridian.v1.ListLocksResponse.header:type_name -> meridian.v1.Header
-	56,  // 50: meridian.v1.ListLocksResponse.locks:type_name -> meridian.v1.LockInfo
-	5,   // 51: meridian.v1.AddResponse.header:type_name -> meridian.v1.Header
-	5,   // 52: meridian.v1.PushResponse.header:type_name -> meridian.v1.Header
-	5,   // 53: meridian.v1.PopResponse.header:type_name -> meridian.v1.Header
-	64,  // 54: meridian.v1.PopResponse.item:type_name -> meridian.v1.QueueItem
-	5,   // 55: meridian.v1.AckResponse.header:type_name -> meridian.v1.Header
-	5,   // 56: meridian.v1.QueueStatsResponse.header:type_name -> meridian.v1.Header
-	64,  // 57: meridian.v1.QueueStatsResponse.in_flight_items:type_name -> meridian.v1.QueueItem
-	5,   // 58: meridian.v1.BarrierResponse.header:type_name -> meridian.v1.Header
-	5,   // 59: meridian.v1.DoubleBarrierResponse.header:type_name -> meridian.v1.Header
-	5,   // 60: meridian.v1.BarrierStatsResponse.header:type_name -> meridian.v1.Header
-	5,   // 61: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
-	77,  // 62: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
-	5,   // 63: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
-	82,  // 64: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
-	82,  // 65: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
-	83,  // 66: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
-	84,  // 67: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
-	83,  // 68: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
-	83,  // 69: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
-	9,   // 70: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	11,  // 71: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	13,  // 72: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	15,  // 73: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	19,  // 74: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	22,  // 75: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	22,  // 76: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	22,  // 77: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	22,  // 78: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	27,  // 79: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	29,  // 80: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	31,  // 81: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	33,  // 82: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	35,  // 83: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	37,  // 84: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	39,  // 85: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	41,  // 86: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	43,  // 87: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
-	45,  // 88: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
-	46,  // 89: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
-	48,  // 90: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
-	57,  // 91: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
-	51,  // 92: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
-	53,  // 93: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
-	53,  // 94: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
-	59,  // 95: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
-	61,  // 96: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
-	63,  // 97: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
-	66,  // 98: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
-	66,  // 99: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
-	68,  // 100: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
-	70,  // 101: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
-	70,  // 102: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
-	72,  // 103: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
-	73,  // 104: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
-	73,  // 105: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
-	70,  // 106: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
-	76,  // 107: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	79,  // 108: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	81,  // 109: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
-	10,  // 110: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	12,  // 111: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	14,  // 112: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	16,  // 113: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	21,  // 114: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	23,  // 115: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	24,  // 116: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	25,  // 117: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	26,  // 118: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	28,  // 119: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	30,  // 120: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	32,  // 121: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	34,  // 122: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	36,  // 123: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	38,  // 124: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	40,  // 125: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	42,  // 126: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	44,  // 127: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	47,  // 128: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	47,  // 129: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	49,  // 130: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	58,  // 131: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	52,  // 132: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
-	54,  // 133: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
-	54,  // 134: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
-	60,  // 135: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
-	62,  // 136: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
-	65,  // 137: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
-	67,  // 138: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
-	67,  // 139: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
-	69,  // 140: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
-	71,  // 141: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
-	71,  // 142: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
-	71,  // 143: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
-	74,  // 144: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	74,  // 145: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	75,  // 146: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
-	78,  // 147: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	80,  // 148: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	85,  // 149: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
-	110, // [110:150] is the sub-list for method output_type
-	70,  // [70:110] is the sub-list for method input_type
-	70,  // [70:70] is the sub-list for extension type_name
-	70,  // [70:70] is the sub-list for extension extendee
-	0,   // [0:70] is the sub-list for field type_name
+	6,   // 41: meridian.v1.RemoveWatchesResponse.header:type_name -> meridian.v1.Header
+	6,   // 42: meridian.v1.LockResponse.header:type_name -> meridian.v1.Header
+	6,   // 43: meridian.v1.UnlockResponse.header:type_name -> meridian.v1.Header
+	6,   // 44: meridian.v1.CheckTokenResponse.header:type_name -> meridian.v1.Header
+	6,   // 45: meridian.v1.ProclaimResponse.header:type_name -> meridian.v1.Header
+	6,   // 46: meridian.v1.LeaderResponse.header:type_name -> meridian.v1.Header
+	51,  // 47: meridian.v1.LockInfo.holders:type_name -> meridian.v1.LockHolder
+	56,  // 48: meridian.v1.LockInfo.waiters:type_name -> meridian.v1.LockWaiter
+	6,   // 49: meridian.v1.ListLocksResponse.header:type_name -> meridian.v1.Header
+	57,  // 50: meridian.v1.ListLocksResponse.locks:type_name -> meridian.v1.LockInfo
+	6,   // 51: meridian.v1.AddResponse.header:type_name -> meridian.v1.Header
+	6,   // 52: meridian.v1.PushResponse.header:type_name -> meridian.v1.Header
+	6,   // 53: meridian.v1.PopResponse.header:type_name -> meridian.v1.Header
+	65,  // 54: meridian.v1.PopResponse.item:type_name -> meridian.v1.QueueItem
+	6,   // 55: meridian.v1.AckResponse.header:type_name -> meridian.v1.Header
+	6,   // 56: meridian.v1.QueueStatsResponse.header:type_name -> meridian.v1.Header
+	65,  // 57: meridian.v1.QueueStatsResponse.in_flight_items:type_name -> meridian.v1.QueueItem
+	6,   // 58: meridian.v1.BarrierResponse.header:type_name -> meridian.v1.Header
+	6,   // 59: meridian.v1.DoubleBarrierResponse.header:type_name -> meridian.v1.Header
+	6,   // 60: meridian.v1.BarrierStatsResponse.header:type_name -> meridian.v1.Header
+	6,   // 61: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
+	78,  // 62: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
+	6,   // 63: meridian.v1.MemberListResponse.header:type_name -> meridian.v1.Header
+	78,  // 64: meridian.v1.MemberListResponse.members:type_name -> meridian.v1.Member
+	5,   // 65: meridian.v1.MemberChangeOp.type:type_name -> meridian.v1.MemberChangeType
+	78,  // 66: meridian.v1.MemberChangeOp.member:type_name -> meridian.v1.Member
+	82,  // 67: meridian.v1.MemberChangeRequest.changes:type_name -> meridian.v1.MemberChangeOp
+	6,   // 68: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
+	87,  // 69: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
+	87,  // 70: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
+	88,  // 71: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
+	89,  // 72: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
+	88,  // 73: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
+	88,  // 74: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
+	10,  // 75: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	12,  // 76: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	14,  // 77: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	16,  // 78: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	20,  // 79: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	23,  // 80: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	23,  // 81: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	23,  // 82: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	23,  // 83: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	28,  // 84: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	30,  // 85: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	32,  // 86: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	34,  // 87: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	36,  // 88: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	38,  // 89: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	40,  // 90: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	42,  // 91: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	44,  // 92: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	46,  // 93: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	47,  // 94: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	49,  // 95: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	58,  // 96: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	52,  // 97: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
+	54,  // 98: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
+	54,  // 99: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
+	60,  // 100: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
+	62,  // 101: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
+	64,  // 102: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
+	67,  // 103: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
+	67,  // 104: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
+	69,  // 105: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
+	71,  // 106: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
+	71,  // 107: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
+	73,  // 108: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
+	74,  // 109: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	74,  // 110: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	71,  // 111: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
+	77,  // 112: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	84,  // 113: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	86,  // 114: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
+	80,  // 115: meridian.v1.Meridian.MemberList:input_type -> meridian.v1.MemberListRequest
+	83,  // 116: meridian.v1.Meridian.MemberChange:input_type -> meridian.v1.MemberChangeRequest
+	11,  // 117: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	13,  // 118: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	15,  // 119: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	17,  // 120: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	22,  // 121: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	24,  // 122: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	25,  // 123: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	26,  // 124: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	27,  // 125: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	29,  // 126: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	31,  // 127: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	33,  // 128: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	35,  // 129: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	37,  // 130: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	39,  // 131: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	41,  // 132: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	43,  // 133: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	45,  // 134: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	48,  // 135: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	48,  // 136: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	50,  // 137: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	59,  // 138: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	53,  // 139: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	55,  // 140: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	55,  // 141: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	61,  // 142: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
+	63,  // 143: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
+	66,  // 144: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
+	68,  // 145: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
+	68,  // 146: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
+	70,  // 147: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
+	72,  // 148: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 149: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 150: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
+	75,  // 151: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	75,  // 152: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	76,  // 153: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
+	79,  // 154: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	85,  // 155: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	90,  // 156: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
+	81,  // 157: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
+	81,  // 158: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
+	117, // [117:159] is the sub-list for method output_type
+	75,  // [75:117] is the sub-list for method input_type
+	75,  // [75:75] is the sub-list for extension type_name
+	75,  // [75:75] is the sub-list for extension extendee
+	0,   // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -6121,8 +6406,8 @@ func file_meridian_v1_meridian_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   81,
+			NumEnums:      6,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

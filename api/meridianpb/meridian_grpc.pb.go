@@ -67,6 +67,8 @@ const (
 	Meridian_Status_FullMethodName         = "/meridian.v1.Meridian/Status"
 	Meridian_TransferLeader_FullMethodName = "/meridian.v1.Meridian/TransferLeader"
 	Meridian_Latency_FullMethodName        = "/meridian.v1.Meridian/Latency"
+	Meridian_MemberList_FullMethodName     = "/meridian.v1.Meridian/MemberList"
+	Meridian_MemberChange_FullMethodName   = "/meridian.v1.Meridian/MemberChange"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -142,6 +144,11 @@ type MeridianClient interface {
 	// This server's measured round trips to every peer and its quorum
 	// latency (answered locally; ask each server for the all-pairs matrix).
 	Latency(ctx context.Context, in *LatencyRequest, opts ...grpc.CallOption) (*LatencyResponse, error)
+	// Membership, replicated with raft's configuration. MemberChange applies
+	// one change simply and several through joint consensus; one change is
+	// in flight at a time (FAILED_PRECONDITION while another is).
+	MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
+	MemberChange(ctx context.Context, in *MemberChangeRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 }
 
 type meridianClient struct {
@@ -570,6 +577,26 @@ func (c *meridianClient) Latency(ctx context.Context, in *LatencyRequest, opts .
 	return out, nil
 }
 
+func (c *meridianClient) MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberListResponse)
+	err := c.cc.Invoke(ctx, Meridian_MemberList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) MemberChange(ctx context.Context, in *MemberChangeRequest, opts ...grpc.CallOption) (*MemberListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MemberListResponse)
+	err := c.cc.Invoke(ctx, Meridian_MemberChange_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeridianServer is the server API for Meridian service.
 // All implementations must embed UnimplementedMeridianServer
 // for forward compatibility.
@@ -643,6 +670,11 @@ type MeridianServer interface {
 	// This server's measured round trips to every peer and its quorum
 	// latency (answered locally; ask each server for the all-pairs matrix).
 	Latency(context.Context, *LatencyRequest) (*LatencyResponse, error)
+	// Membership, replicated with raft's configuration. MemberChange applies
+	// one change simply and several through joint consensus; one change is
+	// in flight at a time (FAILED_PRECONDITION while another is).
+	MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error)
+	MemberChange(context.Context, *MemberChangeRequest) (*MemberListResponse, error)
 	mustEmbedUnimplementedMeridianServer()
 }
 
@@ -772,6 +804,12 @@ func (UnimplementedMeridianServer) TransferLeader(context.Context, *TransferLead
 }
 func (UnimplementedMeridianServer) Latency(context.Context, *LatencyRequest) (*LatencyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Latency not implemented")
+}
+func (UnimplementedMeridianServer) MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberList not implemented")
+}
+func (UnimplementedMeridianServer) MemberChange(context.Context, *MemberChangeRequest) (*MemberListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MemberChange not implemented")
 }
 func (UnimplementedMeridianServer) mustEmbedUnimplementedMeridianServer() {}
 func (UnimplementedMeridianServer) testEmbeddedByValue()                  {}
@@ -1500,6 +1538,42 @@ func _Meridian_Latency_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_MemberList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).MemberList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_MemberList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).MemberList(ctx, req.(*MemberListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_MemberChange_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberChangeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).MemberChange(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_MemberChange_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).MemberChange(ctx, req.(*MemberChangeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meridian_ServiceDesc is the grpc.ServiceDesc for Meridian service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1658,6 +1732,14 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Latency",
 			Handler:    _Meridian_Latency_Handler,
+		},
+		{
+			MethodName: "MemberList",
+			Handler:    _Meridian_MemberList_Handler,
+		},
+		{
+			MethodName: "MemberChange",
+			Handler:    _Meridian_MemberChange_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -208,7 +208,7 @@ func addClientCommands(root *cobra.Command) {
 	})
 	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader, probeCmd())
 	root.AddCommand(lockCommands()...)
-	root.AddCommand(queueCommand(), barrierCommand())
+	root.AddCommand(queueCommand(), barrierCommand(), memberCommand())
 }
 
 func dataArg(args []string, i int) []byte {

@@ -46,13 +46,13 @@ type proc struct {
 	done chan struct{}
 }
 
-func startServer(t *testing.T, cfgPath, logPath string) *proc {
+func startServer(t *testing.T, cfgPath, logPath string, extra ...string) *proc {
 	t.Helper()
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, "server", "--config", cfgPath)
+	cmd := exec.Command(binary, append([]string{"server", "--config", cfgPath}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

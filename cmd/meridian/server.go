@@ -33,6 +33,7 @@ func newLogger(level string) *slog.Logger {
 
 func serverCmd() *cobra.Command {
 	var configPath, zooCfg string
+	var join bool
 	var props []string
 	cmd := &cobra.Command{
 		Use:   "server (--config FILE | --zoo-cfg FILE)",
@@ -66,6 +67,7 @@ ZooKeeper can start Meridian in its place.`,
 				}
 				cfg, ignored = z.Config, z.Ignored
 			}
+			cfg.Join = cfg.Join || join
 			log := newLogger(cfg.LogLevel)
 			if len(ignored) > 0 {
 				log.Info("zoo.cfg keys without a Meridian equivalent were ignored", "keys", strings.Join(ignored, ","))
@@ -83,6 +85,7 @@ ZooKeeper can start Meridian in its place.`,
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file")
+	cmd.Flags().BoolVar(&join, "join", false, "a new member of a running cluster: wait to be added (meridian member add) instead of bootstrapping")
 	cmd.Flags().StringVar(&zooCfg, "zoo-cfg", "", "ZooKeeper zoo.cfg to run from instead of --config")
 	cmd.Flags().StringArrayVarP(&props, "define", "D", nil, "system property key=value (with --zoo-cfg)")
 	return cmd

@@ -67,6 +67,9 @@ type book struct {
 	// configuration file's learners are no longer added automatically (the
 	// operator's changes win over the file).
 	Changed bool `json:"changed,omitempty"`
+	// Index of the configuration change last applied (ZooKeeper's config
+	// version); 0 before any.
+	Index uint64 `json:"index,omitempty"`
 }
 
 func (b *book) find(id uint64) int {
@@ -267,7 +270,20 @@ func (r *Replica) ChangeMembers(ctx context.Context, changes []MemberChange) err
 // Members returns the address book: every member of the current
 // configuration, sorted by id.
 func (r *Replica) Members() []Peer {
-	return slices.Clone(*r.members.Load())
+	return slices.Clone(r.conf.Load().peers)
+}
+
+// Configuration returns the members and the log index of the configuration
+// change that made them (0: the initial configuration, never changed).
+func (r *Replica) Configuration() ([]Peer, uint64) {
+	c := r.conf.Load()
+	return slices.Clone(c.peers), c.index
+}
+
+// confView is the book as other goroutines see it.
+type confView struct {
+	peers []Peer
+	index uint64
 }
 
 // proposeMembers (raft loop) validates and proposes a change.
@@ -388,7 +404,7 @@ func (r *Replica) noteAppended(ents []*pb.Entry) {
 // running group: the caller then snapshots at once, because raft sends a new
 // member the latest snapshot and refuses, on the new member's side, one
 // whose configuration does not include it yet.
-func (r *Replica) applyConfChange(cc *pb.ConfChangeV2) bool {
+func (r *Replica) applyConfChange(index uint64, cc *pb.ConfChangeV2) bool {
 	prev := r.confState
 	r.confState = r.rn.ApplyConfChange(cc)
 	var c ccContext
@@ -397,7 +413,7 @@ func (r *Replica) applyConfChange(cc *pb.ConfChangeV2) bool {
 			r.log.Warn("membership change without a readable context", "err", err)
 		}
 	}
-	nb := book{Peers: slices.Clone(r.book.Peers), Changed: r.book.Changed}
+	nb := book{Peers: slices.Clone(r.book.Peers), Changed: r.book.Changed, Index: index}
 	for _, p := range c.Peers {
 		nb.upsert(p)
 	}
@@ -437,7 +453,7 @@ func (r *Replica) applyConfChange(cc *pb.ConfChangeV2) bool {
 func (r *Replica) setBook(b book) {
 	r.book = b
 	peers := slices.Clone(b.Peers)
-	r.members.Store(&peers)
+	r.conf.Store(&confView{peers: peers, index: b.Index})
 	r.tr.setPeers(peers)
 	ids := make([]uint64, 0, len(peers))
 	var vs []uint64

@@ -220,8 +220,8 @@ type Replica struct {
 
 	// raft loop state
 	confState     *pb.ConfState
-	book          book                   // the address book (members.go)
-	members       atomic.Pointer[[]Peer] // book.Peers for other goroutines
+	book          book                     // the address book (members.go)
+	conf          atomic.Pointer[confView] // the book for other goroutines
 	confSeq       uint64
 	confWaits     map[uint64]*confWait
 	learnersAsked time.Time // last proposal adding configured learners
@@ -333,7 +333,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		maxMsgFrame = min(cfg.MaxSizePerMsg+uint64(cfg.MaxProposalBytes)+msgFrameSlack, maxSnapFrame)
 	}
 	peers := slices.Clone(r.book.Peers)
-	r.members.Store(&peers)
+	r.conf.Store(&confView{peers: peers, index: r.book.Index})
 	ids := make([]uint64, 0, len(peers))
 	for _, p := range peers {
 		ids = append(ids, p.ID)
@@ -521,7 +521,7 @@ func (r *Replica) stopped() bool {
 }
 
 func (r *Replica) isVoter(id uint64) bool {
-	return slices.ContainsFunc(*r.members.Load(), func(p Peer) bool { return p.ID == id && !p.Learner })
+	return slices.ContainsFunc(r.conf.Load().peers, func(p Peer) bool { return p.ID == id && !p.Learner })
 }
 
 // Status asks the raft loop for its state. After Close (or a storage
@@ -897,7 +897,7 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
 			}
-			if r.applyConfChange(cc.AsV2()) {
+			if r.applyConfChange(e.GetIndex(), cc.AsV2()) {
 				if err := r.snapshotAt(e.GetIndex()); err != nil {
 					return err
 				}
@@ -907,7 +907,7 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
 			}
-			if r.applyConfChange(&cc) {
+			if r.applyConfChange(e.GetIndex(), &cc) {
 				if err := r.snapshotAt(e.GetIndex()); err != nil {
 					return err
 				}

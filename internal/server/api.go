@@ -457,19 +457,14 @@ func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusRespon
 		Sessions: int64(sessions), Znodes: int64(nodes), Watches: int64(a.s.watches.Count()), Version: Version,
 		Placement: a.s.PlacementDecision().Reason,
 	}
-	for _, m := range a.s.cfg.Members {
-		out.Members = append(out.Members, &pb.Member{Id: m.ID, Region: m.Region, Zone: m.Zone,
-			PeerAddr: m.Peer, GrpcAddr: m.GRPC, ZkAddr: m.ZK, HttpAddr: m.HTTP, MatchIndex: st.Progress[m.ID]})
+	for _, m := range a.s.members() {
+		out.Members = append(out.Members, toPBMember(m, st.Progress[m.ID]))
 	}
 	return out, a.done("Status", nil)
 }
 
 func (a *api) TransferLeader(ctx context.Context, r *pb.TransferLeaderRequest) (*pb.TransferLeaderResponse, error) {
-	known := false
-	for _, m := range a.s.cfg.Members {
-		known = known || m.ID == r.GetTargetId()
-	}
-	if !known {
+	if m, known := a.s.member(r.GetTargetId()); !known || m.Role == "learner" {
 		return nil, a.done("TransferLeader", errs.ErrBadArguments)
 	}
 	ctx, cancel := a.s.withTimeout(ctx)

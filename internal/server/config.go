@@ -33,6 +33,13 @@ type Config struct {
 	ID      uint64   `yaml:"id"`
 	DataDir string   `yaml:"data_dir"`
 	Members []Member `yaml:"members"`
+	// Join: this is a new member of a running cluster. With an empty data
+	// directory it waits to be added (meridian member add) instead of
+	// bootstrapping a cluster of its own from Members, which then need only
+	// list this member and enough others to reach the leader. Once it has
+	// data, Join changes nothing. Never start a new member without it: a
+	// bootstrapped stranger would form a second cluster with the same ids.
+	Join bool `yaml:"join,omitempty"`
 
 	// Listen addresses; empty ones default to this member's entry in Members.
 	ListenGRPC string `yaml:"listen_grpc,omitempty"`

@@ -17,7 +17,7 @@ import (
 func (a *api) Latency(ctx context.Context, r *pb.LatencyRequest) (*pb.LatencyResponse, error) {
 	snap := a.s.rep.Latency()
 	region := map[uint64]string{}
-	for _, m := range a.s.cfg.Members {
+	for _, m := range a.s.members() {
 		region[m.ID] = m.Region
 	}
 	out := &pb.LatencyResponse{MemberId: snap.Self, Region: region[snap.Self], WindowMs: snap.Window.Milliseconds(),

@@ -130,7 +130,7 @@ func (s *Server) placementTick(now time.Time, leader bool) {
 	}
 	rows := map[uint64]map[uint64]time.Duration{s.cfg.ID: s.ownRTT()}
 	in := placement.Input{Leader: s.cfg.ID, Load: map[uint64]float64{s.cfg.ID: load}, Prefer: s.cfg.PreferLeader}
-	for _, m := range s.cfg.Members {
+	for _, m := range s.members() {
 		if m.Role != "learner" {
 			in.Voters = append(in.Voters, m.ID)
 		}

@@ -134,11 +134,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	peers := make([]replica.Peer, 0, len(cfg.Members))
 	for _, m := range cfg.Members {
-		peers = append(peers, replica.Peer{ID: m.ID, Addr: m.Peer, Learner: m.Role == "learner"})
+		peers = append(peers, toPeer(m))
 	}
 	rep, err := replica.Open(replica.Config{
 		ID:              cfg.ID,
 		Peers:           peers,
+		Join:            cfg.Join,
 		ListenAddr:      cfg.ListenPeer,
 		DataDir:         cfg.DataDir,
 		TickInterval:    cfg.tick(),

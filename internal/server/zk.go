@@ -683,7 +683,12 @@ func (c *zkConn) serve(pkt []byte) bool {
 		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(r.Path); return })
 		reply(applied(), err, &zk.GetAllChildrenNumberResponse{TotalNumber: int32(n)})
 	case *zk.ReconfigRequest:
-		reply(0, errs.ErrReconfigDisabled, nil)
+		if c.readOnly {
+			reply(0, errs.ErrNotReadOnly, nil)
+			break
+		}
+		data, stat, err := c.s.zkReconfig(ctx, c.auth, r)
+		reply(applied(), err, &zk.GetDataResponse{Data: data, Stat: stat})
 	default:
 		switch hdr.Type {
 		case zk.OpPing:
@@ -938,7 +943,7 @@ func (s *Server) fourLetterWord(w string) string {
 	switch {
 	case st.Leader == s.cfg.ID:
 		mode = "leader"
-	case s.cfg.Self().Role == "learner":
+	case st.Role == "learner":
 		mode = "observer" // ZooKeeper's name for a non-voting member
 	}
 	if !serving {
@@ -982,8 +987,9 @@ func (s *Server) fourLetterWord(w string) string {
 			zkVersionString(), avg, hi, lo, st0.received.Load(), st0.sent.Load(), st0.outstanding.Load(), mode, nodes, s.watches.Count(), ephemerals, conns, sessions, st.Term, st.Applied)
 	case "conf":
 		self := s.cfg.Self()
-		return fmt.Sprintf("serverId=%d\ndataDir=%s\nclientPortAddress=%s\ntickTime=%d\nminSessionTimeout=%d\nmaxSessionTimeout=%d\n",
-			s.cfg.ID, s.cfg.DataDir, self.ZK, s.cfg.SessionTickMs, 2*s.cfg.SessionTickMs, 20*s.cfg.SessionTickMs)
+		cfgText, _ := s.zkConfig()
+		return fmt.Sprintf("serverId=%d\ndataDir=%s\nclientPortAddress=%s\ntickTime=%d\nminSessionTimeout=%d\nmaxSessionTimeout=%d\n%s",
+			s.cfg.ID, s.cfg.DataDir, self.ZK, s.cfg.SessionTickMs, 2*s.cfg.SessionTickMs, 20*s.cfg.SessionTickMs, cfgText)
 	case "envi":
 		return fmt.Sprintf("Environment:\nzookeeper.version=%s\nmeridian.version=%s\n", zkVersionString(), Version)
 	case "cons":

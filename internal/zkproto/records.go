@@ -796,7 +796,7 @@ func (r *ErrorResponse) Decode(d *Decoder) error {
 	return d.Err()
 }
 
-// ReconfigRequest is reconfig; Meridian decodes it only to refuse it.
+// ReconfigRequest is reconfig (dynamic membership change).
 // Null strings read as "".
 type ReconfigRequest struct {
 	JoiningServers string

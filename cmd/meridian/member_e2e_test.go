@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/server"
+)
+
+// TestMemberAddPromoteRemove grows a 3-process cluster by a fourth server
+// started with --join, through the CLI a user would type: add it as a
+// learner, promote it, write through it, remove it.
+func TestMemberAddPromoteRemove(t *testing.T) {
+	dir := t.TempDir()
+	ports := freePorts(t, 8)
+	var members []server.Member
+	for i := 0; i < 4; i++ {
+		members = append(members, server.Member{ID: uint64(i + 1), Region: "local", Zone: "z",
+			Peer: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])})
+	}
+	members[3].Region = "far"
+	for i := 0; i < 4; i++ {
+		ms := members[:3]
+		if i == 3 {
+			ms = members // the newcomer's file names itself and the members it can reach
+		}
+		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: ms,
+			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500}
+		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
+		if err := cfg.WriteFile(p); err != nil {
+			t.Fatal(err)
+		}
+		var extra []string
+		if i == 3 {
+			extra = []string{"--join"}
+		}
+		startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)), extra...)
+	}
+	eps := members[0].GRPC + "," + members[1].GRPC + "," + members[2].GRPC
+	cli := func(args ...string) string {
+		t.Helper()
+		b, err := exec.Command(binary, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("meridian %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(eps, ","), SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	leaderOf(t, c)
+	if _, _, err := c.Create(ctx, "/before", []byte("x"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	out := cli("member", "add", "4", "--peer", members[3].Peer, "--grpc", members[3].GRPC, "--region", "far", "--learner")
+	if !strings.Contains(out, "learner") || !strings.Contains(out, "far") {
+		t.Fatalf("member add:\n%s", out)
+	}
+	out = cli("member", "promote", "4")
+	if strings.Contains(out, "learner") {
+		t.Fatalf("member promote:\n%s", out)
+	}
+	// The newcomer serves what was written before it joined and takes writes.
+	c4, err := client.New(ctx, client.Config{Endpoints: []string{members[3].GRPC}, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c4.Close()
+	if data, _, err := c4.Get(ctx, "/before"); err != nil || string(data) != "x" {
+		t.Fatalf("read on the new member: %q %v", data, err)
+	}
+	if _, _, err := c4.Create(ctx, "/via-4", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out = cli("member", "list")
+	if strings.Count(out, "voter") != 4 {
+		t.Fatalf("member list:\n%s", out)
+	}
+	out = cli("member", "remove", "4")
+	if strings.Contains(out, members[3].Peer) {
+		t.Fatalf("member remove:\n%s", out)
+	}
+	if _, _, err := c.Create(ctx, "/after", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

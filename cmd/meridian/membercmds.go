@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/client"
+)
+
+// memberCommand is `meridian member list|add|remove|promote|demote`.
+func memberCommand() *cobra.Command {
+	m := &cobra.Command{Use: "member", Short: "List and change the cluster's members (runtime reconfiguration)",
+		Long: `Membership changes go through raft (joint consensus when several change at
+once) and are replicated with the configuration; the config files only seed
+a new cluster. To add a server: start it with --join (its config lists
+itself and the current members), then run "meridian member add".`}
+	list := &cobra.Command{
+		Use: "list", Short: "List members", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				r, err := c.Members(ctx)
+				if err != nil {
+					return err
+				}
+				return printMembers(r)
+			})
+		},
+	}
+	var nm pb.Member
+	var learner bool
+	add := &cobra.Command{
+		Use:   "add ID --peer HOST:PORT --grpc HOST:PORT [--zk HOST:PORT] [--region R] [--zone Z] [--learner]",
+		Short: "Add a member (a voter, or a learner with --learner)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("member id %q: want a positive integer", args[0])
+			}
+			if nm.PeerAddr == "" || nm.GrpcAddr == "" {
+				return fmt.Errorf("--peer and --grpc are required")
+			}
+			op := &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_VOTER, Member: &pb.Member{Id: id, PeerAddr: nm.PeerAddr,
+				GrpcAddr: nm.GrpcAddr, ZkAddr: nm.ZkAddr, HttpAddr: nm.HttpAddr, Region: nm.Region, Zone: nm.Zone}}
+			if learner {
+				op.Type = pb.MemberChangeType_ADD_LEARNER
+			}
+			return change(op)
+		},
+	}
+	add.Flags().StringVar(&nm.PeerAddr, "peer", "", "raft peer address")
+	add.Flags().StringVar(&nm.GrpcAddr, "grpc", "", "native API address")
+	add.Flags().StringVar(&nm.ZkAddr, "zk", "", "ZooKeeper protocol address")
+	add.Flags().StringVar(&nm.HttpAddr, "http", "", "health and metrics address")
+	add.Flags().StringVar(&nm.Region, "region", "default", "region")
+	add.Flags().StringVar(&nm.Zone, "zone", "", "zone")
+	add.Flags().BoolVar(&learner, "learner", false, "add as a non-voting replica (promote it once caught up)")
+	byID := func(use, short string, t pb.MemberChangeType) *cobra.Command {
+		return &cobra.Command{Use: use + " ID", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				id, err := strconv.ParseUint(args[0], 10, 64)
+				if err != nil || id == 0 {
+					return fmt.Errorf("member id %q: want a positive integer", args[0])
+				}
+				return change(&pb.MemberChangeOp{Type: t, Member: &pb.Member{Id: id}})
+			}}
+	}
+	m.AddCommand(list, add,
+		byID("remove", "Remove a member", pb.MemberChangeType_REMOVE_MEMBER),
+		byID("promote", "Make a learner a voter", pb.MemberChangeType_ADD_VOTER),
+		byID("demote", "Make a voter a learner", pb.MemberChangeType_ADD_LEARNER))
+	return m
+}
+
+func change(op *pb.MemberChangeOp) error {
+	return withClient(func(ctx context.Context, c *client.Client) error {
+		r, err := c.ChangeMembers(ctx, op)
+		if err != nil {
+			return err
+		}
+		return printMembers(r)
+	})
+}
+
+func printMembers(r *pb.MemberListResponse) error {
+	return output(r, func() {
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tROLE\tREGION\tZONE\tPEER\tGRPC\tZK\tMATCH")
+		for _, m := range r.GetMembers() {
+			role := "voter"
+			if m.GetLearner() {
+				role = "learner"
+			}
+			if m.GetId() == r.GetHeader().GetLeaderId() {
+				role += " (leader)"
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", m.GetId(), role, m.GetRegion(), m.GetZone(),
+				m.GetPeerAddr(), m.GetGrpcAddr(), m.GetZkAddr(), m.GetMatchIndex())
+		}
+		fmt.Fprintf(w, "configuration index %d\n", r.GetConfigIndex())
+		w.Flush()
+	})
+}
