@@ -5097,9 +5097,12 @@ type MemberChangeOp struct {
 	Type  MemberChangeType       `protobuf:"varint,1,opt,name=type,proto3,enum=meridian.v1.MemberChangeType" json:"type,omitempty"`
 	// For adds: id, peer_addr (needed for a new member), region, zone and
 	// client addresses; for promote, demote and remove only the id.
-	Member        *Member `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Member *Member `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	// ADD_LEARNER only: the leader promotes the learner to voter by itself
+	// once it has caught up (within 1000 entries, replicating normally).
+	PromoteWhenCaughtUp bool `protobuf:"varint,3,opt,name=promote_when_caught_up,json=promoteWhenCaughtUp,proto3" json:"promote_when_caught_up,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *MemberChangeOp) Reset() {
@@ -5144,6 +5147,13 @@ func (x *MemberChangeOp) GetMember() *Member {
 		return x.Member
 	}
 	return nil
+}
+
+func (x *MemberChangeOp) GetPromoteWhenCaughtUp() bool {
+	if x != nil {
+		return x.PromoteWhenCaughtUp
+	}
+	return false
 }
 
 type MemberChangeRequest struct {
@@ -5997,10 +6007,11 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x12MemberListResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12-\n" +
 	"\amembers\x18\x02 \x03(\v2\x13.meridian.v1.MemberR\amembers\x12!\n" +
-	"\fconfig_index\x18\x03 \x01(\x04R\vconfigIndex\"p\n" +
+	"\fconfig_index\x18\x03 \x01(\x04R\vconfigIndex\"\xa5\x01\n" +
 	"\x0eMemberChangeOp\x121\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1d.meridian.v1.MemberChangeTypeR\x04type\x12+\n" +
-	"\x06member\x18\x02 \x01(\v2\x13.meridian.v1.MemberR\x06member\"L\n" +
+	"\x06member\x18\x02 \x01(\v2\x13.meridian.v1.MemberR\x06member\x123\n" +
+	"\x16promote_when_caught_up\x18\x03 \x01(\bR\x13promoteWhenCaughtUp\"L\n" +
 	"\x13MemberChangeRequest\x125\n" +
 	"\achanges\x18\x01 \x03(\v2\x1b.meridian.v1.MemberChangeOpR\achanges\"4\n" +
 	"\x15TransferLeaderRequest\x12\x1b\n" +

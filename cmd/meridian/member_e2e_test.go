@@ -25,23 +25,29 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 			Peer: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])})
 	}
 	members[3].Region = "far"
-	for i := 0; i < 4; i++ {
-		ms := members[:3]
-		if i == 3 {
-			ms = members // the newcomer's file names itself and the members it can reach
+	// newcomer starts server id on the fourth member's addresses with --join;
+	// its file names itself and the members it can reach.
+	newcomer := func(id uint64) *proc {
+		m := members[3]
+		m.ID = id
+		cfg := server.Config{ID: id, DataDir: filepath.Join(dir, fmt.Sprintf("n%d", id)), Members: append(members[:3:3], m),
+			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500}
+		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", id))
+		if err := cfg.WriteFile(p); err != nil {
+			t.Fatal(err)
 		}
-		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: ms,
+		return startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", id)), "--join")
+	}
+	for i := 0; i < 3; i++ {
+		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members[:3],
 			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500}
 		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
 		if err := cfg.WriteFile(p); err != nil {
 			t.Fatal(err)
 		}
-		var extra []string
-		if i == 3 {
-			extra = []string{"--join"}
-		}
-		startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)), extra...)
+		startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)))
 	}
+	p4 := newcomer(4)
 	eps := members[0].GRPC + "," + members[1].GRPC + "," + members[2].GRPC
 	cli := func(args ...string) string {
 		t.Helper()
@@ -51,7 +57,7 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 		}
 		return string(b)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(eps, ","), SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
 	if err != nil {
@@ -63,6 +69,7 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// By hand: learner, voter, learner again, gone.
 	out := cli("member", "add", "4", "--peer", members[3].Peer, "--grpc", members[3].GRPC, "--region", "far", "--learner")
 	if !strings.Contains(out, "learner") || !strings.Contains(out, "far") {
 		t.Fatalf("member add:\n%s", out)
@@ -71,25 +78,41 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	if strings.Contains(out, "learner") {
 		t.Fatalf("member promote:\n%s", out)
 	}
-	// The newcomer serves what was written before it joined and takes writes.
 	c4, err := client.New(ctx, client.Config{Endpoints: []string{members[3].GRPC}, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c4.Close()
+	// The newcomer serves what was written before it joined and takes writes.
 	if data, _, err := c4.Get(ctx, "/before"); err != nil || string(data) != "x" {
 		t.Fatalf("read on the new member: %q %v", data, err)
 	}
 	if _, _, err := c4.Create(ctx, "/via-4", nil, client.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	out = cli("member", "list")
-	if strings.Count(out, "voter") != 4 {
-		t.Fatalf("member list:\n%s", out)
+	c4.Close()
+	out = cli("member", "demote", "4")
+	if !strings.Contains(out, "learner") {
+		t.Fatalf("member demote:\n%s", out)
 	}
 	out = cli("member", "remove", "4")
 	if strings.Contains(out, members[3].Peer) {
 		t.Fatalf("member remove:\n%s", out)
+	}
+	p4.cmd.Process.Kill()
+	<-p4.done
+
+	// Back as member 5 (raft does not reuse a removed id), promoted by the
+	// leader once caught up.
+	newcomer(5)
+	_ = cli("member", "add", "5", "--peer", members[3].Peer, "--grpc", members[3].GRPC, "--region", "far", "--promote")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out = cli("member", "list")
+		if strings.Count(out, "voter") == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member 5 not promoted:\n%s", out)
+		}
 	}
 	if _, _, err := c.Create(ctx, "/after", nil, client.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ itself and the current members), then run "meridian member add".`}
 		},
 	}
 	var nm pb.Member
-	var learner bool
+	var learner, promote bool
 	add := &cobra.Command{
 		Use:   "add ID --peer HOST:PORT --grpc HOST:PORT [--zk HOST:PORT] [--region R] [--zone Z] [--learner]",
 		Short: "Add a member (a voter, or a learner with --learner)", Args: cobra.ExactArgs(1),
@@ -47,8 +47,9 @@ itself and the current members), then run "meridian member add".`}
 			}
 			op := &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_VOTER, Member: &pb.Member{Id: id, PeerAddr: nm.PeerAddr,
 				GrpcAddr: nm.GrpcAddr, ZkAddr: nm.ZkAddr, HttpAddr: nm.HttpAddr, Region: nm.Region, Zone: nm.Zone}}
-			if learner {
+			if learner || promote {
 				op.Type = pb.MemberChangeType_ADD_LEARNER
+				op.PromoteWhenCaughtUp = promote
 			}
 			return change(op)
 		},
@@ -59,7 +60,8 @@ itself and the current members), then run "meridian member add".`}
 	add.Flags().StringVar(&nm.HttpAddr, "http", "", "health and metrics address")
 	add.Flags().StringVar(&nm.Region, "region", "default", "region")
 	add.Flags().StringVar(&nm.Zone, "zone", "", "zone")
-	add.Flags().BoolVar(&learner, "learner", false, "add as a non-voting replica (promote it once caught up)")
+	add.Flags().BoolVar(&learner, "learner", false, "add as a non-voting replica (promote it by hand once caught up)")
+	add.Flags().BoolVar(&promote, "promote", false, "add as a learner that the leader promotes to voter once it has caught up")
 	byID := func(use, short string, t pb.MemberChangeType) *cobra.Command {
 		return &cobra.Command{Use: use + " ID", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"go.etcd.io/raft/v3/confchange"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -55,7 +56,16 @@ func (t ChangeType) String() string {
 type MemberChange struct {
 	Type ChangeType
 	Peer Peer
+	// PromoteWhenCaughtUp (AddLearner only): the leader promotes the learner
+	// to voter by itself once its log is within PromoteLag entries of the
+	// leader's and replicating normally. The request is replicated, so a
+	// new leader carries it out too.
+	PromoteWhenCaughtUp bool
 }
+
+// PromoteLag is how far behind the leader's last index a learner may be and
+// still count as caught up for automatic promotion.
+const PromoteLag = 1000
 
 // MaxMemberChanges bounds the changes of one ChangeMembers call.
 const MaxMemberChanges = 16
@@ -192,6 +202,7 @@ func toConfChange(reqID uint64, changes []MemberChange, bk *book) (*pb.ConfChang
 			return nil, fmt.Errorf("%w: member %d needs a peer address", errs.ErrBadMembership, p.ID)
 		}
 		p.Learner = c.Type == AddLearner
+		p.AutoPromote = p.Learner && c.PromoteWhenCaughtUp
 		ctx.Peers = append(ctx.Peers, p)
 	}
 	cc.Context = encodeContext(ctx)
@@ -426,6 +437,7 @@ func (r *Replica) applyConfChange(index uint64, cc *pb.ConfChangeV2) bool {
 	for i := range nb.Peers {
 		if inConf(r.confState, nb.Peers[i].ID) {
 			nb.Peers[i].Learner = isLearnerIn(r.confState, nb.Peers[i].ID)
+			nb.Peers[i].AutoPromote = nb.Peers[i].AutoPromote && nb.Peers[i].Learner
 		}
 	}
 	if c.ReqID != 0 {
@@ -464,6 +476,48 @@ func (r *Replica) setBook(b book) {
 		}
 	}
 	r.lat.SetPeers(ids, vs)
+}
+
+// autoPromote (raft loop, every tick), on the leader, promotes one learner
+// that asked for it once it has caught up; retried every election timeout
+// until applied.
+func (r *Replica) autoPromote() {
+	if r.leader.Load() != r.cfg.ID || r.confState == nil || len(r.confState.GetVotersOutgoing()) > 0 || len(r.confWaits) > 0 {
+		return
+	}
+	if time.Since(r.promoteAsked) < r.cfg.TickInterval*time.Duration(r.cfg.ElectionTicks) {
+		return
+	}
+	var want []Peer
+	for _, p := range r.book.Peers {
+		if p.AutoPromote && p.Learner && slices.Contains(r.confState.GetLearners(), p.ID) {
+			want = append(want, p)
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	st := r.rn.Status()
+	last, _ := r.mem.LastIndex()
+	for _, p := range want {
+		pr, ok := st.Progress[p.ID]
+		if !ok || pr.State != tracker.StateReplicate || pr.Match+PromoteLag < last {
+			continue
+		}
+		p.Learner, p.AutoPromote = false, false
+		cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(p.ID)}},
+			Context: encodeContext(ccContext{Peers: []Peer{p}})}
+		if validateChange(r.confState, last, cc) != nil {
+			continue
+		}
+		r.promoteAsked = time.Now()
+		if err := r.rn.ProposeConfChange(cc); err != nil {
+			r.log.Debug("propose promotion", "err", err)
+		} else {
+			r.log.Info("promoting a caught-up learner", "id", p.ID, "match", pr.Match, "last", last)
+		}
+		return // one change at a time
+	}
 }
 
 // expireConfWaits (raft loop, every tick) drops waiters whose caller gave

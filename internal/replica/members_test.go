@@ -193,3 +193,31 @@ func TestSnapshotWrapping(t *testing.T) {
 		}
 	}
 }
+
+// A learner added with PromoteWhenCaughtUp becomes a voter by itself once
+// it has the log.
+func TestAutoPromoteCaughtUpLearner(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	for i := 0; i < 50; i++ {
+		c.put(lead, fmt.Sprintf("k%d", i), "v")
+	}
+	n4 := c.addNode()
+	if err := c.change(lead, MemberChange{Type: AddLearner, Peer: c.peers[n4], PromoteWhenCaughtUp: true}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitMembers(map[uint64]bool{1: false, 2: false, 3: false, 4: false})
+	c.waitAll(func(s *kv) bool { return s.len() == 50 })
+	for _, p := range c.reps[n4].Members() {
+		if p.AutoPromote {
+			t.Fatalf("promotion request left in the book: %+v", p)
+		}
+	}
+	// A voter in raft's eyes: it can take leadership (a learner cannot).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.reps[lead].TransferLeadership(ctx, 4); err != nil {
+		t.Fatalf("transfer to the promoted member: %v", err)
+	}
+	c.put(n4, "led-by-4", "ok")
+}

@@ -45,6 +45,9 @@ type Peer struct {
 	// toward a quorum. Voters bootstrap the group; the first leader adds the
 	// learners with a configuration change.
 	Learner bool `json:",omitempty"`
+	// AutoPromote (a learner): the leader promotes it to voter once it has
+	// caught up (ChangeMembers with PromoteWhenCaughtUp).
+	AutoPromote bool `json:",omitempty"`
 }
 
 // voters returns the ids of the voting peers.
@@ -225,6 +228,7 @@ type Replica struct {
 	confSeq       uint64
 	confWaits     map[uint64]*confWait
 	learnersAsked time.Time // last proposal adding configured learners
+	promoteAsked  time.Time // last automatic promotion proposed
 	snapIndex     uint64
 	pendingReads  []*readReq
 	inflight      map[string]*readBatch
@@ -673,6 +677,7 @@ func (r *Replica) loop() {
 			r.retryReads()
 			r.addLearners()
 			r.expireConfWaits()
+			r.autoPromote()
 		case p := <-r.propc:
 			r.propose(p)
 			r.drain()

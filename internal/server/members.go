@@ -100,7 +100,7 @@ func (a *api) MemberChange(ctx context.Context, r *pb.MemberChangeRequest) (*pb.
 		if pm.GetId() == 0 {
 			return nil, a.done("MemberChange", fmt.Errorf("%w: member id 0", errs.ErrBadMembership))
 		}
-		c := replica.MemberChange{Peer: replica.Peer{ID: pm.GetId()}}
+		c := replica.MemberChange{Peer: replica.Peer{ID: pm.GetId()}, PromoteWhenCaughtUp: op.GetPromoteWhenCaughtUp()}
 		switch op.GetType() {
 		case pb.MemberChangeType_ADD_VOTER:
 			c.Type = replica.AddVoter
@@ -110,6 +110,9 @@ func (a *api) MemberChange(ctx context.Context, r *pb.MemberChangeRequest) (*pb.
 			c.Type = replica.Remove
 		default:
 			return nil, a.done("MemberChange", fmt.Errorf("%w: change type %v", errs.ErrBadMembership, op.GetType()))
+		}
+		if c.PromoteWhenCaughtUp && c.Type != replica.AddLearner {
+			return nil, a.done("MemberChange", fmt.Errorf("%w: promote_when_caught_up is for ADD_LEARNER", errs.ErrBadMembership))
 		}
 		if c.Type != replica.Remove {
 			m, known := a.s.member(pm.GetId())
