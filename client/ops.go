@@ -273,6 +273,16 @@ func (c *Client) Status(ctx context.Context) (*pb.StatusResponse, error) {
 	return resp, err
 }
 
+// PreferLeaderRegion sets the operator's preferred leader region (empty:
+// clear it); the leader moves to a voter there. Replicated, so it outlives
+// leader changes.
+func (c *Client) PreferLeaderRegion(ctx context.Context, region string) error {
+	return c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+		r, err := api.SetLeaderPreference(ctx, &pb.LeaderPreferenceRequest{Region: region})
+		return r.GetHeader(), err
+	})
+}
+
 // TransferLeader asks the cluster to move leadership to member id.
 func (c *Client) TransferLeader(ctx context.Context, id uint64) error {
 	return c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {

@@ -4861,7 +4861,9 @@ type StatusResponse struct {
 	SnapshotIndex uint64                 `protobuf:"varint,12,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
 	Version       string                 `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
 	// The leader's last placement evaluation (placement: auto), with why.
-	Placement     string `protobuf:"bytes,14,opt,name=placement,proto3" json:"placement,omitempty"`
+	Placement string `protobuf:"bytes,14,opt,name=placement,proto3" json:"placement,omitempty"`
+	// The operator's preferred leader region (meridian leader prefer).
+	PreferRegion  string `protobuf:"bytes,15,opt,name=prefer_region,json=preferRegion,proto3" json:"prefer_region,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4990,6 +4992,13 @@ func (x *StatusResponse) GetVersion() string {
 func (x *StatusResponse) GetPlacement() string {
 	if x != nil {
 		return x.Placement
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetPreferRegion() string {
+	if x != nil {
+		return x.PreferRegion
 	}
 	return ""
 }
@@ -5200,6 +5209,102 @@ func (x *MemberChangeRequest) GetChanges() []*MemberChangeOp {
 	return nil
 }
 
+type LeaderPreferenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Region        string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderPreferenceRequest) Reset() {
+	*x = LeaderPreferenceRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderPreferenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderPreferenceRequest) ProtoMessage() {}
+
+func (x *LeaderPreferenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderPreferenceRequest.ProtoReflect.Descriptor instead.
+func (*LeaderPreferenceRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *LeaderPreferenceRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+type LeaderPreferenceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Region        string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderPreferenceResponse) Reset() {
+	*x = LeaderPreferenceResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderPreferenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderPreferenceResponse) ProtoMessage() {}
+
+func (x *LeaderPreferenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderPreferenceResponse.ProtoReflect.Descriptor instead.
+func (*LeaderPreferenceResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *LeaderPreferenceResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *LeaderPreferenceResponse) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
 type TransferLeaderRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TargetId      uint64                 `protobuf:"varint,1,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
@@ -5209,7 +5314,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5221,7 +5326,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[78]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5234,7 +5339,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{78}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *TransferLeaderRequest) GetTargetId() uint64 {
@@ -5253,7 +5358,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5265,7 +5370,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[79]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5278,7 +5383,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{79}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *TransferLeaderResponse) GetHeader() *Header {
@@ -5296,7 +5401,7 @@ type LatencyRequest struct {
 
 func (x *LatencyRequest) Reset() {
 	*x = LatencyRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5308,7 +5413,7 @@ func (x *LatencyRequest) String() string {
 func (*LatencyRequest) ProtoMessage() {}
 
 func (x *LatencyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[80]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5321,7 +5426,7 @@ func (x *LatencyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyRequest.ProtoReflect.Descriptor instead.
 func (*LatencyRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{80}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{82}
 }
 
 // LatencyStats summarises one histogram; durations in microseconds.
@@ -5341,7 +5446,7 @@ type LatencyStats struct {
 
 func (x *LatencyStats) Reset() {
 	*x = LatencyStats{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[81]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5353,7 +5458,7 @@ func (x *LatencyStats) String() string {
 func (*LatencyStats) ProtoMessage() {}
 
 func (x *LatencyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[81]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5366,7 +5471,7 @@ func (x *LatencyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyStats.ProtoReflect.Descriptor instead.
 func (*LatencyStats) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{81}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *LatencyStats) GetCount() int64 {
@@ -5437,7 +5542,7 @@ type LatencySeries struct {
 
 func (x *LatencySeries) Reset() {
 	*x = LatencySeries{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[82]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5449,7 +5554,7 @@ func (x *LatencySeries) String() string {
 func (*LatencySeries) ProtoMessage() {}
 
 func (x *LatencySeries) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[82]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5462,7 +5567,7 @@ func (x *LatencySeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencySeries.ProtoReflect.Descriptor instead.
 func (*LatencySeries) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{82}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *LatencySeries) GetWindow() *LatencyStats {
@@ -5497,7 +5602,7 @@ type PeerLatency struct {
 
 func (x *PeerLatency) Reset() {
 	*x = PeerLatency{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[83]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5509,7 +5614,7 @@ func (x *PeerLatency) String() string {
 func (*PeerLatency) ProtoMessage() {}
 
 func (x *PeerLatency) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[83]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5522,7 +5627,7 @@ func (x *PeerLatency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLatency.ProtoReflect.Descriptor instead.
 func (*PeerLatency) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{83}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *PeerLatency) GetPeerId() uint64 {
@@ -5560,7 +5665,7 @@ type LatencyResponse struct {
 
 func (x *LatencyResponse) Reset() {
 	*x = LatencyResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[84]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5572,7 +5677,7 @@ func (x *LatencyResponse) String() string {
 func (*LatencyResponse) ProtoMessage() {}
 
 func (x *LatencyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[84]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5585,7 +5690,7 @@ func (x *LatencyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyResponse.ProtoReflect.Descriptor instead.
 func (*LatencyResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{84}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *LatencyResponse) GetMemberId() uint64 {
@@ -5986,7 +6091,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1f\n" +
 	"\vmatch_index\x18\b \x01(\x04R\n" +
 	"matchIndex\x12\x18\n" +
-	"\alearner\x18\t \x01(\bR\alearner\"\xc3\x03\n" +
+	"\alearner\x18\t \x01(\bR\alearner\"\xe8\x03\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
@@ -6002,7 +6107,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\awatches\x18\v \x01(\x03R\awatches\x12%\n" +
 	"\x0esnapshot_index\x18\f \x01(\x04R\rsnapshotIndex\x12\x18\n" +
 	"\aversion\x18\r \x01(\tR\aversion\x12\x1c\n" +
-	"\tplacement\x18\x0e \x01(\tR\tplacement\"\x13\n" +
+	"\tplacement\x18\x0e \x01(\tR\tplacement\x12#\n" +
+	"\rprefer_region\x18\x0f \x01(\tR\fpreferRegion\"\x13\n" +
 	"\x11MemberListRequest\"\x93\x01\n" +
 	"\x12MemberListResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12-\n" +
@@ -6013,7 +6119,12 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x06member\x18\x02 \x01(\v2\x13.meridian.v1.MemberR\x06member\x123\n" +
 	"\x16promote_when_caught_up\x18\x03 \x01(\bR\x13promoteWhenCaughtUp\"L\n" +
 	"\x13MemberChangeRequest\x125\n" +
-	"\achanges\x18\x01 \x03(\v2\x1b.meridian.v1.MemberChangeOpR\achanges\"4\n" +
+	"\achanges\x18\x01 \x03(\v2\x1b.meridian.v1.MemberChangeOpR\achanges\"1\n" +
+	"\x17LeaderPreferenceRequest\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\"_\n" +
+	"\x18LeaderPreferenceResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\"4\n" +
 	"\x15TransferLeaderRequest\x12\x1b\n" +
 	"\ttarget_id\x18\x01 \x01(\x04R\btargetId\"E\n" +
 	"\x16TransferLeaderResponse\x12+\n" +
@@ -6074,7 +6185,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x10MemberChangeType\x12\r\n" +
 	"\tADD_VOTER\x10\x00\x12\x0f\n" +
 	"\vADD_LEARNER\x10\x01\x12\x11\n" +
-	"\rREMOVE_MEMBER\x10\x022\xed\x17\n" +
+	"\rREMOVE_MEMBER\x10\x022\xd1\x18\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -6117,7 +6228,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\fLeaveBarrier\x12!.meridian.v1.DoubleBarrierRequest\x1a\".meridian.v1.DoubleBarrierResponse\x12N\n" +
 	"\fBarrierStats\x12\x1b.meridian.v1.BarrierRequest\x1a!.meridian.v1.BarrierStatsResponse\x12A\n" +
 	"\x06Status\x12\x1a.meridian.v1.StatusRequest\x1a\x1b.meridian.v1.StatusResponse\x12Y\n" +
-	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponse\x12D\n" +
+	"\x0eTransferLeader\x12\".meridian.v1.TransferLeaderRequest\x1a#.meridian.v1.TransferLeaderResponse\x12b\n" +
+	"\x13SetLeaderPreference\x12$.meridian.v1.LeaderPreferenceRequest\x1a%.meridian.v1.LeaderPreferenceResponse\x12D\n" +
 	"\aLatency\x12\x1b.meridian.v1.LatencyRequest\x1a\x1c.meridian.v1.LatencyResponse\x12M\n" +
 	"\n" +
 	"MemberList\x12\x1e.meridian.v1.MemberListRequest\x1a\x1f.meridian.v1.MemberListResponse\x12Q\n" +
@@ -6136,99 +6248,101 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_meridian_v1_meridian_proto_goTypes = []any{
-	(CreateMode)(0),                // 0: meridian.v1.CreateMode
-	(Consistency)(0),               // 1: meridian.v1.Consistency
-	(WatchMode)(0),                 // 2: meridian.v1.WatchMode
-	(EventType)(0),                 // 3: meridian.v1.EventType
-	(WatcherType)(0),               // 4: meridian.v1.WatcherType
-	(MemberChangeType)(0),          // 5: meridian.v1.MemberChangeType
-	(*Header)(nil),                 // 6: meridian.v1.Header
-	(*Stat)(nil),                   // 7: meridian.v1.Stat
-	(*ACL)(nil),                    // 8: meridian.v1.ACL
-	(*Fence)(nil),                  // 9: meridian.v1.Fence
-	(*CreateRequest)(nil),          // 10: meridian.v1.CreateRequest
-	(*CreateResponse)(nil),         // 11: meridian.v1.CreateResponse
-	(*DeleteRequest)(nil),          // 12: meridian.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 13: meridian.v1.DeleteResponse
-	(*SetDataRequest)(nil),         // 14: meridian.v1.SetDataRequest
-	(*SetDataResponse)(nil),        // 15: meridian.v1.SetDataResponse
-	(*SetACLRequest)(nil),          // 16: meridian.v1.SetACLRequest
-	(*SetACLResponse)(nil),         // 17: meridian.v1.SetACLResponse
-	(*CheckOp)(nil),                // 18: meridian.v1.CheckOp
-	(*Op)(nil),                     // 19: meridian.v1.Op
-	(*MultiRequest)(nil),           // 20: meridian.v1.MultiRequest
-	(*OpResult)(nil),               // 21: meridian.v1.OpResult
-	(*MultiResponse)(nil),          // 22: meridian.v1.MultiResponse
-	(*ReadRequest)(nil),            // 23: meridian.v1.ReadRequest
-	(*GetDataResponse)(nil),        // 24: meridian.v1.GetDataResponse
-	(*ExistsResponse)(nil),         // 25: meridian.v1.ExistsResponse
-	(*GetChildrenResponse)(nil),    // 26: meridian.v1.GetChildrenResponse
-	(*GetACLResponse)(nil),         // 27: meridian.v1.GetACLResponse
-	(*SyncRequest)(nil),            // 28: meridian.v1.SyncRequest
-	(*SyncResponse)(nil),           // 29: meridian.v1.SyncResponse
-	(*CreateSessionRequest)(nil),   // 30: meridian.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),  // 31: meridian.v1.CreateSessionResponse
-	(*KeepAliveRequest)(nil),       // 32: meridian.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 33: meridian.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),    // 34: meridian.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 35: meridian.v1.CloseSessionResponse
-	(*AttachSessionRequest)(nil),   // 36: meridian.v1.AttachSessionRequest
-	(*AttachSessionResponse)(nil),  // 37: meridian.v1.AttachSessionResponse
-	(*WatchRequest)(nil),           // 38: meridian.v1.WatchRequest
-	(*WatchEvent)(nil),             // 39: meridian.v1.WatchEvent
-	(*AddWatchRequest)(nil),        // 40: meridian.v1.AddWatchRequest
-	(*AddWatchResponse)(nil),       // 41: meridian.v1.AddWatchResponse
-	(*RemoveWatchesRequest)(nil),   // 42: meridian.v1.RemoveWatchesRequest
-	(*RemoveWatchesResponse)(nil),  // 43: meridian.v1.RemoveWatchesResponse
-	(*LockRequest)(nil),            // 44: meridian.v1.LockRequest
-	(*LockResponse)(nil),           // 45: meridian.v1.LockResponse
-	(*UnlockRequest)(nil),          // 46: meridian.v1.UnlockRequest
-	(*ForceUnlockRequest)(nil),     // 47: meridian.v1.ForceUnlockRequest
-	(*UnlockResponse)(nil),         // 48: meridian.v1.UnlockResponse
-	(*CheckTokenRequest)(nil),      // 49: meridian.v1.CheckTokenRequest
-	(*CheckTokenResponse)(nil),     // 50: meridian.v1.CheckTokenResponse
-	(*LockHolder)(nil),             // 51: meridian.v1.LockHolder
-	(*ProclaimRequest)(nil),        // 52: meridian.v1.ProclaimRequest
-	(*ProclaimResponse)(nil),       // 53: meridian.v1.ProclaimResponse
-	(*LeaderRequest)(nil),          // 54: meridian.v1.LeaderRequest
-	(*LeaderResponse)(nil),         // 55: meridian.v1.LeaderResponse
-	(*LockWaiter)(nil),             // 56: meridian.v1.LockWaiter
-	(*LockInfo)(nil),               // 57: meridian.v1.LockInfo
-	(*ListLocksRequest)(nil),       // 58: meridian.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),      // 59: meridian.v1.ListLocksResponse
-	(*AddRequest)(nil),             // 60: meridian.v1.AddRequest
-	(*AddResponse)(nil),            // 61: meridian.v1.AddResponse
-	(*PushRequest)(nil),            // 62: meridian.v1.PushRequest
-	(*PushResponse)(nil),           // 63: meridian.v1.PushResponse
-	(*PopRequest)(nil),             // 64: meridian.v1.PopRequest
-	(*QueueItem)(nil),              // 65: meridian.v1.QueueItem
-	(*PopResponse)(nil),            // 66: meridian.v1.PopResponse
-	(*AckRequest)(nil),             // 67: meridian.v1.AckRequest
-	(*AckResponse)(nil),            // 68: meridian.v1.AckResponse
-	(*QueueStatsRequest)(nil),      // 69: meridian.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),     // 70: meridian.v1.QueueStatsResponse
-	(*BarrierRequest)(nil),         // 71: meridian.v1.BarrierRequest
-	(*BarrierResponse)(nil),        // 72: meridian.v1.BarrierResponse
-	(*WaitBarrierRequest)(nil),     // 73: meridian.v1.WaitBarrierRequest
-	(*DoubleBarrierRequest)(nil),   // 74: meridian.v1.DoubleBarrierRequest
-	(*DoubleBarrierResponse)(nil),  // 75: meridian.v1.DoubleBarrierResponse
-	(*BarrierStatsResponse)(nil),   // 76: meridian.v1.BarrierStatsResponse
-	(*StatusRequest)(nil),          // 77: meridian.v1.StatusRequest
-	(*Member)(nil),                 // 78: meridian.v1.Member
-	(*StatusResponse)(nil),         // 79: meridian.v1.StatusResponse
-	(*MemberListRequest)(nil),      // 80: meridian.v1.MemberListRequest
-	(*MemberListResponse)(nil),     // 81: meridian.v1.MemberListResponse
-	(*MemberChangeOp)(nil),         // 82: meridian.v1.MemberChangeOp
-	(*MemberChangeRequest)(nil),    // 83: meridian.v1.MemberChangeRequest
-	(*TransferLeaderRequest)(nil),  // 84: meridian.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 85: meridian.v1.TransferLeaderResponse
-	(*LatencyRequest)(nil),         // 86: meridian.v1.LatencyRequest
-	(*LatencyStats)(nil),           // 87: meridian.v1.LatencyStats
-	(*LatencySeries)(nil),          // 88: meridian.v1.LatencySeries
-	(*PeerLatency)(nil),            // 89: meridian.v1.PeerLatency
-	(*LatencyResponse)(nil),        // 90: meridian.v1.LatencyResponse
+	(CreateMode)(0),                  // 0: meridian.v1.CreateMode
+	(Consistency)(0),                 // 1: meridian.v1.Consistency
+	(WatchMode)(0),                   // 2: meridian.v1.WatchMode
+	(EventType)(0),                   // 3: meridian.v1.EventType
+	(WatcherType)(0),                 // 4: meridian.v1.WatcherType
+	(MemberChangeType)(0),            // 5: meridian.v1.MemberChangeType
+	(*Header)(nil),                   // 6: meridian.v1.Header
+	(*Stat)(nil),                     // 7: meridian.v1.Stat
+	(*ACL)(nil),                      // 8: meridian.v1.ACL
+	(*Fence)(nil),                    // 9: meridian.v1.Fence
+	(*CreateRequest)(nil),            // 10: meridian.v1.CreateRequest
+	(*CreateResponse)(nil),           // 11: meridian.v1.CreateResponse
+	(*DeleteRequest)(nil),            // 12: meridian.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 13: meridian.v1.DeleteResponse
+	(*SetDataRequest)(nil),           // 14: meridian.v1.SetDataRequest
+	(*SetDataResponse)(nil),          // 15: meridian.v1.SetDataResponse
+	(*SetACLRequest)(nil),            // 16: meridian.v1.SetACLRequest
+	(*SetACLResponse)(nil),           // 17: meridian.v1.SetACLResponse
+	(*CheckOp)(nil),                  // 18: meridian.v1.CheckOp
+	(*Op)(nil),                       // 19: meridian.v1.Op
+	(*MultiRequest)(nil),             // 20: meridian.v1.MultiRequest
+	(*OpResult)(nil),                 // 21: meridian.v1.OpResult
+	(*MultiResponse)(nil),            // 22: meridian.v1.MultiResponse
+	(*ReadRequest)(nil),              // 23: meridian.v1.ReadRequest
+	(*GetDataResponse)(nil),          // 24: meridian.v1.GetDataResponse
+	(*ExistsResponse)(nil),           // 25: meridian.v1.ExistsResponse
+	(*GetChildrenResponse)(nil),      // 26: meridian.v1.GetChildrenResponse
+	(*GetACLResponse)(nil),           // 27: meridian.v1.GetACLResponse
+	(*SyncRequest)(nil),              // 28: meridian.v1.SyncRequest
+	(*SyncResponse)(nil),             // 29: meridian.v1.SyncResponse
+	(*CreateSessionRequest)(nil),     // 30: meridian.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 31: meridian.v1.CreateSessionResponse
+	(*KeepAliveRequest)(nil),         // 32: meridian.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),        // 33: meridian.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),      // 34: meridian.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),     // 35: meridian.v1.CloseSessionResponse
+	(*AttachSessionRequest)(nil),     // 36: meridian.v1.AttachSessionRequest
+	(*AttachSessionResponse)(nil),    // 37: meridian.v1.AttachSessionResponse
+	(*WatchRequest)(nil),             // 38: meridian.v1.WatchRequest
+	(*WatchEvent)(nil),               // 39: meridian.v1.WatchEvent
+	(*AddWatchRequest)(nil),          // 40: meridian.v1.AddWatchRequest
+	(*AddWatchResponse)(nil),         // 41: meridian.v1.AddWatchResponse
+	(*RemoveWatchesRequest)(nil),     // 42: meridian.v1.RemoveWatchesRequest
+	(*RemoveWatchesResponse)(nil),    // 43: meridian.v1.RemoveWatchesResponse
+	(*LockRequest)(nil),              // 44: meridian.v1.LockRequest
+	(*LockResponse)(nil),             // 45: meridian.v1.LockResponse
+	(*UnlockRequest)(nil),            // 46: meridian.v1.UnlockRequest
+	(*ForceUnlockRequest)(nil),       // 47: meridian.v1.ForceUnlockRequest
+	(*UnlockResponse)(nil),           // 48: meridian.v1.UnlockResponse
+	(*CheckTokenRequest)(nil),        // 49: meridian.v1.CheckTokenRequest
+	(*CheckTokenResponse)(nil),       // 50: meridian.v1.CheckTokenResponse
+	(*LockHolder)(nil),               // 51: meridian.v1.LockHolder
+	(*ProclaimRequest)(nil),          // 52: meridian.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),         // 53: meridian.v1.ProclaimResponse
+	(*LeaderRequest)(nil),            // 54: meridian.v1.LeaderRequest
+	(*LeaderResponse)(nil),           // 55: meridian.v1.LeaderResponse
+	(*LockWaiter)(nil),               // 56: meridian.v1.LockWaiter
+	(*LockInfo)(nil),                 // 57: meridian.v1.LockInfo
+	(*ListLocksRequest)(nil),         // 58: meridian.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),        // 59: meridian.v1.ListLocksResponse
+	(*AddRequest)(nil),               // 60: meridian.v1.AddRequest
+	(*AddResponse)(nil),              // 61: meridian.v1.AddResponse
+	(*PushRequest)(nil),              // 62: meridian.v1.PushRequest
+	(*PushResponse)(nil),             // 63: meridian.v1.PushResponse
+	(*PopRequest)(nil),               // 64: meridian.v1.PopRequest
+	(*QueueItem)(nil),                // 65: meridian.v1.QueueItem
+	(*PopResponse)(nil),              // 66: meridian.v1.PopResponse
+	(*AckRequest)(nil),               // 67: meridian.v1.AckRequest
+	(*AckResponse)(nil),              // 68: meridian.v1.AckResponse
+	(*QueueStatsRequest)(nil),        // 69: meridian.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),       // 70: meridian.v1.QueueStatsResponse
+	(*BarrierRequest)(nil),           // 71: meridian.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 72: meridian.v1.BarrierResponse
+	(*WaitBarrierRequest)(nil),       // 73: meridian.v1.WaitBarrierRequest
+	(*DoubleBarrierRequest)(nil),     // 74: meridian.v1.DoubleBarrierRequest
+	(*DoubleBarrierResponse)(nil),    // 75: meridian.v1.DoubleBarrierResponse
+	(*BarrierStatsResponse)(nil),     // 76: meridian.v1.BarrierStatsResponse
+	(*StatusRequest)(nil),            // 77: meridian.v1.StatusRequest
+	(*Member)(nil),                   // 78: meridian.v1.Member
+	(*StatusResponse)(nil),           // 79: meridian.v1.StatusResponse
+	(*MemberListRequest)(nil),        // 80: meridian.v1.MemberListRequest
+	(*MemberListResponse)(nil),       // 81: meridian.v1.MemberListResponse
+	(*MemberChangeOp)(nil),           // 82: meridian.v1.MemberChangeOp
+	(*MemberChangeRequest)(nil),      // 83: meridian.v1.MemberChangeRequest
+	(*LeaderPreferenceRequest)(nil),  // 84: meridian.v1.LeaderPreferenceRequest
+	(*LeaderPreferenceResponse)(nil), // 85: meridian.v1.LeaderPreferenceResponse
+	(*TransferLeaderRequest)(nil),    // 86: meridian.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),   // 87: meridian.v1.TransferLeaderResponse
+	(*LatencyRequest)(nil),           // 88: meridian.v1.LatencyRequest
+	(*LatencyStats)(nil),             // 89: meridian.v1.LatencyStats
+	(*LatencySeries)(nil),            // 90: meridian.v1.LatencySeries
+	(*PeerLatency)(nil),              // 91: meridian.v1.PeerLatency
+	(*LatencyResponse)(nil),          // 92: meridian.v1.LatencyResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	8,   // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
@@ -6299,102 +6413,105 @@ var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	5,   // 65: meridian.v1.MemberChangeOp.type:type_name -> meridian.v1.MemberChangeType
 	78,  // 66: meridian.v1.MemberChangeOp.member:type_name -> meridian.v1.Member
 	82,  // 67: meridian.v1.MemberChangeRequest.changes:type_name -> meridian.v1.MemberChangeOp
-	6,   // 68: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
-	87,  // 69: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
-	87,  // 70: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
-	88,  // 71: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
-	89,  // 72: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
-	88,  // 73: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
-	88,  // 74: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
-	10,  // 75: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	12,  // 76: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	14,  // 77: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	16,  // 78: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	20,  // 79: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	23,  // 80: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	23,  // 81: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	23,  // 82: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	23,  // 83: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	28,  // 84: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	30,  // 85: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	32,  // 86: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	34,  // 87: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	36,  // 88: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	38,  // 89: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	40,  // 90: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	42,  // 91: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	44,  // 92: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
-	46,  // 93: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
-	47,  // 94: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
-	49,  // 95: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
-	58,  // 96: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
-	52,  // 97: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
-	54,  // 98: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
-	54,  // 99: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
-	60,  // 100: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
-	62,  // 101: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
-	64,  // 102: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
-	67,  // 103: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
-	67,  // 104: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
-	69,  // 105: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
-	71,  // 106: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
-	71,  // 107: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
-	73,  // 108: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
-	74,  // 109: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
-	74,  // 110: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
-	71,  // 111: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
-	77,  // 112: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	84,  // 113: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	86,  // 114: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
-	80,  // 115: meridian.v1.Meridian.MemberList:input_type -> meridian.v1.MemberListRequest
-	83,  // 116: meridian.v1.Meridian.MemberChange:input_type -> meridian.v1.MemberChangeRequest
-	11,  // 117: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	13,  // 118: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	15,  // 119: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	17,  // 120: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	22,  // 121: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	24,  // 122: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	25,  // 123: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	26,  // 124: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	27,  // 125: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	29,  // 126: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	31,  // 127: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	33,  // 128: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	35,  // 129: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	37,  // 130: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	39,  // 131: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	41,  // 132: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	43,  // 133: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	45,  // 134: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	48,  // 135: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	48,  // 136: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	50,  // 137: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	59,  // 138: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	53,  // 139: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
-	55,  // 140: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
-	55,  // 141: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
-	61,  // 142: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
-	63,  // 143: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
-	66,  // 144: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
-	68,  // 145: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
-	68,  // 146: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
-	70,  // 147: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
-	72,  // 148: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
-	72,  // 149: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
-	72,  // 150: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
-	75,  // 151: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	75,  // 152: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	76,  // 153: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
-	79,  // 154: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	85,  // 155: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	90,  // 156: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
-	81,  // 157: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
-	81,  // 158: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
-	117, // [117:159] is the sub-list for method output_type
-	75,  // [75:117] is the sub-list for method input_type
-	75,  // [75:75] is the sub-list for extension type_name
-	75,  // [75:75] is the sub-list for extension extendee
-	0,   // [0:75] is the sub-list for field type_name
+	6,   // 68: meridian.v1.LeaderPreferenceResponse.header:type_name -> meridian.v1.Header
+	6,   // 69: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
+	89,  // 70: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
+	89,  // 71: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
+	90,  // 72: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
+	91,  // 73: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
+	90,  // 74: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
+	90,  // 75: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
+	10,  // 76: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	12,  // 77: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	14,  // 78: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	16,  // 79: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	20,  // 80: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	23,  // 81: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	23,  // 82: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	23,  // 83: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	23,  // 84: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	28,  // 85: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	30,  // 86: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	32,  // 87: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	34,  // 88: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	36,  // 89: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	38,  // 90: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	40,  // 91: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	42,  // 92: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	44,  // 93: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	46,  // 94: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	47,  // 95: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	49,  // 96: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	58,  // 97: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	52,  // 98: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
+	54,  // 99: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
+	54,  // 100: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
+	60,  // 101: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
+	62,  // 102: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
+	64,  // 103: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
+	67,  // 104: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
+	67,  // 105: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
+	69,  // 106: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
+	71,  // 107: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
+	71,  // 108: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
+	73,  // 109: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
+	74,  // 110: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	74,  // 111: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	71,  // 112: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
+	77,  // 113: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	86,  // 114: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	84,  // 115: meridian.v1.Meridian.SetLeaderPreference:input_type -> meridian.v1.LeaderPreferenceRequest
+	88,  // 116: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
+	80,  // 117: meridian.v1.Meridian.MemberList:input_type -> meridian.v1.MemberListRequest
+	83,  // 118: meridian.v1.Meridian.MemberChange:input_type -> meridian.v1.MemberChangeRequest
+	11,  // 119: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	13,  // 120: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	15,  // 121: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	17,  // 122: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	22,  // 123: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	24,  // 124: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	25,  // 125: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	26,  // 126: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	27,  // 127: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	29,  // 128: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	31,  // 129: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	33,  // 130: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	35,  // 131: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	37,  // 132: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	39,  // 133: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	41,  // 134: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	43,  // 135: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	45,  // 136: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	48,  // 137: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	48,  // 138: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	50,  // 139: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	59,  // 140: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	53,  // 141: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	55,  // 142: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	55,  // 143: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	61,  // 144: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
+	63,  // 145: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
+	66,  // 146: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
+	68,  // 147: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
+	68,  // 148: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
+	70,  // 149: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
+	72,  // 150: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 151: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 152: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
+	75,  // 153: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	75,  // 154: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	76,  // 155: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
+	79,  // 156: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	87,  // 157: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	85,  // 158: meridian.v1.Meridian.SetLeaderPreference:output_type -> meridian.v1.LeaderPreferenceResponse
+	92,  // 159: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
+	81,  // 160: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
+	81,  // 161: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
+	119, // [119:162] is the sub-list for method output_type
+	76,  // [76:119] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -6418,7 +6535,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   85,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

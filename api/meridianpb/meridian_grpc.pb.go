@@ -27,48 +27,49 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Meridian_Create_FullMethodName         = "/meridian.v1.Meridian/Create"
-	Meridian_Delete_FullMethodName         = "/meridian.v1.Meridian/Delete"
-	Meridian_SetData_FullMethodName        = "/meridian.v1.Meridian/SetData"
-	Meridian_SetACL_FullMethodName         = "/meridian.v1.Meridian/SetACL"
-	Meridian_Multi_FullMethodName          = "/meridian.v1.Meridian/Multi"
-	Meridian_GetData_FullMethodName        = "/meridian.v1.Meridian/GetData"
-	Meridian_Exists_FullMethodName         = "/meridian.v1.Meridian/Exists"
-	Meridian_GetChildren_FullMethodName    = "/meridian.v1.Meridian/GetChildren"
-	Meridian_GetACL_FullMethodName         = "/meridian.v1.Meridian/GetACL"
-	Meridian_Sync_FullMethodName           = "/meridian.v1.Meridian/Sync"
-	Meridian_CreateSession_FullMethodName  = "/meridian.v1.Meridian/CreateSession"
-	Meridian_KeepAlive_FullMethodName      = "/meridian.v1.Meridian/KeepAlive"
-	Meridian_CloseSession_FullMethodName   = "/meridian.v1.Meridian/CloseSession"
-	Meridian_AttachSession_FullMethodName  = "/meridian.v1.Meridian/AttachSession"
-	Meridian_Watch_FullMethodName          = "/meridian.v1.Meridian/Watch"
-	Meridian_AddWatch_FullMethodName       = "/meridian.v1.Meridian/AddWatch"
-	Meridian_RemoveWatches_FullMethodName  = "/meridian.v1.Meridian/RemoveWatches"
-	Meridian_Lock_FullMethodName           = "/meridian.v1.Meridian/Lock"
-	Meridian_Unlock_FullMethodName         = "/meridian.v1.Meridian/Unlock"
-	Meridian_ForceUnlock_FullMethodName    = "/meridian.v1.Meridian/ForceUnlock"
-	Meridian_CheckToken_FullMethodName     = "/meridian.v1.Meridian/CheckToken"
-	Meridian_ListLocks_FullMethodName      = "/meridian.v1.Meridian/ListLocks"
-	Meridian_Proclaim_FullMethodName       = "/meridian.v1.Meridian/Proclaim"
-	Meridian_Leader_FullMethodName         = "/meridian.v1.Meridian/Leader"
-	Meridian_Observe_FullMethodName        = "/meridian.v1.Meridian/Observe"
-	Meridian_Add_FullMethodName            = "/meridian.v1.Meridian/Add"
-	Meridian_Push_FullMethodName           = "/meridian.v1.Meridian/Push"
-	Meridian_Pop_FullMethodName            = "/meridian.v1.Meridian/Pop"
-	Meridian_Ack_FullMethodName            = "/meridian.v1.Meridian/Ack"
-	Meridian_Nack_FullMethodName           = "/meridian.v1.Meridian/Nack"
-	Meridian_QueueStats_FullMethodName     = "/meridian.v1.Meridian/QueueStats"
-	Meridian_SetBarrier_FullMethodName     = "/meridian.v1.Meridian/SetBarrier"
-	Meridian_RemoveBarrier_FullMethodName  = "/meridian.v1.Meridian/RemoveBarrier"
-	Meridian_WaitBarrier_FullMethodName    = "/meridian.v1.Meridian/WaitBarrier"
-	Meridian_EnterBarrier_FullMethodName   = "/meridian.v1.Meridian/EnterBarrier"
-	Meridian_LeaveBarrier_FullMethodName   = "/meridian.v1.Meridian/LeaveBarrier"
-	Meridian_BarrierStats_FullMethodName   = "/meridian.v1.Meridian/BarrierStats"
-	Meridian_Status_FullMethodName         = "/meridian.v1.Meridian/Status"
-	Meridian_TransferLeader_FullMethodName = "/meridian.v1.Meridian/TransferLeader"
-	Meridian_Latency_FullMethodName        = "/meridian.v1.Meridian/Latency"
-	Meridian_MemberList_FullMethodName     = "/meridian.v1.Meridian/MemberList"
-	Meridian_MemberChange_FullMethodName   = "/meridian.v1.Meridian/MemberChange"
+	Meridian_Create_FullMethodName              = "/meridian.v1.Meridian/Create"
+	Meridian_Delete_FullMethodName              = "/meridian.v1.Meridian/Delete"
+	Meridian_SetData_FullMethodName             = "/meridian.v1.Meridian/SetData"
+	Meridian_SetACL_FullMethodName              = "/meridian.v1.Meridian/SetACL"
+	Meridian_Multi_FullMethodName               = "/meridian.v1.Meridian/Multi"
+	Meridian_GetData_FullMethodName             = "/meridian.v1.Meridian/GetData"
+	Meridian_Exists_FullMethodName              = "/meridian.v1.Meridian/Exists"
+	Meridian_GetChildren_FullMethodName         = "/meridian.v1.Meridian/GetChildren"
+	Meridian_GetACL_FullMethodName              = "/meridian.v1.Meridian/GetACL"
+	Meridian_Sync_FullMethodName                = "/meridian.v1.Meridian/Sync"
+	Meridian_CreateSession_FullMethodName       = "/meridian.v1.Meridian/CreateSession"
+	Meridian_KeepAlive_FullMethodName           = "/meridian.v1.Meridian/KeepAlive"
+	Meridian_CloseSession_FullMethodName        = "/meridian.v1.Meridian/CloseSession"
+	Meridian_AttachSession_FullMethodName       = "/meridian.v1.Meridian/AttachSession"
+	Meridian_Watch_FullMethodName               = "/meridian.v1.Meridian/Watch"
+	Meridian_AddWatch_FullMethodName            = "/meridian.v1.Meridian/AddWatch"
+	Meridian_RemoveWatches_FullMethodName       = "/meridian.v1.Meridian/RemoveWatches"
+	Meridian_Lock_FullMethodName                = "/meridian.v1.Meridian/Lock"
+	Meridian_Unlock_FullMethodName              = "/meridian.v1.Meridian/Unlock"
+	Meridian_ForceUnlock_FullMethodName         = "/meridian.v1.Meridian/ForceUnlock"
+	Meridian_CheckToken_FullMethodName          = "/meridian.v1.Meridian/CheckToken"
+	Meridian_ListLocks_FullMethodName           = "/meridian.v1.Meridian/ListLocks"
+	Meridian_Proclaim_FullMethodName            = "/meridian.v1.Meridian/Proclaim"
+	Meridian_Leader_FullMethodName              = "/meridian.v1.Meridian/Leader"
+	Meridian_Observe_FullMethodName             = "/meridian.v1.Meridian/Observe"
+	Meridian_Add_FullMethodName                 = "/meridian.v1.Meridian/Add"
+	Meridian_Push_FullMethodName                = "/meridian.v1.Meridian/Push"
+	Meridian_Pop_FullMethodName                 = "/meridian.v1.Meridian/Pop"
+	Meridian_Ack_FullMethodName                 = "/meridian.v1.Meridian/Ack"
+	Meridian_Nack_FullMethodName                = "/meridian.v1.Meridian/Nack"
+	Meridian_QueueStats_FullMethodName          = "/meridian.v1.Meridian/QueueStats"
+	Meridian_SetBarrier_FullMethodName          = "/meridian.v1.Meridian/SetBarrier"
+	Meridian_RemoveBarrier_FullMethodName       = "/meridian.v1.Meridian/RemoveBarrier"
+	Meridian_WaitBarrier_FullMethodName         = "/meridian.v1.Meridian/WaitBarrier"
+	Meridian_EnterBarrier_FullMethodName        = "/meridian.v1.Meridian/EnterBarrier"
+	Meridian_LeaveBarrier_FullMethodName        = "/meridian.v1.Meridian/LeaveBarrier"
+	Meridian_BarrierStats_FullMethodName        = "/meridian.v1.Meridian/BarrierStats"
+	Meridian_Status_FullMethodName              = "/meridian.v1.Meridian/Status"
+	Meridian_TransferLeader_FullMethodName      = "/meridian.v1.Meridian/TransferLeader"
+	Meridian_SetLeaderPreference_FullMethodName = "/meridian.v1.Meridian/SetLeaderPreference"
+	Meridian_Latency_FullMethodName             = "/meridian.v1.Meridian/Latency"
+	Meridian_MemberList_FullMethodName          = "/meridian.v1.Meridian/MemberList"
+	Meridian_MemberChange_FullMethodName        = "/meridian.v1.Meridian/MemberChange"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -141,6 +142,9 @@ type MeridianClient interface {
 	// Cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
+	// The operator's preferred leader region (empty: none), replicated: the
+	// leader moves to a voter there and stays while it is healthy.
+	SetLeaderPreference(ctx context.Context, in *LeaderPreferenceRequest, opts ...grpc.CallOption) (*LeaderPreferenceResponse, error)
 	// This server's measured round trips to every peer and its quorum
 	// latency (answered locally; ask each server for the all-pairs matrix).
 	Latency(ctx context.Context, in *LatencyRequest, opts ...grpc.CallOption) (*LatencyResponse, error)
@@ -567,6 +571,16 @@ func (c *meridianClient) TransferLeader(ctx context.Context, in *TransferLeaderR
 	return out, nil
 }
 
+func (c *meridianClient) SetLeaderPreference(ctx context.Context, in *LeaderPreferenceRequest, opts ...grpc.CallOption) (*LeaderPreferenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaderPreferenceResponse)
+	err := c.cc.Invoke(ctx, Meridian_SetLeaderPreference_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *meridianClient) Latency(ctx context.Context, in *LatencyRequest, opts ...grpc.CallOption) (*LatencyResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LatencyResponse)
@@ -667,6 +681,9 @@ type MeridianServer interface {
 	// Cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
+	// The operator's preferred leader region (empty: none), replicated: the
+	// leader moves to a voter there and stays while it is healthy.
+	SetLeaderPreference(context.Context, *LeaderPreferenceRequest) (*LeaderPreferenceResponse, error)
 	// This server's measured round trips to every peer and its quorum
 	// latency (answered locally; ask each server for the all-pairs matrix).
 	Latency(context.Context, *LatencyRequest) (*LatencyResponse, error)
@@ -801,6 +818,9 @@ func (UnimplementedMeridianServer) Status(context.Context, *StatusRequest) (*Sta
 }
 func (UnimplementedMeridianServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedMeridianServer) SetLeaderPreference(context.Context, *LeaderPreferenceRequest) (*LeaderPreferenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLeaderPreference not implemented")
 }
 func (UnimplementedMeridianServer) Latency(context.Context, *LatencyRequest) (*LatencyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Latency not implemented")
@@ -1520,6 +1540,24 @@ func _Meridian_TransferLeader_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_SetLeaderPreference_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaderPreferenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).SetLeaderPreference(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_SetLeaderPreference_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).SetLeaderPreference(ctx, req.(*LeaderPreferenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meridian_Latency_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LatencyRequest)
 	if err := dec(in); err != nil {
@@ -1728,6 +1766,10 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransferLeader",
 			Handler:    _Meridian_TransferLeader_Handler,
+		},
+		{
+			MethodName: "SetLeaderPreference",
+			Handler:    _Meridian_SetLeaderPreference_Handler,
 		},
 		{
 			MethodName: "Latency",

@@ -206,6 +206,25 @@ func addClientCommands(root *cobra.Command) {
 			})
 		},
 	})
+	var clearPref bool
+	prefer := &cobra.Command{
+		Use: "prefer [REGION] [--clear]", Short: "Keep the leader in a region (replicated; --clear to let placement decide)",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if clearPref == (len(args) == 1) {
+				return fmt.Errorf("give a region or --clear")
+			}
+			region := ""
+			if len(args) == 1 {
+				region = args[0]
+			}
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				return c.PreferLeaderRegion(ctx, region)
+			})
+		},
+	}
+	prefer.Flags().BoolVar(&clearPref, "clear", false, "remove the preference")
+	leader.AddCommand(prefer)
 	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader, probeCmd())
 	root.AddCommand(lockCommands()...)
 	root.AddCommand(queueCommand(), barrierCommand(), memberCommand())
@@ -309,6 +328,18 @@ func statusAll() error {
 				s.GetLeaderId(), s.GetTerm(), s.GetCommitIndex(), s.GetAppliedIndex(), s.GetZnodes(), s.GetSessions(), s.GetWatches())
 		}
 		w.Flush()
+		// The leader's view of placement: the operator's preference and
+		// the last decision with its reason.
+		for _, r := range rows {
+			if s := r.Status; s != nil && s.GetMemberId() == s.GetLeaderId() {
+				if s.GetPreferRegion() != "" {
+					fmt.Printf("leader region preferred by the operator: %s\n", s.GetPreferRegion())
+				}
+				if s.GetPlacement() != "" {
+					fmt.Printf("placement: %s\n", s.GetPlacement())
+				}
+			}
+		}
 	})
 }
 

@@ -32,6 +32,8 @@ const (
 	MaxPermits         = 10000  // permits of one semaphore
 	MaxValueBytes      = 64 << 10
 	MaxCounters        = 1000000
+	MaxSettings        = 64
+	MaxSettingBytes    = 4 << 10
 )
 
 // Mode of a hold.
@@ -75,6 +77,10 @@ const (
 	OpEnter         OpType = 16 // Parties: enter a double barrier; waits until Parties have entered
 	OpLeave         OpType = 17 // leave it; waits until every participant has left
 	OpCancelEnter   OpType = 18 // withdraw a waiting enter (unless the barrier opened meanwhile)
+
+	// Cluster settings (operator choices that must survive a leader change,
+	// such as the preferred leader region); Lock is the setting's name.
+	OpSetting OpType = 19 // Value: the new value; empty deletes the setting
 )
 
 // Command is one coordination command in the raft log.
@@ -176,6 +182,7 @@ type State struct {
 	locks     map[string]*lock
 	bySession map[int64]map[string]struct{}
 	counters  map[string]int64 // atomic counters; a counter at 0 is dropped
+	settings  map[string]string
 	// delayed indexes the locks with a lock-delay pending (delayUntil set):
 	// the only ones a tick can change, so ticks (frequent when queue leases
 	// expire) and NeedsTick do not visit every lock.
@@ -187,7 +194,7 @@ type State struct {
 // New returns an empty state.
 func New() *State {
 	s := &State{locks: map[string]*lock{}, bySession: map[int64]map[string]struct{}{}, counters: map[string]int64{},
-		delayed: map[string]struct{}{}}
+		settings: map[string]string{}, delayed: map[string]struct{}{}}
 	s.queues.init()
 	s.barriers.init()
 	return s
@@ -231,6 +238,8 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 			return Result{Err: err}, nil, nil
 		}
 		return s.applyBarrier(c, live)
+	case OpSetting:
+		return s.setting(c), nil, nil
 	default:
 		return Result{Err: errs.ErrUnimplemented}, nil, nil
 	}
@@ -449,6 +458,25 @@ func (s *State) add(c *Command) (Result, []Grant, []Loss) {
 	}
 	return Result{Counter: v}, nil, nil
 }
+
+// setting sets or (empty value) deletes a cluster setting.
+func (s *State) setting(c *Command) Result {
+	if err := ValidName(c.Lock); err != nil || len(c.Value) > MaxSettingBytes {
+		return Result{Err: errs.ErrBadArguments}
+	}
+	if len(c.Value) == 0 {
+		delete(s.settings, c.Lock)
+		return Result{}
+	}
+	if _, ok := s.settings[c.Lock]; !ok && len(s.settings) >= MaxSettings {
+		return Result{Err: errs.ErrQuotaExceeded}
+	}
+	s.settings[c.Lock] = string(c.Value)
+	return Result{}
+}
+
+// Setting returns a cluster setting ("" if unset).
+func (s *State) Setting(name string) string { return s.settings[name] }
 
 // CounterValue returns a counter's value (0 if never set).
 func (s *State) CounterValue(name string) int64 { return s.counters[name] }

@@ -385,3 +385,45 @@ func checkLeases(t *testing.T, s *State) {
 		}
 	}
 }
+
+func TestSettings(t *testing.T) {
+	s := New()
+	live := func(int64) bool { return true }
+	if r, _, _ := s.Apply(1, &Command{Op: OpSetting, Lock: "placement.prefer_region", Value: []byte("us-west")}, live); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := s.Setting("placement.prefer_region"); got != "us-west" {
+		t.Fatalf("setting = %q", got)
+	}
+	if r, _, _ := s.Apply(2, &Command{Op: OpSetting, Lock: "", Value: []byte("x")}, live); r.Err == nil {
+		t.Fatal("empty setting name accepted")
+	}
+	if r, _, _ := s.Apply(3, &Command{Op: OpSetting, Lock: "big", Value: make([]byte, MaxSettingBytes+1)}, live); r.Err == nil {
+		t.Fatal("oversized setting accepted")
+	}
+	// Snapshots carry settings (version 3) and restore them.
+	snap := s.Snapshot()
+	if snap[0] != snapshotV3 {
+		t.Fatalf("snapshot version %d with a setting", snap[0])
+	}
+	r, err := Restore(snap)
+	if err != nil || r.Setting("placement.prefer_region") != "us-west" {
+		t.Fatalf("restore: %v %q", err, r.Setting("placement.prefer_region"))
+	}
+	if !bytes.Equal(r.Snapshot(), snap) {
+		t.Fatal("snapshot of the restored state differs")
+	}
+	// Deleting the last setting returns to the older format.
+	s.Apply(4, &Command{Op: OpSetting, Lock: "placement.prefer_region"}, live)
+	if s.Setting("placement.prefer_region") != "" || s.Snapshot()[0] != snapshotV1 {
+		t.Fatalf("after delete: %q, version %d", s.Setting("placement.prefer_region"), s.Snapshot()[0])
+	}
+	// The command round-trips through the codec.
+	b, err := Encode(&Command{Op: OpSetting, Lock: "a", Value: []byte("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Decode(b); err != nil || c.Op != OpSetting || c.Lock != "a" || string(c.Value) != "b" {
+		t.Fatalf("decode: %+v %v", c, err)
+	}
+}

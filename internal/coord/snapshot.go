@@ -15,10 +15,13 @@ import (
 // no queue or barrier state exists, so it stays byte for byte what older
 // binaries write and read; they refuse a version 2 snapshot (an error, not a
 // misread), so every member must run this version before queues or
-// barriers are used. Restore reads both.
+// barriers are used. Version 3 adds cluster settings after the version 2
+// sections (which may then be empty); it is written only while a setting
+// exists. Restore reads all three.
 const (
 	snapshotV1 = 1
 	snapshotV2 = 2
+	snapshotV3 = 3
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -31,7 +34,10 @@ func (s *State) hasV2State() bool {
 // trailer.
 func (s *State) Snapshot() []byte {
 	version := byte(snapshotV1)
-	if s.hasV2State() {
+	switch {
+	case len(s.settings) > 0:
+		version = snapshotV3
+	case s.hasV2State():
 		version = snapshotV2
 	}
 	b := []byte{version}
@@ -72,8 +78,22 @@ func (s *State) Snapshot() []byte {
 		b = append(b, n...)
 		b = binary.AppendVarint(b, s.counters[n])
 	}
-	if version == snapshotV2 {
+	if version >= snapshotV2 {
 		b = s.appendQueuesAndBarriers(b)
+	}
+	if version == snapshotV3 {
+		snames := make([]string, 0, len(s.settings))
+		for n := range s.settings {
+			snames = append(snames, n)
+		}
+		sort.Strings(snames)
+		b = binary.AppendUvarint(b, uint64(len(snames)))
+		for _, n := range snames {
+			b = binary.AppendUvarint(b, uint64(len(n)))
+			b = append(b, n...)
+			b = binary.AppendUvarint(b, uint64(len(s.settings[n])))
+			b = append(b, s.settings[n]...)
+		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
@@ -160,7 +180,7 @@ func Restore(b []byte) (*State, error) {
 	}
 	b = b[:len(b)-4]
 	version := b[0]
-	if version != snapshotV1 && version != snapshotV2 {
+	if version != snapshotV1 && version != snapshotV2 && version != snapshotV3 {
 		return nil, corrupt("version")
 	}
 	b = b[1:]
@@ -269,12 +289,29 @@ func Restore(b []byte) (*State, error) {
 		}
 		s.counters[name] = v
 	}
-	if version == snapshotV2 && !fail {
+	if version >= snapshotV2 && !fail {
 		if err := s.restoreQueuesAndBarriers(uv, sv, byt, name, value); err != "" {
 			return nil, corrupt(err)
 		}
-		if !s.hasV2State() {
+		if version == snapshotV2 && !s.hasV2State() {
 			return nil, corrupt("version 2 without queues or barriers")
+		}
+	}
+	if version == snapshotV3 && !fail {
+		n := uv(MaxSettings)
+		for i := uint64(0); i < n && !fail; i++ {
+			k, ok := name()
+			v := value()
+			if !ok || fail || len(v) == 0 || len(v) > MaxSettingBytes {
+				return nil, corrupt("setting")
+			}
+			if _, dup := s.settings[k]; dup {
+				return nil, corrupt("duplicate setting")
+			}
+			s.settings[k] = string(v)
+		}
+		if len(s.settings) == 0 {
+			return nil, corrupt("version 3 without settings")
 		}
 	}
 	if fail || len(b) != 0 {

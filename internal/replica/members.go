@@ -466,7 +466,7 @@ func (r *Replica) setBook(b book) {
 	r.book = b
 	peers := slices.Clone(b.Peers)
 	r.conf.Store(&confView{peers: peers, index: b.Index})
-	r.tr.setPeers(peers)
+	r.tr.setPeers(r.dialPeers(peers))
 	ids := make([]uint64, 0, len(peers))
 	var vs []uint64
 	for _, p := range peers {
@@ -530,4 +530,17 @@ func (r *Replica) expireConfWaits() {
 			w.errc <- w.ctx.Err()
 		}
 	}
+}
+
+// dialPeers is how this member reaches peers: the configuration file's
+// address for a member it names (each server may reach the same member by
+// its own route, e.g. through a proxy), else the replicated one.
+func (r *Replica) dialPeers(peers []Peer) []Peer {
+	out := slices.Clone(peers)
+	for i := range out {
+		if j := slices.IndexFunc(r.cfg.Peers, func(p Peer) bool { return p.ID == out[i].ID }); j >= 0 {
+			out[i].Addr = r.cfg.Peers[j].Addr
+		}
+	}
+	return out
 }

@@ -66,7 +66,8 @@ type Config struct {
 	ID uint64
 	// Peers: the initial configuration, this member included. Once the group
 	// runs, the configuration is what was replicated (ChangeMembers); a
-	// restarted or joining member uses Peers only to find the others.
+	// restarted or joining member uses Peers to find the others, and an
+	// address here wins over the replicated one for dialing that member.
 	Peers []Peer
 	// Join: with empty storage, wait to be added by the group (ChangeMembers
 	// on an existing member) instead of bootstrapping a new group from
@@ -345,7 +346,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	// A probe round unanswered for an election timeout is lost: a commit
 	// that slow would have looked like a dead leader anyway.
 	r.lat = latency.New(cfg.ID, ids, voters(peers), cfg.LatencyWindow, max(cfg.TickInterval*time.Duration(cfg.ElectionTicks), time.Second), time.Now)
-	tr, err := newTransport(cfg.ID, cfg.ListenAddr, peers, int(maxMsgFrame), (*events)(r), r.lat, cfg.ProbeInterval, cfg.Logger)
+	tr, err := newTransport(cfg.ID, cfg.ListenAddr, r.dialPeers(peers), int(maxMsgFrame), (*events)(r), r.lat, cfg.ProbeInterval, cfg.Logger)
 	if err != nil {
 		d.close()
 		return nil, err

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/placement"
 )
 
@@ -125,12 +129,20 @@ func (s *Server) placementTick(now time.Time, leader bool) {
 		}
 		return
 	}
-	if s.cfg.Placement != "auto" && s.cfg.PreferLeader == 0 {
+	members := s.members()
+	prefer := s.cfg.PreferLeader
+	if region := s.preferredRegion(); region != "" {
+		prefer = voterIn(members, region, s.cfg.ID)
+	}
+	if s.cfg.Placement != "auto" && prefer == 0 {
+		s.placement.mu.Lock()
+		s.placement.last = placement.Decision{Target: s.cfg.ID, Reason: "placement is off and no leader region is preferred"}
+		s.placement.mu.Unlock()
 		return
 	}
 	rows := map[uint64]map[uint64]time.Duration{s.cfg.ID: s.ownRTT()}
-	in := placement.Input{Leader: s.cfg.ID, Load: map[uint64]float64{s.cfg.ID: load}, Prefer: s.cfg.PreferLeader}
-	for _, m := range s.members() {
+	in := placement.Input{Leader: s.cfg.ID, Load: map[uint64]float64{s.cfg.ID: load}, Prefer: prefer}
+	for _, m := range members {
 		if m.Role != "learner" {
 			in.Voters = append(in.Voters, m.ID)
 		}
@@ -208,4 +220,47 @@ func (s *Server) PlacementDecision() placement.Decision {
 	s.placement.mu.Lock()
 	defer s.placement.mu.Unlock()
 	return s.placement.last
+}
+
+// settingPreferRegion is the coordination-state setting that holds the
+// operator's preferred leader region (meridian leader prefer): replicated,
+// so it outlives leader changes and restarts. It overrides prefer_leader.
+const settingPreferRegion = "placement.prefer_region"
+
+func (s *Server) preferredRegion() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.mu.coord.Setting(settingPreferRegion)
+}
+
+// voterIn picks the voter in region that should lead: leader itself when it
+// is there, else the lowest id there (0: no voter in region).
+func voterIn(members []Member, region string, leader uint64) uint64 {
+	var pick uint64
+	for _, m := range members {
+		if m.Role == "learner" || m.Region != region {
+			continue
+		}
+		if m.ID == leader {
+			return leader
+		}
+		if pick == 0 || m.ID < pick {
+			pick = m.ID
+		}
+	}
+	return pick
+}
+
+// SetLeaderPreference sets (or, with an empty region, clears) the preferred
+// leader region; a region without a voter is refused.
+func (a *api) SetLeaderPreference(ctx context.Context, r *pb.LeaderPreferenceRequest) (*pb.LeaderPreferenceResponse, error) {
+	region := r.GetRegion()
+	if region != "" && voterIn(a.s.members(), region, 0) == 0 {
+		return nil, a.done("SetLeaderPreference", fmt.Errorf("%w: no voter in region %q", errs.ErrBadArguments, region))
+	}
+	_, idx, err := a.s.proposeCoord(ctx, &coord.Command{Op: coord.OpSetting, Lock: settingPreferRegion, Value: []byte(region)})
+	if err != nil {
+		return nil, a.done("SetLeaderPreference", err)
+	}
+	return &pb.LeaderPreferenceResponse{Header: a.header(idx), Region: region}, a.done("SetLeaderPreference", nil)
 }

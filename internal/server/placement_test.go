@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,5 +135,63 @@ func TestTickFollowsMeasuredRTT(t *testing.T) {
 	c := tc.client(tc.servers[0].GRPCAddr())
 	if _, _, err := c.Create(ctx(t), "/after", nil, client.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// meridian leader prefer: the preference is replicated, the leader moves to
+// a voter in that region and, after a forced move elsewhere, back again.
+func TestLeaderPreferRegion(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.Members = slices.Clone(c.Members)
+		for i := range c.Members {
+			c.Members[i].Region = fmt.Sprintf("r%d", i+1)
+		}
+	})
+	lead := tc.leader()
+	cl := tc.client()
+	if err := cl.PreferLeaderRegion(ctx(t), "nowhere"); err == nil {
+		t.Fatal("a region without voters was accepted")
+	}
+	want := (lead+1)%3 + 1 // a member that does not lead now (1-based)
+	region := fmt.Sprintf("r%d", want)
+	if err := cl.PreferLeaderRegion(ctx(t), region); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader := func(id uint64) {
+		t.Helper()
+		waitUntil(t, fmt.Sprintf("leader %d", id), func() bool {
+			for _, s := range tc.servers {
+				if s.Replica().Status().Leader != id {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	waitLeader(uint64(want))
+	st, err := cl.Status(ctx(t))
+	if err != nil || st.GetPreferRegion() != region {
+		t.Fatalf("status: %v %v", st.GetPreferRegion(), err)
+	}
+	// Moved away by hand, leadership comes back to the preferred region.
+	other := uint64(want%3 + 1)
+	if err := cl.TransferLeader(ctx(t), other); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(uint64(want))
+	// Cleared: nothing pulls it any more (placement is off in this
+	// cluster), and the leader says so.
+	if err := cl.PreferLeaderRegion(ctx(t), ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.TransferLeader(ctx(t), other); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the leader to drop the preference", func() bool {
+		l := tc.servers[0].Replica().Status().Leader
+		return l != 0 && strings.Contains(tc.servers[l-1].PlacementDecision().Reason, "no leader region is preferred")
+	})
+	if st, err := cl.Status(ctx(t)); err != nil || st.GetPreferRegion() != "" {
+		t.Fatalf("status after clearing: %q %v", st.GetPreferRegion(), err)
 	}
 }
