@@ -129,6 +129,7 @@ func workloadTitle(w string) string {
 		"seed004-mixed-pair": "Seed 004 task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
 		"throughput-write":   "Throughput: 1000 B writes to random keys, closed-loop clients (latency ms)",
 		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
+		"georead":            "Far-region reads: one client in a region without a voter reads a 100 B key; Meridian with a learner there (ms)",
 	}[w]
 }
 

@@ -102,30 +102,51 @@ func waitZK(addrs []string, timeout time.Duration) error {
 // should run it); every server→server link is a per-pair emulated link.
 // preferLeader (1-based, 0: none) pins the leader, an operator's choice.
 func StartMeridian(e *Env, bin string, preferLeader uint64) (*Cluster, error) {
+	return StartMeridianWith(e, bin, MeridianOptions{PreferLeader: preferLeader})
+}
+
+// MeridianOptions shapes a Meridian cluster beyond the topology.
+type MeridianOptions struct {
+	PreferLeader uint64 // 1-based, 0: none
+	// LearnerRegion adds a fourth server there, a non-voting replica
+	// (learner): Native[r][3] and ZK[r][3] reach it.
+	LearnerRegion string
+}
+
+// StartMeridianWith is StartMeridian with options.
+func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) {
 	t := e.Topo
-	p, err := e.Ports(9)
+	regions := slices.Clone(t.Servers)
+	if o.LearnerRegion != "" {
+		regions = append(regions, o.LearnerRegion)
+	}
+	n := len(regions)
+	p, err := e.Ports(3 * n)
 	if err != nil {
 		return nil, err
 	}
-	real := make([]server.Member, 3)
+	real := make([]server.Member, n)
 	for i := range real {
-		real[i] = server.Member{ID: uint64(i + 1), Region: t.Servers[i], Zone: fmt.Sprint(i),
+		real[i] = server.Member{ID: uint64(i + 1), Region: regions[i], Zone: fmt.Sprint(i),
 			Peer: fmt.Sprintf("127.0.0.1:%d", p[3*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", p[3*i+1]),
 			ZK: fmt.Sprintf("127.0.0.1:%d", p[3*i+2])}
 	}
+	if o.LearnerRegion != "" {
+		real[3].Role = "learner"
+	}
 	c := &Cluster{System: "meridian", Native: map[string][]string{}, ZK: map[string][]string{}}
 	var direct []string
-	for i := 0; i < 3; i++ {
+	for i := 0; i < n; i++ {
 		members := slices.Clone(real)
 		for j := range members {
 			if j != i {
-				if members[j].Peer, err = e.Link(t.Servers[i], t.Servers[j], real[j].Peer, ""); err != nil {
+				if members[j].Peer, err = e.Link(regions[i], regions[j], real[j].Peer, ""); err != nil {
 					return nil, err
 				}
 			}
 		}
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(e.Dir, fmt.Sprint(i+1)), Members: members,
-			ListenPeer: real[i].Peer, PreferLeader: preferLeader, Placement: "auto",
+			ListenPeer: real[i].Peer, PreferLeader: o.PreferLeader, Placement: "auto",
 			PlacementMinIntervalMs: 5000, MaxTickMs: 1000}
 		path := filepath.Join(e.Dir, fmt.Sprintf("meridian%d.yaml", i+1))
 		if err := cfg.WriteFile(path); err != nil {
@@ -137,23 +158,23 @@ func StartMeridian(e *Env, bin string, preferLeader uint64) (*Cluster, error) {
 		direct = append(direct, real[i].ZK)
 	}
 	for _, r := range clientRegions(t) {
-		for i := 0; i < 3; i++ {
-			n, err := e.Link(r, t.Servers[i], real[i].GRPC, "")
+		for i := 0; i < n; i++ {
+			nat, err := e.Link(r, regions[i], real[i].GRPC, "")
 			if err != nil {
 				return nil, err
 			}
-			z, err := e.Link(r, t.Servers[i], real[i].ZK, "")
+			z, err := e.Link(r, regions[i], real[i].ZK, "")
 			if err != nil {
 				return nil, err
 			}
-			c.Native[r] = append(c.Native[r], n)
+			c.Native[r] = append(c.Native[r], nat)
 			c.ZK[r] = append(c.ZK[r], z)
 		}
 	}
-	if err := waitZK(direct, 60*time.Second); err != nil {
+	if err := waitZK(direct[:3], 60*time.Second); err != nil {
 		return nil, fmt.Errorf("meridian: %w (logs in %s)", err, e.Dir)
 	}
-	c.Leader = leaderBySrvr(direct)
+	c.Leader = leaderBySrvr(direct[:3])
 	c.Notes = "fsync on (one synced Pebble batch per raft Ready); placement: auto with a 5 s minimum interval between moves (default 30 s) so the 10 s warm-up lets the leader settle where the workload is; raft tick from measured round trips (max_tick_ms 1000)"
 	return c, nil
 }

@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput", "comma-separated: locks (seed 003), seed004, throughput")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead", "comma-separated: locks (seed 003), seed004, throughput, georead (Meridian: far-region reads via a local learner, hedged reads)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -70,6 +70,7 @@ func main() {
 	lockP := bench.LockParams{Clients: []int{1, 3, 5}, Iters: 50, Hold: 2 * time.Millisecond}
 	s4 := bench.Seed004Params{Ops: 1000, MixedClients: 6}
 	tp := bench.ThroughputParams{Clients: []int{1, 8, 32, 128}, Duration: 10 * time.Second}
+	gr := bench.GeoReadParams{Reads: 500}
 	samples := 50
 	mode := "full"
 	if *quick {
@@ -77,6 +78,7 @@ func main() {
 		s4.Ops = 40
 		samples = 10
 		tp = bench.ThroughputParams{Clients: []int{1, 8}, Duration: 2 * time.Second}
+		gr.Reads = 20
 		mode = "quick"
 	}
 	if *ops > 0 {
@@ -107,6 +109,21 @@ func main() {
 		}
 		rep.Links[topo.Name] = checks
 		progress(fmt.Sprintf("topology %s: %d region pairs verified", topo.Name, len(checks)))
+		if slices.Contains(want, "meridian") && slices.Contains(strings.Split(*workloads, ","), "georead") && bench.FarRegion(topo) != "" {
+			env, err := bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1))
+			if err != nil {
+				fail(err)
+			}
+			res, err := bench.RunGeoRead(env, *bin, gr, progress)
+			if err != nil {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("georead on %s: %v", topo.Name, err))
+			}
+			rep.Results = append(rep.Results, res...)
+			if ex := env.Exited(); len(ex) > 0 {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("georead on %s: processes exited during the run: %v", topo.Name, ex))
+			}
+			env.Close(*keep)
+		}
 		for _, sys := range want {
 			env, err := bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1))
 			if err != nil {
@@ -159,6 +176,7 @@ func main() {
 						if f.CanKV() {
 							rep.Results = append(rep.Results, bench.RunThroughput(c, topo, f, tp, progress)...)
 						}
+					case "georead": // its own cluster, above
 					default:
 						fail(fmt.Errorf("unknown workload %q", w))
 					}
