@@ -97,8 +97,10 @@ func RunGeoRead(e *Env, bin string, p GeoReadParams, progress func(string)) ([]R
 	var out []Result
 	for _, s := range all {
 		res := Result{Workload: "georead", Topology: t.Name, Flavor: s.name, Clients: 1, Hist: newHist(), Leader: leaderRegion(c, t)}
-		cl, err := client.New(ctx, client.Config{Endpoints: s.eps, KeepEndpointOrder: true, SessionTimeout: 10 * time.Second,
+		nctx, ncancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cl, err := client.New(nctx, client.Config{Endpoints: s.eps, KeepEndpointOrder: true, SessionTimeout: 10 * time.Second,
 			HedgeSequentialReads: s.hedge})
+		ncancel()
 		if err != nil {
 			res.Errors++
 		} else {

@@ -25,6 +25,14 @@ type LockOptions struct {
 	Permits int
 	// Value is published with the hold (an election candidate's value).
 	Value []byte
+	// LocalFirst = K > 0 makes the name a local-first lock: on release it
+	// goes to the oldest waiter from the previous holder's region, ahead of
+	// older waiters from elsewhere, at most K times in a row. Every
+	// acquirer must use the same K.
+	LocalFirst int
+	// Region is this client's region for local-first locks (default: the
+	// region of the server the session is on).
+	Region string
 }
 
 // Lease is a held lock. Token is its fencing token: strictly increasing for
@@ -64,7 +72,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Leas
 	err := c.do(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
 		resp, err = api.Lock(ctx, &pb.LockRequest{SessionId: sid, Name: name, Shared: opts.Shared,
 			Wait: !opts.TryOnly, TimeoutMs: opts.Timeout.Milliseconds(), DelayMs: opts.Delay.Milliseconds(),
-			Permits: int32(opts.Permits), Value: opts.Value})
+			Permits: int32(opts.Permits), Value: opts.Value, LocalFirst: int32(opts.LocalFirst), Region: opts.Region})
 		return resp.GetHeader(), err
 	})
 	if err != nil {

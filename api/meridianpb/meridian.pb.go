@@ -2752,7 +2752,16 @@ type LockRequest struct {
 	// must give the same permits.
 	Permits int32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	// value: published with the hold (an election candidate's value).
-	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	// local_first = K > 0 makes NAME a local-first lock: a released lock goes
+	// to the oldest waiter from the region of the previous holder, ahead of
+	// older waiters from elsewhere, at most K times in a row (bounded
+	// unfairness that keeps hand-offs inside a region). Every acquire of a
+	// name must give the same K; a semaphore cannot be local-first.
+	LocalFirst int32 `protobuf:"varint,9,opt,name=local_first,json=localFirst,proto3" json:"local_first,omitempty"`
+	// region: the requester's region for local-first locks (default: the
+	// region of the server that receives the request).
+	Region        string `protobuf:"bytes,10,opt,name=region,proto3" json:"region,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2841,6 +2850,20 @@ func (x *LockRequest) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *LockRequest) GetLocalFirst() int32 {
+	if x != nil {
+		return x.LocalFirst
+	}
+	return 0
+}
+
+func (x *LockRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
 }
 
 type LockResponse struct {
@@ -5931,7 +5954,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12,\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x18.meridian.v1.WatcherTypeR\x04type\"D\n" +
 	"\x15RemoveWatchesResponse\x12+\n" +
-	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\xd6\x01\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\"\x8f\x02\n" +
 	"\vLockRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x12\n" +
@@ -5942,7 +5965,11 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x12\x19\n" +
 	"\bdelay_ms\x18\x06 \x01(\x03R\adelayMs\x12\x18\n" +
 	"\apermits\x18\a \x01(\x05R\apermits\x12\x14\n" +
-	"\x05value\x18\b \x01(\fR\x05value\"Q\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12\x1f\n" +
+	"\vlocal_first\x18\t \x01(\x05R\n" +
+	"localFirst\x12\x16\n" +
+	"\x06region\x18\n" +
+	" \x01(\tR\x06region\"Q\n" +
 	"\fLockResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"B\n" +

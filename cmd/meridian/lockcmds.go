@@ -19,7 +19,8 @@ import (
 
 func lockCommands() []*cobra.Command {
 	var shared bool
-	var permits int
+	var permits, localFirst int
+	var region string
 	var wait, delay time.Duration
 	lock := &cobra.Command{
 		Use:   "lock NAME -- COMMAND [ARGS...]",
@@ -38,7 +39,8 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 			defer c.Close()
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
-			lease, err := c.Lock(ctx, args[0], client.LockOptions{Shared: shared, Timeout: wait, Delay: delay, Permits: permits})
+			lease, err := c.Lock(ctx, args[0], client.LockOptions{Shared: shared, Timeout: wait, Delay: delay, Permits: permits,
+				LocalFirst: localFirst, Region: region})
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "error: lock:", err)
 				os.Exit(2)
@@ -86,6 +88,8 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 	lock.Flags().DurationVar(&wait, "wait", 0, "give up after waiting this long (0: wait until interrupted)")
 	lock.Flags().DurationVar(&delay, "delay", 0, "lock-delay if this session expires while holding")
 	lock.Flags().IntVar(&permits, "permits", 1, "N > 1: a semaphore with N permits (at most N holders at once)")
+	lock.Flags().IntVar(&localFirst, "local-first", 0, "K > 0: hand the lock to waiters in the holder's region first, at most K times in a row")
+	lock.Flags().StringVar(&region, "region", "", "this client's region for --local-first (default: its server's)")
 
 	locks := &cobra.Command{
 		Use:   "locks [PREFIX]",

@@ -18,11 +18,20 @@ const MaxInnerBytes = 4 << 20
 // queues and barriers added. It is written only when one of them is set, so
 // every command an older binary could write encodes byte for byte as before
 // and an older binary still decodes them during a rolling upgrade.
-const extVersion byte = 1
+//
+// Version 2 appends the local-first lock fields (Region, LocalFirst); it is
+// written only when one of those is set, so commands without them still
+// encode as version 1 (or with no block at all).
+const (
+	extVersion  byte = 1
+	extVersion2 byte = 2
+)
 
 func (c *Command) hasExt() bool {
-	return c.VisibilityMs != 0 || c.Detach || c.Item != 0 || c.Attempt != 0 || c.Waiter != 0 || c.Parties != 0
+	return c.VisibilityMs != 0 || c.Detach || c.Item != 0 || c.Attempt != 0 || c.Waiter != 0 || c.Parties != 0 || c.hasExt2()
 }
+
+func (c *Command) hasExt2() bool { return c.Region != "" || c.LocalFirst != 0 }
 
 // Encode serializes c: Tag, then varints and length-prefixed strings, then
 // the extension block if any of its fields is set.
@@ -32,7 +41,8 @@ func Encode(c *Command) ([]byte, error) {
 	}
 	// Refuse here what Decode refuses, so a proposal is never committed only
 	// to be skipped by every replica (its caller would wait for nothing).
-	if c.Permits < 0 || c.Permits > MaxPermits || c.Parties < 0 || c.Parties > MaxParties {
+	if c.Permits < 0 || c.Permits > MaxPermits || c.Parties < 0 || c.Parties > MaxParties ||
+		len(c.Region) > MaxRegionBytes || c.LocalFirst < 0 || c.LocalFirst > MaxLocalFirst {
 		return nil, errs.ErrBadArguments
 	}
 	b := make([]byte, 0, 48+len(c.Lock)+len(c.Inner))
@@ -57,7 +67,11 @@ func Encode(c *Command) ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(c.Value)))
 	b = append(b, c.Value...)
 	if c.hasExt() {
-		b = append(b, extVersion)
+		if c.hasExt2() {
+			b = append(b, extVersion2)
+		} else {
+			b = append(b, extVersion)
+		}
 		b = binary.AppendVarint(b, c.VisibilityMs)
 		if c.Detach {
 			b = append(b, 1)
@@ -68,6 +82,11 @@ func Encode(c *Command) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(c.Attempt))
 		b = binary.AppendUvarint(b, c.Waiter)
 		b = binary.AppendVarint(b, int64(c.Parties))
+		if c.hasExt2() {
+			b = binary.AppendUvarint(b, uint64(len(c.Region)))
+			b = append(b, c.Region...)
+			b = binary.AppendVarint(b, int64(c.LocalFirst))
+		}
 	}
 	return b, nil
 }
@@ -137,7 +156,8 @@ func Decode(b []byte) (*Command, error) {
 		return nil, bad
 	}
 	if len(b) > 0 {
-		if b[0] != extVersion {
+		ver := b[0]
+		if ver != extVersion && ver != extVersion2 {
 			return nil, bad
 		}
 		b = b[1:]
@@ -162,6 +182,18 @@ func Decode(b []byte) (*Command, error) {
 			return nil, bad
 		}
 		c.Parties = int32(parties)
+		if ver == extVersion2 {
+			region, ok := bytesField(MaxRegionBytes)
+			if !ok {
+				return nil, bad
+			}
+			c.Region = string(region)
+			k, ok := sv()
+			if !ok || k < 0 || k > MaxLocalFirst {
+				return nil, bad
+			}
+			c.LocalFirst = int32(k)
+		}
 	}
 	if len(b) != 0 {
 		return nil, bad

@@ -33,6 +33,8 @@ const (
 	MaxValueBytes      = 64 << 10
 	MaxCounters        = 1000000
 	MaxSettings        = 64
+	MaxRegionBytes     = 64
+	MaxLocalFirst      = 1000
 	MaxSettingBytes    = 4 << 10
 )
 
@@ -107,6 +109,8 @@ type Command struct {
 	Attempt      uint32 // ack/nack: the delivery's attempt number (0: whichever is current)
 	Waiter       uint64 // cancel-pop: the proposal id of the waiting pop
 	Parties      int32  // enter: participants of the double barrier
+	Region       string // acquire: the requester's region (local-first locks)
+	LocalFirst   int32  // acquire: K > 0 makes the lock local-first (see grantNext); every acquirer must agree
 }
 
 // GrantKind says what a Grant hands to a waiting request.
@@ -166,6 +170,7 @@ type Waiter struct {
 	Mode    Mode
 	DelayMs int64
 	Value   []byte // becomes the holder's value when granted
+	Region  string // the requester's region (kept for local-first locks)
 }
 
 type lock struct {
@@ -174,6 +179,12 @@ type lock struct {
 	waiters    []Waiter
 	delays     map[int64]int64 // holder session -> lock-delay ms
 	delayUntil int64           // ms: no grants before this time
+	// Local-first hand-off (localFirst = K > 0): lastRegion is the region
+	// of the latest grant, streak how many grants in a row went to a waiter
+	// of that region ahead of an older waiter from elsewhere.
+	localFirst int32
+	streak     int32
+	lastRegion string
 }
 
 // State is the lock table, counters, queues and barriers. Not safe for
@@ -267,15 +278,21 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 	permits := max(c.Permits, 1)
 	if c.Mode != Exclusive && c.Mode != Shared || c.DelayMs < 0 || c.DelayMs > MaxDelayMs || len(c.Value) > MaxValueBytes ||
-		permits > MaxPermits || (permits > 1 && c.Mode == Shared) {
+		permits > MaxPermits || (permits > 1 && c.Mode == Shared) || len(c.Region) > MaxRegionBytes ||
+		c.LocalFirst < 0 || c.LocalFirst > MaxLocalFirst || (c.LocalFirst > 0 && permits > 1) {
 		return Result{Err: errs.ErrBadArguments}, nil, nil
+	}
+	region := c.Region
+	if c.LocalFirst == 0 {
+		region = "" // only local-first locks use it
 	}
 	if !live(c.Session) {
 		return Result{Err: errs.ErrSessionExpired}, nil, nil
 	}
 	l := s.locks[c.Lock]
-	if l != nil && l.permits != permits {
-		// A name is a mutex or a semaphore of one size, whoever asks.
+	if l != nil && (l.permits != permits || l.localFirst != c.LocalFirst) {
+		// A name is a mutex or a semaphore of one size, FIFO or local-first
+		// with one K, whoever asks.
 		return Result{Err: errs.ErrBadArguments}, nil, nil
 	}
 	if l != nil {
@@ -299,11 +316,14 @@ func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Gran
 		if len(s.locks) >= MaxLocks {
 			return Result{Err: errs.ErrTooManyLocks}, nil, nil
 		}
-		l = &lock{permits: permits}
+		l = &lock{permits: permits, localFirst: c.LocalFirst}
 		s.locks[c.Lock] = l
 	}
 	free := len(l.waiters) == 0 && c.TimeMs >= l.delayUntil && l.admits(c.Mode)
 	if free {
+		if l.localFirst > 0 {
+			l.lastRegion, l.streak = region, 0
+		}
 		s.hold(c.Lock, l, Holder{Session: c.Session, Token: index, Mode: c.Mode, Value: c.Value}, c.DelayMs)
 		return Result{Granted: true, Token: index}, []Grant{{Lock: c.Lock, Session: c.Session, Token: index, Mode: c.Mode}}, nil
 	}
@@ -314,7 +334,7 @@ func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Gran
 	if len(l.waiters) >= MaxWaitersPerLock {
 		return Result{Err: errs.ErrTooManyWaiters}, nil, nil
 	}
-	l.waiters = append(l.waiters, Waiter{Session: c.Session, Mode: c.Mode, DelayMs: c.DelayMs, Value: c.Value})
+	l.waiters = append(l.waiters, Waiter{Session: c.Session, Mode: c.Mode, DelayMs: c.DelayMs, Value: c.Value, Region: region})
 	s.track(c.Session, c.Lock)
 	return Result{Position: len(l.waiters)}, nil, nil
 }
@@ -362,6 +382,12 @@ func (s *State) untrack(session int64, name string) {
 
 // grantNext grants waiters at the head of the queue, FIFO, as far as modes
 // allow: one exclusive, or a run of shared ones.
+//
+// A local-first lock (localFirst = K) hands a free lock to the oldest
+// waiter from the region of the latest grant, ahead of older waiters from
+// elsewhere, at most K times in a row; then the head of the queue gets it.
+// Hand-offs stay in a region (one commit, no wide-area notification) while
+// no waiter from elsewhere waits more than K extra hand-offs.
 func (s *State) grantNext(name string, index uint64, nowMs int64) []Grant {
 	l := s.locks[name]
 	if l == nil || nowMs < l.delayUntil {
@@ -370,9 +396,33 @@ func (s *State) grantNext(name string, index uint64, nowMs int64) []Grant {
 	l.delayUntil = 0
 	delete(s.delayed, name)
 	var grants []Grant
-	for len(l.waiters) > 0 && l.admits(l.waiters[0].Mode) {
-		w := l.waiters[0]
-		l.waiters = l.waiters[1:]
+	for len(l.waiters) > 0 {
+		i := 0
+		if l.localFirst > 0 && len(l.holders) == 0 && l.streak < l.localFirst && l.waiters[0].Region != l.lastRegion {
+			for j, w := range l.waiters {
+				if w.Region == l.lastRegion {
+					i = j
+					break
+				}
+			}
+		}
+		w := l.waiters[i]
+		if !l.admits(w.Mode) {
+			break
+		}
+		if l.localFirst > 0 {
+			if i > 0 {
+				l.streak++
+			} else {
+				l.streak = 0
+			}
+			l.lastRegion = w.Region
+		}
+		if i == 0 {
+			l.waiters = l.waiters[1:]
+		} else {
+			l.waiters = append(l.waiters[:i:i], l.waiters[i+1:]...)
+		}
 		s.hold(name, l, Holder{Session: w.Session, Token: index, Mode: w.Mode, Value: w.Value}, w.DelayMs)
 		grants = append(grants, Grant{Lock: name, Session: w.Session, Token: index, Mode: w.Mode})
 	}
@@ -607,6 +657,9 @@ func (s *State) CheckToken(name string, token uint64) error {
 type LockInfo struct {
 	Name         string
 	Permits      int32
+	LocalFirst   int32  // K of a local-first lock (0: FIFO)
+	Streak       int32  // local-first: grants in a row ahead of older waiters
+	LastRegion   string // local-first: region of the latest grant
 	Holders      []Holder
 	Waiters      []Waiter
 	DelayUntilMs int64
@@ -624,7 +677,8 @@ func (s *State) Get(name string) (LockInfo, bool) {
 		holders[i] = h
 	}
 	return LockInfo{Name: name, Permits: l.permits, Holders: holders,
-		Waiters: append([]Waiter(nil), l.waiters...), DelayUntilMs: l.delayUntil}, true
+		Waiters: append([]Waiter(nil), l.waiters...), DelayUntilMs: l.delayUntil,
+		LocalFirst: l.localFirst, Streak: l.streak, LastRegion: l.lastRegion}, true
 }
 
 // List returns locks whose name starts with prefix, sorted, at most limit.

@@ -80,6 +80,10 @@ func TestScripts(t *testing.T) {
 					fmt.Sscan(v, &c.DelayMs)
 				case "permits":
 					fmt.Sscan(v, &c.Permits)
+				case "region":
+					c.Region = v
+				case "local-first":
+					fmt.Sscan(v, &c.LocalFirst)
 				case "value":
 					c.Value = []byte(v)
 				case "delta":
@@ -191,6 +195,9 @@ func show(s *State) string {
 		if l.Permits > 1 {
 			fmt.Fprintf(&out, " permits=%d", l.Permits)
 		}
+		if l.LocalFirst > 0 {
+			fmt.Fprintf(&out, " local-first=%d streak=%d last=%s", l.LocalFirst, l.Streak, l.LastRegion)
+		}
 		for _, h := range l.Holders {
 			fmt.Fprintf(&out, " holder(s%d,t%d,%s", h.Session, h.Token, h.Mode)
 			if h.Value != nil {
@@ -199,7 +206,11 @@ func show(s *State) string {
 			out.WriteString(")")
 		}
 		for _, w := range l.Waiters {
-			fmt.Fprintf(&out, " waiter(s%d,%s)", w.Session, w.Mode)
+			if w.Region != "" {
+				fmt.Fprintf(&out, " waiter(s%d,%s,%s)", w.Session, w.Mode, w.Region)
+			} else {
+				fmt.Fprintf(&out, " waiter(s%d,%s)", w.Session, w.Mode)
+			}
 		}
 		if l.DelayUntilMs != 0 {
 			fmt.Fprintf(&out, " delay-until=%d", l.DelayUntilMs)

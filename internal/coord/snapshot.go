@@ -15,9 +15,10 @@ import (
 // no queue or barrier state exists, so it stays byte for byte what older
 // binaries write and read; they refuse a version 2 snapshot (an error, not a
 // misread), so every member must run this version before queues or
-// barriers are used. Version 3 adds cluster settings after the version 2
-// sections (which may then be empty); it is written only while a setting
-// exists. Restore reads all three.
+// barriers are used. Version 3 adds cluster settings and the state of
+// local-first locks after the version 2 sections (which may then be empty);
+// it is written only while a setting or a local-first lock exists. Restore
+// reads all three.
 const (
 	snapshotV1 = 1
 	snapshotV2 = 2
@@ -34,8 +35,9 @@ func (s *State) hasV2State() bool {
 // trailer.
 func (s *State) Snapshot() []byte {
 	version := byte(snapshotV1)
+	geo := s.localFirstNames()
 	switch {
-	case len(s.settings) > 0:
+	case len(s.settings) > 0 || len(geo) > 0:
 		version = snapshotV3
 	case s.hasV2State():
 		version = snapshotV2
@@ -93,6 +95,20 @@ func (s *State) Snapshot() []byte {
 			b = append(b, n...)
 			b = binary.AppendUvarint(b, uint64(len(s.settings[n])))
 			b = append(b, s.settings[n]...)
+		}
+		b = binary.AppendUvarint(b, uint64(len(geo)))
+		for _, n := range geo {
+			l := s.locks[n]
+			b = binary.AppendUvarint(b, uint64(len(n)))
+			b = append(b, n...)
+			b = binary.AppendUvarint(b, uint64(l.localFirst))
+			b = binary.AppendUvarint(b, uint64(l.streak))
+			b = binary.AppendUvarint(b, uint64(len(l.lastRegion)))
+			b = append(b, l.lastRegion...)
+			for _, w := range l.waiters { // as many as the lock section has
+				b = binary.AppendUvarint(b, uint64(len(w.Region)))
+				b = append(b, w.Region...)
+			}
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
@@ -310,8 +326,25 @@ func Restore(b []byte) (*State, error) {
 			}
 			s.settings[k] = string(v)
 		}
-		if len(s.settings) == 0 {
-			return nil, corrupt("version 3 without settings")
+		nGeo := uv(MaxLocks)
+		for i := uint64(0); i < nGeo && !fail; i++ {
+			k, _ := name()
+			l := s.locks[k]
+			if fail || l == nil || l.localFirst != 0 {
+				return nil, corrupt("local-first lock")
+			}
+			l.localFirst = int32(uv(MaxLocalFirst))
+			l.streak = int32(uv(MaxLocalFirst))
+			l.lastRegion = region(&fail, uv, &b)
+			for j := range l.waiters {
+				l.waiters[j].Region = region(&fail, uv, &b)
+			}
+			if l.localFirst == 0 || l.streak > l.localFirst || l.permits > 1 {
+				return nil, corrupt("local-first lock fields")
+			}
+		}
+		if len(s.settings) == 0 && nGeo == 0 {
+			return nil, corrupt("version 3 without settings or local-first locks")
 		}
 	}
 	if fail || len(b) != 0 {
@@ -439,4 +472,28 @@ func (s *State) restoreQueuesAndBarriers(uv func(uint64) uint64, sv func() int64
 	}
 	s.rebuildLeases()
 	return ""
+}
+
+// localFirstNames lists the local-first locks, sorted.
+func (s *State) localFirstNames() []string {
+	var out []string
+	for n, l := range s.locks {
+		if l.localFirst > 0 {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// region reads a length-prefixed region name for Restore.
+func region(fail *bool, uv func(uint64) uint64, b *[]byte) string {
+	n := uv(MaxRegionBytes)
+	if *fail || n > uint64(len(*b)) {
+		*fail = true
+		return ""
+	}
+	v := string((*b)[:n])
+	*b = (*b)[n:]
+	return v
 }

@@ -321,8 +321,15 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 		return nil, a.done("Lock", errs.ErrBadArguments) // this session already waits for this lock here
 	}
 	defer a.s.grants.remove(key)
+	region := r.GetRegion()
+	if region == "" && r.GetLocalFirst() > 0 {
+		if m, ok := a.s.member(a.s.cfg.ID); ok {
+			region = m.Region
+		}
+	}
 	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpAcquire,
-		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits(), Value: r.GetValue()})
+		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits(), Value: r.GetValue(),
+		LocalFirst: r.GetLocalFirst(), Region: region})
 	if err == nil {
 		err = res.Err
 	}

@@ -124,6 +124,9 @@ func main() {
 			}
 			env.Close(*keep)
 		}
+		if *workloads == "georead" {
+			continue // georead has its own cluster (above)
+		}
 		for _, sys := range want {
 			env, err := bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1))
 			if err != nil {
