@@ -57,18 +57,21 @@ func newNative(c *Cluster, region string, server int) (*client.Client, error) {
 		SessionTimeout: 10 * time.Second})
 }
 
-type nativeLocker struct{ c *client.Client }
+type nativeLocker struct {
+	c    *client.Client
+	opts client.LockOptions
+}
 
 func nativeLock(c *Cluster, region string, server int) (Locker, error) {
 	cl, err := newNative(c, region, server)
 	if err != nil {
 		return nil, err
 	}
-	return nativeLocker{cl}, nil
+	return nativeLocker{c: cl}, nil
 }
 
 func (n nativeLocker) Lock(ctx context.Context, name string) (func() error, error) {
-	l, err := n.c.Lock(ctx, name, client.LockOptions{})
+	l, err := n.c.Lock(ctx, name, n.opts)
 	if err != nil {
 		return nil, err
 	}

@@ -88,7 +88,7 @@ func (r *Report) Markdown(plotDir string) string {
 		if plotDir != "" {
 			fmt.Fprintf(&b, "![%s %s](%s)\n\n", g.workload, g.topology, filepath.ToSlash(filepath.Join(plotDir, plotName(g.workload, g.topology))))
 		}
-		if strings.HasPrefix(g.workload, "throughput") {
+		if strings.HasPrefix(g.workload, "throughput") || g.workload == "localfirst" {
 			b.WriteString("| system | clients | ops/s | avg | p50 | p90 | p99 | p99.9 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, res := range g.results {
 				s := res.Summary
@@ -129,6 +129,7 @@ func workloadTitle(w string) string {
 		"seed004-mixed-pair": "Seed 004 task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
 		"throughput-write":   "Throughput: 1000 B writes to random keys, closed-loop clients (latency ms)",
 		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
+		"localfirst":         "Local-first lock hand-off vs FIFO: 2 clients per client region on one lock, hold 2 ms (acquire wait ms; ops/s = hand-offs/s)",
 		"georead":            "Far-region reads: one client in a region without a voter reads a 100 B key; Meridian with a learner there (ms)",
 	}[w]
 }

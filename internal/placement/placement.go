@@ -195,13 +195,18 @@ type Policy struct {
 	Margin      float64       // the best must cost less than (1-Margin) × current (default 0.2)
 	MinGain     time.Duration // and save at least this much (default 2ms)
 	Consecutive int           // evaluations in a row naming the same better voter (default 3)
-	MinInterval time.Duration // since the last move or leadership change (default 30s)
+	// MinInterval: the least time between a leadership change and a move
+	// (default 30s). The first leader a policy sees after its process
+	// starts is exempt: a new cluster places its leader as soon as
+	// Consecutive evaluations agree, instead of waiting MinInterval.
+	MinInterval time.Duration
 	// Chooser names the best voter (default CenterOfGravity). With another
 	// chooser the margin is not applied (its pick has no cost to compare)
 	// but Consecutive and MinInterval are: seed 001's n-consecutive rule.
 	Chooser Chooser
 
 	leader    uint64
+	seen      bool      // a leader has been observed since start
 	since     time.Time // when leader became leader, as far as this policy knows
 	candidate uint64
 	streak    int
@@ -225,13 +230,26 @@ func (p *Policy) defaults() {
 	}
 }
 
+// Observe records the current leader (0: none known). Followers call it
+// too, so that whichever server leads next knows how recently leadership
+// changed.
+func (p *Policy) Observe(now time.Time, leader uint64) {
+	p.defaults()
+	if leader == 0 || leader == p.leader {
+		return
+	}
+	// A new leader (moved here or elected) stays at least MinInterval,
+	// except the first one this process sees.
+	p.since = now
+	if !p.seen {
+		p.since = now.Add(-p.MinInterval)
+	}
+	p.leader, p.seen, p.candidate, p.streak = leader, true, 0, 0
+}
+
 // Decide evaluates in at time now.
 func (p *Policy) Decide(now time.Time, in Input) Decision {
-	p.defaults()
-	if in.Leader != p.leader {
-		// A new leader (moved here or elected) stays at least MinInterval.
-		p.leader, p.since, p.candidate, p.streak = in.Leader, now, 0, 0
-	}
+	p.Observe(now, in.Leader)
 	d := Decision{Target: in.Leader, Costs: map[uint64]time.Duration{}}
 	if in.Prefer != 0 && slices.Contains(in.Voters, in.Prefer) {
 		d.Target = in.Prefer

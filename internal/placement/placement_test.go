@@ -45,7 +45,8 @@ func TestPolicyMovesAfterConsecutiveWinsAndInterval(t *testing.T) {
 	p := &Policy{Consecutive: 3, MinInterval: 10 * time.Second}
 	t0 := time.Unix(0, 0)
 	in := Input{Voters: []uint64{1, 2, 3}, Leader: 3, RTT: threeRegions, Load: map[uint64]float64{1: 1}}
-	// Leader 3 just started: even 3 consecutive wins wait for MinInterval.
+	p.Observe(t0.Add(-time.Hour), 2) // an earlier leader: this is not the first one seen
+	// Leader 3 just took over: even 3 consecutive wins wait for MinInterval.
 	for i := 0; i < 3; i++ {
 		if d := p.Decide(t0.Add(time.Duration(i)*time.Second), in); d.Move || d.Target != 1 {
 			t.Fatalf("evaluation %d: %+v", i, d)
@@ -134,5 +135,26 @@ func TestMajorityAndEMAChoosers(t *testing.T) {
 	}
 	if d := p.Decide(t0.Add(time.Second), in); !d.Move || d.Target != 3 {
 		t.Fatalf("second evaluation: %+v", d)
+	}
+}
+
+// The first leader a policy sees (a new cluster) is placed as soon as
+// Consecutive evaluations agree; a later change waits MinInterval again.
+func TestPolicyFirstLeaderNeedsNoInterval(t *testing.T) {
+	p := &Policy{Consecutive: 2, MinInterval: time.Hour}
+	t0 := time.Unix(0, 0)
+	in := Input{Voters: []uint64{1, 2, 3}, Leader: 3, RTT: threeRegions, Load: map[uint64]float64{1: 1}}
+	p.Observe(t0, 0) // no leader yet: nothing recorded
+	if d := p.Decide(t0, in); d.Move {
+		t.Fatalf("first evaluation moved: %+v", d)
+	}
+	if d := p.Decide(t0.Add(time.Second), in); !d.Move || d.Target != 1 {
+		t.Fatalf("second agreeing evaluation of the first leader: %+v", d)
+	}
+	in.Leader = 2 // leadership changed (not where the policy wanted): wait again
+	for i := 2; i < 5; i++ {
+		if d := p.Decide(t0.Add(time.Duration(i)*time.Second), in); d.Move {
+			t.Fatalf("moved %ds after a leadership change: %+v", i, d)
+		}
 	}
 }

@@ -124,6 +124,10 @@ func (s *Server) placementTick(now time.Time, leader bool) {
 	load := ps.load
 	ps.mu.Unlock()
 	if !leader {
+		ps.mu.Lock()
+		ps.policy.MinInterval = time.Duration(s.cfg.PlacementMinIntervalMs) * time.Millisecond
+		ps.policy.Observe(now, s.rep.Leader())
+		ps.mu.Unlock()
 		if err := s.rep.SendToLeader(encodeReport(load, s.ownRTT())); err != nil {
 			s.log.Debug("placement report not sent", "err", err)
 		}

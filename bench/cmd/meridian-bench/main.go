@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead", "comma-separated: locks (seed 003), seed004, throughput, georead (Meridian: far-region reads via a local learner, hedged reads)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead", "comma-separated: locks (seed 003), seed004, throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -71,6 +71,7 @@ func main() {
 	s4 := bench.Seed004Params{Ops: 1000, MixedClients: 6}
 	tp := bench.ThroughputParams{Clients: []int{1, 8, 32, 128}, Duration: 10 * time.Second}
 	gr := bench.GeoReadParams{Reads: 500}
+	lf := bench.LocalFirstParams{PerRegion: 2, Iters: 30, Hold: 2 * time.Millisecond, K: []int{0, 3}}
 	samples := 50
 	mode := "full"
 	if *quick {
@@ -79,6 +80,7 @@ func main() {
 		samples = 10
 		tp = bench.ThroughputParams{Clients: []int{1, 8}, Duration: 2 * time.Second}
 		gr.Reads = 20
+		lf.Iters = 3
 		mode = "quick"
 	}
 	if *ops > 0 {
@@ -180,6 +182,10 @@ func main() {
 							rep.Results = append(rep.Results, bench.RunThroughput(c, topo, f, tp, progress)...)
 						}
 					case "georead": // its own cluster, above
+					case "localfirst":
+						if f.Name == "Meridian (native)" {
+							rep.Results = append(rep.Results, bench.RunLocalFirst(c, topo, lf, progress)...)
+						}
 					default:
 						fail(fmt.Errorf("unknown workload %q", w))
 					}
