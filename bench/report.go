@@ -41,6 +41,14 @@ func (r *Report) WriteJSON(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644)
 }
 
+// fmtOps shows small rates with a decimal (hand-offs per second).
+func fmtOps(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
 func fmtMs(v float64) string {
 	switch {
 	case v >= 100:
@@ -92,7 +100,7 @@ func (r *Report) Markdown(plotDir string) string {
 			b.WriteString("| system | clients | ops/s | avg | p50 | p90 | p99 | p99.9 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, res := range g.results {
 				s := res.Summary
-				fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %d | %s |\n", res.Flavor, res.Clients, res.OpsPerSec,
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", res.Flavor, res.Clients, fmtOps(res.OpsPerSec),
 					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P90), fmtMs(s.P99), fmtMs(s.P999), fmtMs(s.Max), res.Errors, res.Leader)
 			}
 			b.WriteString("\n")
@@ -129,6 +137,7 @@ func workloadTitle(w string) string {
 		"seed004-mixed-pair": "Seed 004 task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
 		"throughput-write":   "Throughput: 1000 B writes to random keys, closed-loop clients (latency ms)",
 		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
+		"followsun":          "Follow the sun: 100 B writes while the write load moves between regions with a voter (ms)",
 		"localfirst":         "Local-first lock hand-off vs FIFO: 2 clients per client region on one lock, hold 2 ms (acquire wait ms; ops/s = hand-offs/s)",
 		"georead":            "Far-region reads: one client in a region without a voter reads a 100 B key; Meridian with a learner there (ms)",
 	}[w]

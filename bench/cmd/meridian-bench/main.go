@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead", "comma-separated: locks (seed 003), seed004, throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead", "comma-separated: locks (seed 003), seed004, throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -72,6 +72,7 @@ func main() {
 	tp := bench.ThroughputParams{Clients: []int{1, 8, 32, 128}, Duration: 10 * time.Second}
 	gr := bench.GeoReadParams{Reads: 500}
 	lf := bench.LocalFirstParams{PerRegion: 2, Iters: 30, Hold: 2 * time.Millisecond, K: []int{0, 3}}
+	fs := bench.FollowSunParams{Phase: 30 * time.Second, Writers: 2}
 	samples := 50
 	mode := "full"
 	if *quick {
@@ -81,6 +82,7 @@ func main() {
 		tp = bench.ThroughputParams{Clients: []int{1, 8}, Duration: 2 * time.Second}
 		gr.Reads = 20
 		lf.Iters = 3
+		fs.Phase = 10 * time.Second
 		mode = "quick"
 	}
 	if *ops > 0 {
@@ -182,6 +184,10 @@ func main() {
 							rep.Results = append(rep.Results, bench.RunThroughput(c, topo, f, tp, progress)...)
 						}
 					case "georead": // its own cluster, above
+					case "followsun":
+						if f.Name == "Meridian (native)" {
+							rep.Results = append(rep.Results, bench.RunFollowSun(c, topo, f, fs, progress)...)
+						}
 					case "localfirst":
 						if f.Name == "Meridian (native)" {
 							rep.Results = append(rep.Results, bench.RunLocalFirst(c, topo, lf, progress)...)
