@@ -81,7 +81,8 @@ type Config struct {
 	// MaxTickMs > TickMs derives the raft tick from the measured round
 	// trips to the voters (replica.AdaptiveTick): at least 1.5× the p99 to
 	// the slowest voter, between TickMs and MaxTickMs; election timeout
-	// stays ElectionTicks ticks. 0 (default): the tick is TickMs.
+	// stays ElectionTicks ticks. 0 (default): 10 × TickMs, at most 60000.
+	// Equal to TickMs: the tick is always TickMs.
 	MaxTickMs              int    `yaml:"max_tick_ms,omitempty"`
 	PlacementMinIntervalMs int    `yaml:"placement_min_interval_ms,omitempty"`
 	PreferLeader           uint64 `yaml:"prefer_leader,omitempty"`
@@ -214,8 +215,11 @@ func (c *Config) Normalize() error {
 	defInt(&c.MaxQueuedEvents, 10000)
 	defInt(&c.MaxSessions, 100000)
 	defInt(&c.PlacementMinIntervalMs, 30000)
-	if c.MaxTickMs < 0 || c.MaxTickMs > 60000 {
-		return fmt.Errorf("max_tick_ms %d: want 0 (off) up to 60000", c.MaxTickMs)
+	if c.MaxTickMs == 0 {
+		c.MaxTickMs = min(10*c.TickMs, 60000)
+	}
+	if c.MaxTickMs < c.TickMs || c.MaxTickMs > 60000 {
+		return fmt.Errorf("max_tick_ms %d: want tick_ms (%d: fixed ticks) up to 60000, or 0 for 10 × tick_ms", c.MaxTickMs, c.TickMs)
 	}
 	switch c.Placement {
 	case "":
