@@ -66,7 +66,7 @@ bench-report:
 		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md
 bench-quick:
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems $(BENCH_SYSTEMS) --topologies topologies/3dc.yaml
-	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian --workloads georead --topologies topologies/5region.yaml
+	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian --workloads georead,localfirst,followsun --topologies topologies/5region.yaml
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

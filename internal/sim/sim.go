@@ -1,0 +1,485 @@
+// Package sim is a deterministic simulation of a Meridian consensus group:
+// several replicas (go.etcd.io/raft RawNodes over in-memory logs with a
+// separate "disk" copy) applying committed entries to the real state
+// machines (internal/tree and internal/coord), over a simulated network and
+// clock, all driven by one seeded random source in one goroutine. Messages
+// are delayed, dropped, duplicated and reordered; nodes crash (losing
+// everything not yet on their disk) and restart; the network partitions,
+// asymmetrically too. Invariants are checked continuously; a failing seed
+// replays exactly.
+//
+// raft draws its election timeouts from crypto/rand, which no seed
+// controls, so the simulation keeps raft's own timer out of play (a huge
+// ElectionTick, CheckQuorum off) and campaigns on a node itself when the
+// node has not heard from a leader within a seeded, randomized timeout.
+// The replica package's goroutine loop and transport are not part of the
+// simulation; its storage rules (persist before sending, apply what raft
+// says is committed) are reproduced here.
+package sim
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/tree"
+)
+
+// Config is one simulation run.
+type Config struct {
+	Seed  uint64
+	Nodes int // voters (3 or 5)
+	Steps int // simulated milliseconds of faults and load
+	// Network: each message is delayed uniformly in [MinDelay, MaxDelay] ms,
+	// dropped with DropRate, duplicated with DupRate.
+	MinDelay, MaxDelay int
+	DropRate, DupRate  float64
+	// Faults: every FaultEvery ms one fault or repair is chosen.
+	FaultEvery int
+	// ProposeEvery: mean ms between client proposals.
+	ProposeEvery int
+}
+
+// DefaultConfig is a short, busy run.
+func DefaultConfig(seed uint64) Config {
+	return Config{Seed: seed, Nodes: 3, Steps: 4000, MinDelay: 1, MaxDelay: 20, DropRate: 0.02, DupRate: 0.02,
+		FaultEvery: 300, ProposeEvery: 5}
+}
+
+const (
+	tickMs          = 10 // raft tick
+	electionMinMs   = 150
+	electionRangeMs = 150
+	quietMs         = 5000 // after the faults: healed, everyone up, must converge
+)
+
+type message struct {
+	at, seq uint64
+	m       *pb.Message
+}
+
+type disk struct {
+	hs   *pb.HardState
+	ents []*pb.Entry
+}
+
+type node struct {
+	id       uint64
+	up       bool
+	rn       *raft.RawNode
+	mem      *raft.MemoryStorage
+	disk     disk
+	tree     *tree.Tree
+	coord    *coord.State
+	applied  uint64
+	heardAt  uint64 // last message from a leader (or own campaign)
+	timeout  uint64 // this node's current election timeout
+	tokens   map[string]uint64 // lock -> last grant token applied here (rebuilt on restart)
+}
+
+// Sim is one run. Not safe for concurrent use.
+type Sim struct {
+	cfg   Config
+	rng   *rand.Rand
+	now   uint64
+	seq   uint64
+	nodes []*node
+	queue []message
+	// cut[a][b]: messages from a to b are lost (a partition, possibly one-way).
+	cut map[[2]uint64]bool
+
+	// What the invariants remember.
+	leaders   map[uint64]uint64   // term -> the one leader
+	committed map[uint64][32]byte // index -> entry hash, first seen applied
+	states    map[uint64][32]byte // index -> state hash after applying it
+	Stats     Stats
+}
+
+// Stats summarises a run.
+type Stats struct {
+	Proposals, Applied, Elections, Crashes, Partitions, Dropped uint64
+	MaxIndex                                                    uint64
+}
+
+// New builds a simulation; Run executes it.
+func New(cfg Config) *Sim {
+	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), cut: map[[2]uint64]bool{},
+		leaders: map[uint64]uint64{}, committed: map[uint64][32]byte{}, states: map[uint64][32]byte{}}
+	for i := 1; i <= cfg.Nodes; i++ {
+		s.nodes = append(s.nodes, &node{id: uint64(i)})
+	}
+	for _, n := range s.nodes {
+		s.start(n, true)
+	}
+	return s
+}
+
+func (s *Sim) peers() []raft.Peer {
+	var ps []raft.Peer
+	for _, n := range s.nodes {
+		ps = append(ps, raft.Peer{ID: n.id})
+	}
+	return ps
+}
+
+// start (re)starts n from its disk: memory is what was persisted, nothing
+// more; the state machines are rebuilt by re-applying the committed log.
+func (s *Sim) start(n *node, fresh bool) {
+	n.mem = raft.NewMemoryStorage()
+	if n.disk.hs != nil {
+		n.mem.SetHardState(n.disk.hs)
+	}
+	n.mem.Append(n.disk.ents)
+	rn, err := raft.NewRawNode(&raft.Config{ID: n.id, ElectionTick: 1 << 20, HeartbeatTick: 1, Storage: n.mem,
+		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, PreVote: true, Logger: quiet{}})
+	if err != nil {
+		panic(fmt.Sprintf("seed %d: restart node %d: %v", s.cfg.Seed, n.id, err))
+	}
+	if fresh {
+		if err := rn.Bootstrap(s.peers()); err != nil {
+			panic(err)
+		}
+	}
+	n.rn, n.up, n.tree, n.coord, n.applied, n.tokens = rn, true, tree.New(), coord.New(), 0, map[string]uint64{}
+	n.heardAt, n.timeout = s.now, s.electionTimeout()
+}
+
+func (s *Sim) electionTimeout() uint64 {
+	return uint64(electionMinMs + s.rng.IntN(electionRangeMs))
+}
+
+// Run executes the faults-and-load phase, then heals everything and checks
+// that the group converges. It returns the first invariant violation.
+func (s *Sim) Run() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("seed %d at %d ms: panic: %v", s.cfg.Seed, s.now, p)
+		}
+	}()
+	for s.now < uint64(s.cfg.Steps) {
+		if s.cfg.FaultEvery > 0 && s.now%uint64(s.cfg.FaultEvery) == 0 && s.now > 0 {
+			s.fault()
+		}
+		if s.rng.IntN(s.cfg.ProposeEvery) == 0 {
+			s.propose()
+		}
+		if err := s.step(); err != nil {
+			return err
+		}
+	}
+	// Quiet: heal, restart everyone, no drops, and wait for convergence.
+	s.cut = map[[2]uint64]bool{}
+	for _, n := range s.nodes {
+		if !n.up {
+			s.start(n, false)
+		}
+	}
+	drop, dup := s.cfg.DropRate, s.cfg.DupRate
+	s.cfg.DropRate, s.cfg.DupRate = 0, 0
+	defer func() { s.cfg.DropRate, s.cfg.DupRate = drop, dup }()
+	before := s.Stats.MaxIndex
+	for end := s.now + quietMs; s.now < end; {
+		if s.now%50 == 0 && end-s.now > quietMs/2 {
+			s.propose() // the healed group must commit new work, then settle
+		}
+		if err := s.step(); err != nil {
+			return err
+		}
+	}
+	if s.Stats.MaxIndex <= before {
+		return fmt.Errorf("seed %d: nothing committed in %d ms after healing (index %d)", s.cfg.Seed, quietMs, before)
+	}
+	return s.converged()
+}
+
+// step advances the clock by 1 ms.
+func (s *Sim) step() error {
+	s.now++
+	// Deliver what is due, in (time, send order).
+	sort.Slice(s.queue, func(i, j int) bool {
+		if s.queue[i].at != s.queue[j].at {
+			return s.queue[i].at < s.queue[j].at
+		}
+		return s.queue[i].seq < s.queue[j].seq
+	})
+	k := 0
+	for k < len(s.queue) && s.queue[k].at <= s.now {
+		k++
+	}
+	due := s.queue[:k]
+	s.queue = append([]message(nil), s.queue[k:]...)
+	for _, msg := range due {
+		to := s.nodes[msg.m.GetTo()-1]
+		if !to.up || s.cut[[2]uint64{msg.m.GetFrom(), msg.m.GetTo()}] {
+			s.Stats.Dropped++
+			continue
+		}
+		switch msg.m.GetType() {
+		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
+			to.heardAt = s.now
+		}
+		_ = to.rn.Step(msg.m) // stale or unexpected messages are refused by raft
+	}
+	for _, n := range s.nodes {
+		if !n.up {
+			continue
+		}
+		if s.now%tickMs == 0 {
+			n.rn.Tick()
+		}
+		st := n.rn.BasicStatus()
+		if st.RaftState != raft.StateLeader && s.now-n.heardAt > n.timeout {
+			n.heardAt, n.timeout = s.now, s.electionTimeout()
+			s.Stats.Elections++
+			_ = n.rn.Campaign()
+		}
+		if err := s.ready(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ready handles a node's Ready the way internal/replica does: persist,
+// then send, then apply.
+func (s *Sim) ready(n *node) error {
+	for n.rn.HasReady() {
+		rd := n.rn.Ready()
+		if rd.SoftState != nil && rd.SoftState.RaftState == raft.StateLeader {
+			term := n.rn.BasicStatus().GetTerm()
+			if l, ok := s.leaders[term]; ok && l != n.id {
+				return fmt.Errorf("seed %d at %d ms: two leaders in term %d: %d and %d", s.cfg.Seed, s.now, term, l, n.id)
+			}
+			s.leaders[term] = n.id
+		}
+		if rd.HardState != nil {
+			n.disk.hs = proto.Clone(rd.HardState).(*pb.HardState)
+			n.mem.SetHardState(rd.HardState)
+		}
+		if len(rd.Entries) > 0 {
+			first := rd.Entries[0].GetIndex()
+			kept := n.disk.ents[:0:0]
+			for _, e := range n.disk.ents {
+				if e.GetIndex() < first {
+					kept = append(kept, e)
+				}
+			}
+			for _, e := range rd.Entries {
+				kept = append(kept, proto.Clone(e).(*pb.Entry))
+			}
+			n.disk.ents = kept
+			n.mem.Append(rd.Entries)
+		}
+		for _, m := range rd.Messages {
+			s.send(m)
+		}
+		for _, e := range rd.CommittedEntries {
+			if err := s.apply(n, e); err != nil {
+				return err
+			}
+		}
+		n.rn.Advance(rd)
+	}
+	return nil
+}
+
+func (s *Sim) send(m *pb.Message) {
+	if s.rng.Float64() < s.cfg.DropRate {
+		s.Stats.Dropped++
+		return
+	}
+	copies := 1
+	if s.rng.Float64() < s.cfg.DupRate {
+		copies = 2
+	}
+	for i := 0; i < copies; i++ {
+		s.seq++
+		delay := uint64(s.cfg.MinDelay + s.rng.IntN(s.cfg.MaxDelay-s.cfg.MinDelay+1))
+		s.queue = append(s.queue, message{at: s.now + delay, seq: s.seq, m: proto.Clone(m).(*pb.Message)})
+	}
+}
+
+// apply applies one committed entry and checks the invariants that concern it.
+func (s *Sim) apply(n *node, e *pb.Entry) error {
+	idx := e.GetIndex()
+	if idx != n.applied+1 {
+		return fmt.Errorf("seed %d: node %d applied %d after %d", s.cfg.Seed, n.id, idx, n.applied)
+	}
+	h := sha256.Sum256(append(fmt.Appendf(nil, "%d/%d/", e.GetTerm(), e.GetType()), e.GetData()...))
+	if prev, ok := s.committed[idx]; ok && prev != h {
+		return fmt.Errorf("seed %d at %d ms: node %d committed a different entry at index %d", s.cfg.Seed, s.now, n.id, idx)
+	}
+	s.committed[idx] = h
+	switch e.GetType() {
+	case pb.EntryConfChange:
+		var cc pb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return err
+		}
+		n.rn.ApplyConfChange(&cc)
+	case pb.EntryNormal:
+		if d := e.GetData(); len(d) > 0 {
+			if d[0] == coord.Tag {
+				c, err := coord.Decode(d)
+				if err != nil {
+					return fmt.Errorf("seed %d: undecodable coord entry %d: %v", s.cfg.Seed, idx, err)
+				}
+				_, grants, _ := n.coord.Apply(idx, c, func(int64) bool { return true })
+				for _, g := range grants { // every new grant, immediate or handed off
+					if g.Token <= n.tokens[g.Lock] {
+						return fmt.Errorf("seed %d at %d ms: node %d granted %s token %d after %d", s.cfg.Seed, s.now, n.id, g.Lock, g.Token, n.tokens[g.Lock])
+					}
+					n.tokens[g.Lock] = g.Token
+				}
+				if info, ok := n.coord.Get(c.Lock); ok && info.Permits <= 1 {
+					excl := 0
+					for _, hd := range info.Holders {
+						if hd.Mode == coord.Exclusive {
+							excl++
+						}
+					}
+					if excl > 1 || (excl == 1 && len(info.Holders) > 1) {
+						return fmt.Errorf("seed %d at %d ms: lock %s has holders %v on node %d", s.cfg.Seed, s.now, c.Lock, info.Holders, n.id)
+					}
+				}
+			} else {
+				cmd, err := tree.DecodeCommand(d)
+				if err != nil {
+					return fmt.Errorf("seed %d: undecodable tree entry %d: %v", s.cfg.Seed, idx, err)
+				}
+				n.tree.Apply(idx, cmd)
+			}
+		}
+	}
+	n.applied = idx
+	s.Stats.Applied++
+	s.Stats.MaxIndex = max(s.Stats.MaxIndex, idx)
+	sh := s.stateHash(n)
+	if prev, ok := s.states[idx]; ok && prev != sh {
+		return fmt.Errorf("seed %d at %d ms: node %d's state after index %d differs from another node's", s.cfg.Seed, s.now, n.id, idx)
+	}
+	s.states[idx] = sh
+	return nil
+}
+
+func (s *Sim) stateHash(n *node) [32]byte {
+	var b bytes.Buffer
+	if err := n.tree.Snapshot(&b); err != nil {
+		panic(err)
+	}
+	b.Write(n.coord.Snapshot())
+	return sha256.Sum256(b.Bytes())
+}
+
+// propose sends one random client command to a random live node (raft
+// forwards it to the leader, through the simulated network).
+func (s *Sim) propose() {
+	var up []*node
+	for _, n := range s.nodes {
+		if n.up {
+			up = append(up, n)
+		}
+	}
+	if len(up) == 0 {
+		return
+	}
+	n := up[s.rng.IntN(len(up))]
+	var data []byte
+	var err error
+	lock := fmt.Sprintf("lock-%d", s.rng.IntN(3))
+	session := int64(1 + s.rng.IntN(4))
+	switch s.rng.IntN(5) {
+	case 0:
+		data, err = tree.EncodeCommand(&tree.Command{TimeMs: int64(s.now), Op: tree.Op{Type: tree.OpCreate,
+			Path: fmt.Sprintf("/n%d", s.rng.IntN(50)), Data: []byte("x"), ACL: tree.OpenACL}})
+	case 1:
+		data, err = tree.EncodeCommand(&tree.Command{TimeMs: int64(s.now), Op: tree.Op{Type: tree.OpSetData,
+			Path: fmt.Sprintf("/n%d", s.rng.IntN(50)), Data: fmt.Appendf(nil, "v%d", s.now), Version: -1}})
+	case 2, 3:
+		data, err = coord.Encode(&coord.Command{Op: coord.OpAcquire, Lock: lock, Session: session, Wait: true, TimeMs: int64(s.now)})
+	default:
+		data, err = coord.Encode(&coord.Command{Op: coord.OpRelease, Lock: lock, Session: session, TimeMs: int64(s.now)})
+	}
+	if err != nil {
+		panic(err)
+	}
+	s.Stats.Proposals++
+	_ = n.rn.Propose(data) // dropped when no leader is known: the client would retry
+}
+
+// fault picks one fault or repair.
+func (s *Sim) fault() {
+	n := s.nodes[s.rng.IntN(len(s.nodes))]
+	switch s.rng.IntN(6) {
+	case 0: // crash: memory is lost, the disk survives
+		if n.up {
+			n.up = false
+			s.Stats.Crashes++
+		}
+	case 1: // restart
+		if !n.up {
+			s.start(n, false)
+		}
+	case 2: // isolate n both ways
+		for _, o := range s.nodes {
+			if o != n {
+				s.cut[[2]uint64{n.id, o.id}], s.cut[[2]uint64{o.id, n.id}] = true, true
+			}
+		}
+		s.Stats.Partitions++
+	case 3: // one-way: n hears nobody but is heard
+		for _, o := range s.nodes {
+			if o != n {
+				s.cut[[2]uint64{o.id, n.id}] = true
+			}
+		}
+		s.Stats.Partitions++
+	default: // heal
+		s.cut = map[[2]uint64]bool{}
+	}
+}
+
+// converged checks the end state: one leader, every node at the same
+// applied index with the same state, and the final proposal committed.
+func (s *Sim) converged() error {
+	var idx uint64
+	leaders := 0
+	for _, n := range s.nodes {
+		if n.rn.BasicStatus().RaftState == raft.StateLeader {
+			leaders++
+		}
+		if idx == 0 {
+			idx = n.applied
+		} else if n.applied != idx {
+			return fmt.Errorf("seed %d: after %d quiet ms node %d applied %d, node 1 %d", s.cfg.Seed, quietMs, n.id, n.applied, idx)
+		}
+	}
+	if leaders != 1 {
+		return fmt.Errorf("seed %d: %d leaders after %d quiet ms", s.cfg.Seed, leaders, quietMs)
+	}
+	return nil
+}
+
+type quiet struct{}
+
+func (quiet) Debug(...any)            {}
+func (quiet) Debugf(string, ...any)   {}
+func (quiet) Error(...any)            {}
+func (quiet) Errorf(string, ...any)   {}
+func (quiet) Info(...any)             {}
+func (quiet) Infof(string, ...any)    {}
+func (quiet) Warning(...any)          {}
+func (quiet) Warningf(string, ...any) {}
+func (quiet) Fatal(v ...any)          { panic(fmt.Sprint(v...)) }
+func (quiet) Fatalf(f string, v ...any) {
+	panic(fmt.Sprintf(f, v...))
+}
+func (quiet) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (quiet) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
