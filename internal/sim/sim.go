@@ -71,17 +71,17 @@ type disk struct {
 }
 
 type node struct {
-	id       uint64
-	up       bool
-	rn       *raft.RawNode
-	mem      *raft.MemoryStorage
-	disk     disk
-	tree     *tree.Tree
-	coord    *coord.State
-	applied  uint64
-	heardAt  uint64 // last message from a leader (or own campaign)
-	timeout  uint64 // this node's current election timeout
-	tokens   map[string]uint64 // lock -> last grant token applied here (rebuilt on restart)
+	id      uint64
+	up      bool
+	rn      *raft.RawNode
+	mem     *raft.MemoryStorage
+	disk    disk
+	tree    *tree.Tree
+	coord   *coord.State
+	applied uint64
+	heardAt uint64            // last message from a leader (or own campaign)
+	timeout uint64            // this node's current election timeout
+	tokens  map[string]uint64 // lock -> last grant token applied here (rebuilt on restart)
 }
 
 // Sim is one run. Not safe for concurrent use.
