@@ -64,9 +64,34 @@ func (s *Server) member(id uint64) (Member, bool) {
 
 // changeMembers applies changes (see replica.ChangeMembers) within the
 // request timeout.
+//
+// A change that removes or demotes the leader first moves leadership to a
+// voter that stays (the lowest id), so the group is not left to notice the
+// leader's departure by election timeout.
 func (s *Server) changeMembers(ctx context.Context, changes []replica.MemberChange) error {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
+	if lead := s.rep.Leader(); lead != 0 {
+		leaving := map[uint64]bool{}
+		for _, c := range changes {
+			if c.Type != replica.AddVoter {
+				leaving[c.Peer.ID] = true
+			}
+		}
+		if leaving[lead] {
+			for _, m := range s.members() {
+				if m.Role != "learner" && !leaving[m.ID] {
+					if err := s.rep.TransferLeadership(ctx, m.ID); err != nil {
+						if errors.Is(err, context.DeadlineExceeded) {
+							err = errs.ErrTimeout
+						}
+						return err
+					}
+					break
+				}
+			}
+		}
+	}
 	err := s.rep.ChangeMembers(ctx, changes)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = errs.ErrTimeout

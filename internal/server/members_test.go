@@ -85,8 +85,8 @@ func TestMemberChanges(t *testing.T) {
 		t.Fatalf("read on the new member: %q %v", data, err)
 	}
 
-	// Promote, move leadership there, demote it again (a leader is demoted
-	// by stepping down first: raft hands leadership to a voter).
+	// Promote, move leadership there, demote it again while it leads: the
+	// server moves leadership to a staying voter first.
 	if _, err := cl.ChangeMembers(ctx(t), &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_VOTER, Member: &pb.Member{Id: 4}}); err != nil {
 		t.Fatalf("promote: %v", err)
 	}
@@ -96,13 +96,16 @@ func TestMemberChanges(t *testing.T) {
 	if _, _, err := far.Create(ctx(t), "/after-promote", nil, client.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.TransferLeader(ctx(t), 1); err != nil {
-		t.Fatal(err)
+	if l := tc.servers[3].Replica().Leader(); l != 4 {
+		t.Fatalf("leader %d before the demotion, want 4", l)
 	}
 	if _, err := cl.ChangeMembers(ctx(t), &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_LEARNER, Member: &pb.Member{Id: 4}}); err != nil {
-		t.Fatalf("demote: %v", err)
+		t.Fatalf("demote the leader: %v", err)
 	}
 	waitUntil(t, "demotion", func() bool { return memberIDs(tc.servers[0]) == want })
+	if l := tc.servers[0].Replica().Leader(); l == 4 || l == 0 {
+		t.Fatalf("leader %d after demoting the leader", l)
+	}
 
 	// Refused: a new member without a usable peer address, removing a
 	// non-member, removing every voter.
