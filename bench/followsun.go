@@ -22,7 +22,8 @@ type FollowSunParams struct {
 
 // RunFollowSun runs on a Meridian cluster (native API). Each shifted phase
 // yields two series: writes before the leader reached the loaded region and
-// writes after; the balanced phase one series with its leader changes.
+// writes after (and the same for one client's lock acquires); the balanced
+// phase one series with its leader changes.
 func RunFollowSun(c *Cluster, t *Topology, f Flavor, p FollowSunParams, progress func(string)) []Result {
 	var regions []string // client regions that have a voter
 	for _, r := range clientRegions(t) {
@@ -38,6 +39,7 @@ func RunFollowSun(c *Cluster, t *Topology, f Flavor, p FollowSunParams, progress
 	for i, loaded := range phases {
 		balanced := len(loaded) > 1
 		before, after := newHist(), newHist()
+		lockBefore, lockAfter := newHist(), newHist()
 		var mu sync.Mutex
 		var converged time.Duration = -1
 		changes, last := 0, c.Leader()
@@ -86,6 +88,51 @@ func RunFollowSun(c *Cluster, t *Topology, f Flavor, p FollowSunParams, progress
 				}
 			}()
 		}
+		// One client in the loaded region takes and releases a lock in a
+		// loop: acquire latency before and after the leader arrives.
+		if !balanced && f.lock != nil {
+			if lk, err := f.lock(c, loaded[0], t.NearestServer(loaded[0])); err == nil {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer lk.Close()
+					name := fmt.Sprintf("sun-lock-%d-%d", i, time.Now().UnixNano())
+					for {
+						select {
+						case <-done:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						s := time.Now()
+						release, err := lk.Lock(ctx, name)
+						el := time.Since(s)
+						cancel()
+						mu.Lock()
+						if err != nil {
+							errors++
+						} else if converged < 0 {
+							lockBefore.RecordValue(el.Microseconds())
+						} else {
+							lockAfter.RecordValue(el.Microseconds())
+						}
+						mu.Unlock()
+						if err == nil {
+							time.Sleep(2 * time.Millisecond)
+							if release() != nil {
+								mu.Lock()
+								errors++
+								mu.Unlock()
+							}
+						}
+					}
+				}()
+			} else {
+				mu.Lock()
+				errors++
+				mu.Unlock()
+			}
+		}
 		for time.Since(start) < p.Phase {
 			time.Sleep(200 * time.Millisecond)
 			l := c.Leader()
@@ -110,7 +157,7 @@ func RunFollowSun(c *Cluster, t *Topology, f Flavor, p FollowSunParams, progress
 				Hist: h, Leader: leaderRegion(c, t), Errors: errors}
 			res.Summary = summarize(h)
 			out = append(out, res)
-			progress(fmt.Sprintf("followsun %s %s: writes avg %.1f ms p99 %.1f ms (%d)", t.Name, res.Flavor, res.Summary.Avg, res.Summary.P99, res.Summary.Count))
+			progress(fmt.Sprintf("followsun %s %s: avg %.1f ms p99 %.1f ms (%d)", t.Name, res.Flavor, res.Summary.Avg, res.Summary.P99, res.Summary.Count))
 		}
 		switch {
 		case balanced:
@@ -120,6 +167,8 @@ func RunFollowSun(c *Cluster, t *Topology, f Flavor, p FollowSunParams, progress
 		default:
 			add(before, fmt.Sprintf(": before the leader arrived (%.1f s)", converged.Seconds()))
 			add(after, ": after")
+			add(lockBefore, ": lock acquire, before the leader arrived")
+			add(lockAfter, ": lock acquire, after")
 		}
 	}
 	return out
