@@ -47,11 +47,46 @@ func RunFollowSun(c *Cluster, t *Topology, f Flavor, p FollowSunParams, progress
 		done := make(chan struct{})
 		var wg sync.WaitGroup
 		errors := 0
+		fail := func() {
+			mu.Lock()
+			errors++
+			mu.Unlock()
+		}
+		// loop repeats op until the phase ends, timing each call into early
+		// (before the leader reached the loaded region) or late; then, if
+		// op returns one, runs an untimed follow-up (a hold and release).
+		loop := func(early, late *hdrhistogram.Histogram, op func(context.Context) (func(), error)) {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				s := time.Now()
+				then, err := op(ctx)
+				el := time.Since(s)
+				cancel()
+				mu.Lock()
+				switch {
+				case err != nil:
+					errors++
+				case converged < 0:
+					early.RecordValue(el.Microseconds())
+				default:
+					late.RecordValue(el.Microseconds())
+				}
+				mu.Unlock()
+				if err == nil && then != nil {
+					then()
+				}
+			}
+		}
 		for w := 0; w < p.Writers*len(loaded); w++ {
 			r := loaded[w%len(loaded)]
 			kv, err := f.kv(c, r, t.NearestServer(r))
 			if err != nil {
-				errors++
+				fail()
 				continue
 			}
 			wg.Add(1)
@@ -60,32 +95,12 @@ func RunFollowSun(c *Cluster, t *Topology, f Flavor, p FollowSunParams, progress
 				defer kv.Close()
 				key := fmt.Sprintf("/sun-%d-%d-%d", i, w, time.Now().UnixNano())
 				if kv.Create(context.Background(), key, nil) != nil {
-					mu.Lock()
-					errors++
-					mu.Unlock()
+					fail()
 					return
 				}
-				for {
-					select {
-					case <-done:
-						return
-					default:
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					s := time.Now()
-					err := kv.Put(ctx, key, make([]byte, 100))
-					el := time.Since(s)
-					cancel()
-					mu.Lock()
-					if err != nil {
-						errors++
-					} else if converged < 0 {
-						before.RecordValue(el.Microseconds())
-					} else {
-						after.RecordValue(el.Microseconds())
-					}
-					mu.Unlock()
-				}
+				loop(before, after, func(ctx context.Context) (func(), error) {
+					return nil, kv.Put(ctx, key, make([]byte, 100))
+				})
 			}()
 		}
 		// One client in the loaded region takes and releases a lock in a
@@ -97,40 +112,18 @@ func RunFollowSun(c *Cluster, t *Topology, f Flavor, p FollowSunParams, progress
 					defer wg.Done()
 					defer lk.Close()
 					name := fmt.Sprintf("sun-lock-%d-%d", i, time.Now().UnixNano())
-					for {
-						select {
-						case <-done:
-							return
-						default:
-						}
-						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-						s := time.Now()
+					loop(lockBefore, lockAfter, func(ctx context.Context) (func(), error) {
 						release, err := lk.Lock(ctx, name)
-						el := time.Since(s)
-						cancel()
-						mu.Lock()
-						if err != nil {
-							errors++
-						} else if converged < 0 {
-							lockBefore.RecordValue(el.Microseconds())
-						} else {
-							lockAfter.RecordValue(el.Microseconds())
-						}
-						mu.Unlock()
-						if err == nil {
+						return func() {
 							time.Sleep(2 * time.Millisecond)
 							if release() != nil {
-								mu.Lock()
-								errors++
-								mu.Unlock()
+								fail()
 							}
-						}
-					}
+						}, err
+					})
 				}()
 			} else {
-				mu.Lock()
-				errors++
-				mu.Unlock()
+				fail()
 			}
 		}
 		for time.Since(start) < p.Phase {
