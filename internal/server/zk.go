@@ -296,7 +296,13 @@ func (c *zkConn) readLoop() {
 	if head, err := r.Peek(4); err == nil && isFourLetterWord(string(head)) {
 		r.Discard(4)
 		c.fourLetter.Store(true)
-		c.enqueue([]byte(c.s.fourLetterWord(string(head))))
+		reply := c.s.fourLetterWord(string(head)) // counts this connection, as ZooKeeper's does
+		// Unregister before the reply can be sent: a client that reads the
+		// reply to EOF and asks again must not see this connection counted.
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+		c.enqueue([]byte(reply))
 		return
 	}
 	pkt, err := zk.ReadFrame(r, 0)
