@@ -303,3 +303,29 @@ func (e *Env) LinkInNetns(i int, rtt time.Duration, target, listen string) error
 func setns(fd int) error { return unix.Setns(fd, unix.CLONE_NEWNET) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// MeasureFsync returns the median time of n appends of 4 KiB to a file in
+// dir, each followed by fdatasync: what one durable log write costs on this
+// disk (Meridian, ZooKeeper and etcd all sync their logs per batch).
+func MeasureFsync(dir string, n int) (time.Duration, error) {
+	f, err := os.CreateTemp(dir, "fsync-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 4096)
+	var ts []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			return 0, err
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return 0, err
+		}
+		ts = append(ts, time.Since(start))
+	}
+	slices.Sort(ts)
+	return ts[len(ts)/2], nil
+}

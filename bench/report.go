@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -24,6 +25,13 @@ type Report struct {
 	Notes    map[string]string // per system: durability and emulation settings
 	Results  []Result
 	Failures []string // systems or workloads that could not run, and why
+	// Fsync is the median time of a small write and fdatasync in the run
+	// directory (for the followsun floor), 0 if not measured.
+	Fsync time.Duration `json:",omitempty"`
+	// Topologies run, by name.
+	Topologies map[string]*Topology `json:",omitempty"`
+	// Probes: Meridian's measured round-trip matrix per topology.
+	Probes map[string][]ProbeRow `json:",omitempty"`
 }
 
 // WriteJSON writes the report with every series' full histogram
@@ -117,6 +125,12 @@ func (r *Report) Markdown(plotDir string) string {
 				fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P90), fmtMs(s.P99), fmtMs(s.P999), fmtMs(s.Max), s.Count, res.Errors, res.Leader)
 		}
 		b.WriteString("\n")
+		if g.workload == "followsun" {
+			r.followSunTargets(&b, g)
+			if rows := r.Probes[g.topology]; len(rows) > 0 {
+				probeMarkdown(&b, g.topology, rows)
+			}
+		}
 	}
 	if len(r.Failures) > 0 {
 		b.WriteString("Could not run:\n\n")
@@ -266,3 +280,48 @@ func LoadReport(path string) (*Report, error) {
 	}
 	return &r, nil
 }
+
+// followSunTargets writes issue 7's target check for one topology: for each
+// shifted phase, Meridian's lock acquire after the leader arrived against
+// the physical floor (within 1.1×) and against ZooKeeper's recipe from the
+// same region with ZooKeeper's leader in the farthest region (3× faster).
+func (r *Report) followSunTargets(b *strings.Builder, g group) {
+	var zk []Result
+	for _, res := range g.results {
+		if res.Series == "fixed-lock" {
+			zk = append(zk, res)
+		}
+	}
+	header := false
+	for _, res := range g.results {
+		if res.Series != "lock-after" || res.Summary.Count == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(b, "Targets (issue 7), topology %s: floor = client↔server + round trip to the nearest other voter (both p50 through the emulated links, above) + one fsync (p50 %s ms, measured in the run directory).\n\n", g.topology, fmtMs(ms(r.Fsync)))
+			b.WriteString("| phase | leader arrived after | Meridian lock acquire avg (p99) | floor | Meridian / floor | ZooKeeper recipe avg (p99), its leader | ZooKeeper / Meridian |\n|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		floor, ok := followSunFloor(r.topology(g.topology), r.Links[g.topology], res.Region, r.Fsync)
+		fl, ratio := "—", "—"
+		if ok && r.Fsync > 0 {
+			fl, ratio = fmtMs(ms(floor)), fmt.Sprintf("%.2f×", res.Summary.Avg/ms(floor))
+		}
+		zkCell, zkRatio := "not run", "—"
+		for _, z := range zk {
+			if z.Region == res.Region && z.Summary.Count > 0 {
+				zkCell = fmt.Sprintf("%s (%s), leader %s", fmtMs(z.Summary.Avg), fmtMs(z.Summary.P99), z.Leader)
+				zkRatio = fmt.Sprintf("%.1f×", z.Summary.Avg/res.Summary.Avg)
+			}
+		}
+		phase, _, _ := strings.Cut(strings.TrimPrefix(res.Flavor, "Meridian (native), "), ": ")
+		fmt.Fprintf(b, "| %s | %.1f s | %s (%s) | %s | %s | %s | %s |\n", phase, res.ConvergedSec,
+			fmtMs(res.Summary.Avg), fmtMs(res.Summary.P99), fl, ratio, zkCell, zkRatio)
+	}
+	if header {
+		b.WriteString("\n")
+	}
+}
+
+// topology returns a topology the run used, by name (nil: not recorded).
+func (r *Report) topology(name string) *Topology { return r.Topologies[name] }

@@ -28,6 +28,7 @@ type Cluster struct {
 	ZK     map[string][]string // ZooKeeper protocol (Meridian and ZooKeeper)
 	Etcd   map[string][]string
 	Redis  map[string]string // one server: single-instance Redlock
+	GRPC   []string          // Meridian: each server's own gRPC address (no emulated link), for operator calls
 	// Leader returns the index of the leading server (-1: unknown).
 	Leader func() int
 	// Notes describes the durability and emulation settings.
@@ -108,6 +109,8 @@ func StartMeridian(e *Env, bin string, preferLeader uint64) (*Cluster, error) {
 // MeridianOptions shapes a Meridian cluster beyond the topology.
 type MeridianOptions struct {
 	PreferLeader uint64 // 1-based, 0: none
+	// PlacementPolicy is placement_policy ("": the default, center of gravity).
+	PlacementPolicy string
 	// LearnerRegion adds a fourth server there, a non-voting replica
 	// (learner): Native[r][3] and ZK[r][3] reach it.
 	LearnerRegion string
@@ -147,7 +150,7 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 		}
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(e.Dir, fmt.Sprint(i+1)), Members: members,
 			ListenPeer: real[i].Peer, PreferLeader: o.PreferLeader, Placement: "auto",
-			PlacementMinIntervalMs: 5000, MaxTickMs: 1000}
+			PlacementMinIntervalMs: 5000, MaxTickMs: 1000, PlacementPolicy: o.PlacementPolicy}
 		path := filepath.Join(e.Dir, fmt.Sprintf("meridian%d.yaml", i+1))
 		if err := cfg.WriteFile(path); err != nil {
 			return nil, err
@@ -175,7 +178,13 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 		return nil, fmt.Errorf("meridian: %w (logs in %s)", err, e.Dir)
 	}
 	c.Leader = leaderBySrvr(direct[:3])
+	for i := 0; i < 3; i++ {
+		c.GRPC = append(c.GRPC, real[i].GRPC)
+	}
 	c.Notes = "fsync on (one synced Pebble batch per raft Ready); placement: auto with a 5 s minimum interval between moves (default 30 s) so the 10 s warm-up lets the leader settle where the workload is; raft tick from measured round trips (max_tick_ms 1000)"
+	if o.PlacementPolicy != "" {
+		c.Notes += "; placement_policy " + o.PlacementPolicy
+	}
 	return c, nil
 }
 
@@ -185,7 +194,20 @@ const ZooKeeperJar = "/usr/share/java/zookeeper.jar"
 // StartZooKeeper starts 3 ZooKeeper 3.8 servers with fsync on (its
 // default forceSync=yes); each server's zoo.cfg names its own per-pair
 // links for the other servers' quorum and election ports.
-func StartZooKeeper(e *Env) (*Cluster, error) {
+func StartZooKeeper(e *Env) (*Cluster, error) { return StartZooKeeperWith(e, ZKOptions{}) }
+
+// ZKOptions shapes a ZooKeeper cluster beyond the topology.
+type ZKOptions struct {
+	// LeaderRegion puts ZooKeeper's first leader in this server region:
+	// that server gets the highest myid and starts first, so fast leader
+	// election (which prefers the highest server id among equal logs) picks
+	// it. ZooKeeper has no leader priority or transfer; this is how an
+	// operator would have to arrange it. "": myids in order, started together.
+	LeaderRegion string
+}
+
+// StartZooKeeperWith starts 3 ZooKeeper servers as StartZooKeeper does.
+func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 	if _, err := os.Stat(ZooKeeperJar); err != nil {
 		return nil, fmt.Errorf("ZooKeeper is not installed: run make bench-deps")
 	}
@@ -195,11 +217,23 @@ func StartZooKeeper(e *Env) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{System: "zookeeper", ZK: map[string][]string{}}
-	var direct []string
-	for i := 0; i < 3; i++ {
+	sid := []int{1, 2, 3}
+	order := []int{0, 1, 2}
+	if o.LeaderRegion != "" {
+		first := slices.Index(t.Servers, o.LeaderRegion)
+		if first < 0 {
+			return nil, fmt.Errorf("zookeeper: no server in region %q", o.LeaderRegion)
+		}
+		order = append([]int{first}, slices.DeleteFunc(order, func(i int) bool { return i == first })...)
+		for rank, i := range order {
+			sid[i] = 3 - rank
+		}
+	}
+	direct := make([]string, 3)
+	for _, i := range order {
 		data := filepath.Join(e.Dir, fmt.Sprint(i+1))
 		os.MkdirAll(data, 0o755)
-		os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprint(i+1)), 0o644)
+		os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprint(sid[i])), 0o644)
 		var lines []string
 		for j := 0; j < 3; j++ {
 			quorum, election := fmt.Sprintf("127.0.0.1:%d", p[3*j]), fmt.Sprintf("127.0.0.1:%d", p[3*j+1])
@@ -212,7 +246,7 @@ func StartZooKeeper(e *Env) (*Cluster, error) {
 				}
 			}
 			// One host for both ports: every link listens on 127.0.0.1.
-			lines = append(lines, fmt.Sprintf("server.%d=%s:%s", j+1, quorum, election[strings.LastIndex(election, ":")+1:]))
+			lines = append(lines, fmt.Sprintf("server.%d=%s:%s", sid[j], quorum, election[strings.LastIndex(election, ":")+1:]))
 		}
 		cfg := fmt.Sprintf("tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
 			"admin.enableServer=false\n4lw.commands.whitelist=*\nmaxClientCnxns=0\n%s\n", data, p[3*i+2], strings.Join(lines, "\n"))
@@ -223,7 +257,14 @@ func StartZooKeeper(e *Env) (*Cluster, error) {
 			"org.apache.zookeeper.server.quorum.QuorumPeerMain", path); err != nil {
 			return nil, err
 		}
-		direct = append(direct, fmt.Sprintf("127.0.0.1:%d", p[3*i+2]))
+		direct[i] = fmt.Sprintf("127.0.0.1:%d", p[3*i+2])
+		if o.LeaderRegion != "" && i == order[0] {
+			// Let the chosen server be looking before the others vote.
+			if err := waitListen(direct[i], 30*time.Second); err != nil {
+				return nil, fmt.Errorf("zookeeper: %w (logs in %s)", err, e.Dir)
+			}
+			time.Sleep(time.Second)
+		}
 	}
 	for _, r := range clientRegions(t) {
 		for i := 0; i < 3; i++ {
@@ -239,7 +280,29 @@ func StartZooKeeper(e *Env) (*Cluster, error) {
 	}
 	c.Leader = leaderBySrvr(direct)
 	c.Notes = "fsync on (forceSync=yes, the default)"
+	if o.LeaderRegion != "" {
+		c.Notes += "; first leader placed in " + o.LeaderRegion + " (highest myid, started first)"
+		if l := c.Leader(); l < 0 || t.Servers[l] != o.LeaderRegion {
+			return nil, fmt.Errorf("zookeeper: leader is server %d, not the one in %s (logs in %s)", l+1, o.LeaderRegion, e.Dir)
+		}
+	}
 	return c, nil
+}
+
+// waitListen waits until addr accepts connections.
+func waitListen(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not listening after %v: %w", addr, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // StartEtcd starts 3 etcd members (Debian's etcd-server) with fsync on

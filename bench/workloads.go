@@ -26,6 +26,12 @@ type Result struct {
 	// Raw is the full histogram: [value µs, count] for every non-empty
 	// bucket (HdrHistogram, 3 significant digits).
 	Raw [][2]int64 `json:",omitempty"`
+	// Followsun: the loaded region, which series this is (writes-before,
+	// writes-after, lock-before, lock-after, balanced, fixed-writes,
+	// fixed-lock) and how long the leader took to reach the region.
+	Region       string  `json:",omitempty"`
+	Series       string  `json:",omitempty"`
+	ConvergedSec float64 `json:",omitempty"`
 }
 
 // Summary is a histogram's figures in milliseconds.

@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (seed 003), seed004, throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (seed 003), seed004, throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -33,6 +33,7 @@ func main() {
 	lockIters := flag.Int("lock-iters", 0, "lock acquires per client (default 50; quick 8)")
 	warmup := flag.Duration("warmup", 10*time.Second, "writes from every client region before measuring each system")
 	replot := flag.String("replot", "", "redraw the plots of a results.json into -out, and stop")
+	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
 	if *replot != "" {
 		rep, err := bench.LoadReport(*replot)
@@ -96,7 +97,10 @@ func main() {
 	}
 	start := time.Now()
 	rep := &bench.Report{Machine: machine(), Started: start.UTC().Format("2006-01-02 15:04 UTC"), Mode: mode,
-		Links: map[string][]bench.LinkCheck{}, Notes: map[string]string{}}
+		Links: map[string][]bench.LinkCheck{}, Notes: map[string]string{}, Topologies: map[string]*bench.Topology{}, Probes: map[string][]bench.ProbeRow{}}
+	if rep.Fsync, err = bench.MeasureFsync(tmp, 50); err != nil {
+		fail(fmt.Errorf("measuring fsync: %w", err))
+	}
 	step := 0
 	progress := func(s string) {
 		step++
@@ -112,6 +116,7 @@ func main() {
 			fail(fmt.Errorf("verifying links: %w", err))
 		}
 		rep.Links[topo.Name] = checks
+		rep.Topologies[topo.Name] = topo
 		progress(fmt.Sprintf("topology %s: %d region pairs verified", topo.Name, len(checks)))
 		if slices.Contains(want, "meridian") && slices.Contains(strings.Split(*workloads, ","), "georead") && bench.FarRegion(topo) != "" {
 			env, err := bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1))
@@ -139,9 +144,15 @@ func main() {
 			var c *bench.Cluster
 			switch sys {
 			case "meridian":
-				c, err = bench.StartMeridian(env, *bin, 0)
+				c, err = bench.StartMeridianWith(env, *bin, bench.MeridianOptions{PlacementPolicy: *policy})
 			case "zookeeper":
-				c, err = bench.StartZooKeeper(env)
+				// followsun compares with ZooKeeper's leader as far from
+				// the load as it can be.
+				var o bench.ZKOptions
+				if slices.Contains(strings.Split(*workloads, ","), "followsun") {
+					o.LeaderRegion = bench.FollowSunZKLeader(topo)
+				}
+				c, err = bench.StartZooKeeperWith(env, o)
 			case "etcd":
 				c, err = bench.StartEtcd(env)
 			case "redis":
@@ -185,8 +196,15 @@ func main() {
 						}
 					case "georead": // its own cluster, above
 					case "followsun":
-						if f.Name == "Meridian (native)" {
+						if f.Name == "Meridian (native)" || f.System == "zookeeper" {
 							rep.Results = append(rep.Results, bench.RunFollowSun(c, topo, f, fs, progress)...)
+							if sys == "meridian" {
+								if rows, err := bench.CheckProbes(c, topo); err != nil {
+									rep.Failures = append(rep.Failures, fmt.Sprintf("probe matrix on %s: %v", topo.Name, err))
+								} else {
+									rep.Probes[topo.Name] = rows
+								}
+							}
 						}
 					case "localfirst":
 						if f.Name == "Meridian (native)" {
