@@ -476,6 +476,9 @@ func (r *Replica) setBook(b book) {
 		}
 	}
 	r.lat.SetPeers(ids, vs)
+	if r.cfg.OnConfigChange != nil {
+		r.cfg.OnConfigChange(b.Index)
+	}
 }
 
 // autoPromote (raft loop, every tick), on the leader, promotes one learner

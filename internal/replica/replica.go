@@ -98,6 +98,10 @@ type Config struct {
 	// goroutine, or the caller of SendToLeader on the leader itself). It
 	// should return quickly: raft messages from the same peer queue behind it.
 	OnSideMessage func(from uint64, payload []byte)
+	// OnConfigChange, if set, is called from the raft loop with the index of
+	// the configuration whenever the address book changes (a membership
+	// change applied, a snapshot restored, the bootstrap). It must not block.
+	OnConfigChange func(index uint64)
 	// ProbeInterval is how often a latency probe goes to every peer
 	// (default 200ms; negative: never). LatencyWindow (default 1m) is the
 	// sliding window of Latency's statistics.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +148,15 @@ func TestZKReconfig(t *testing.T) {
 	if err := su.AddAuth("digest", []byte("super:secret")); err != nil {
 		t.Fatal(err)
 	}
+	// getConfig: /zookeeper/config holds the configuration, listed under
+	// /zookeeper, with a data watch the reconfig below fires.
+	cfgData, cfgStat, cfgWatch, err := anon.GetW("/zookeeper/config")
+	if want, idx := tc.servers[0].zkConfig(); err != nil || string(cfgData) != want || cfgStat.Mzxid != int64(idx) {
+		t.Fatalf("getData /zookeeper/config: %q %+v %v, want %q at mzxid %d", cfgData, cfgStat, err, want, idx)
+	}
+	if kids, _, err := anon.Children("/zookeeper"); err != nil || !slices.Contains(kids, "config") {
+		t.Fatalf("children of /zookeeper: %v %v", kids, err)
+	}
 	joining := "server.100=0.0.0.0:41001:41002:observer;0.0.0.0:41003"
 	if _, err := anon.IncrementalReconfig([]string{joining}, nil, -1); !errors.Is(err, gozk.ErrNoAuth) {
 		t.Fatalf("reconfig without super: %v, want no auth", err)
@@ -168,6 +178,17 @@ func TestZKReconfig(t *testing.T) {
 		}
 		return true
 	})
+	select {
+	case ev := <-cfgWatch:
+		if ev.Type != gozk.EventNodeDataChanged || ev.Path != "/zookeeper/config" {
+			t.Fatalf("config watch: %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the config watch did not fire after reconfig")
+	}
+	if data, _, err := anon.Get("/zookeeper/config"); err != nil || !strings.Contains(string(data), joining+"\n") {
+		t.Fatalf("/zookeeper/config after reconfig: %q %v", data, err)
+	}
 	text, version := tc.servers[0].zkConfig()
 	lines := strings.Split(text, "\n")
 	if len(lines) != 5 || lines[4] != fmt.Sprintf("version=%x", version) || !strings.HasPrefix(lines[0], "server.1=127.0.0.1:") ||

@@ -151,6 +151,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Logger:          log.With("component", "raft"),
 		OnLeaderChange:  s.onLeaderChange,
 		OnSideMessage:   s.onSideMessage,
+		OnConfigChange:  s.onConfigChange,
 		ObserveFsync:    func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
 	}, (*stateMachine)(s))
 	if err != nil {

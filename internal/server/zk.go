@@ -591,6 +591,10 @@ func (c *zkConn) serve(pkt []byte) bool {
 			kids = append(kids, tree.ReservedRoot[1:])
 			st.NumChildren++
 		}
+		if path == "/zookeeper" && err == nil {
+			kids = append(kids, zkConfigPath[len("/zookeeper/"):])
+			st.NumChildren++
+		}
 		if hdr.Type == zk.OpGetChildren2 {
 			reply(applied(), err, &zk.GetChildren2Response{Children: kids, Stat: toZKStat(st)})
 		} else {
@@ -850,6 +854,10 @@ func (c *zkConn) serveReservedRead(hdr zk.RequestHeader, req any, reply func(int
 	default:
 		return false
 	}
+	if path == zkConfigPath {
+		c.serveConfigRead(hdr, req, reply)
+		return true
+	}
 	if !tree.Reserved(path) {
 		return false
 	}
@@ -873,6 +881,34 @@ func (c *zkConn) serveReservedRead(hdr zk.RequestHeader, req any, reply func(int
 	}
 	reply(int64(c.s.appliedIndex()), err, body)
 	return true
+}
+
+// serveConfigRead answers reads of /zookeeper/config (what ZooKeeper's
+// getConfig sends: getData on that path) from the membership; exists and
+// getData may leave a data watch, fired by the next membership change.
+func (c *zkConn) serveConfigRead(hdr zk.RequestHeader, req any, reply func(int64, error, zk.Record)) {
+	data, st := c.s.zkConfigNode()
+	watchIt := false
+	var body zk.Record
+	switch r := req.(type) {
+	case *zk.ExistsRequest:
+		watchIt, body = r.Watch, &zk.ExistsResponse{Stat: toZKStat(st)}
+	case *zk.GetDataRequest:
+		watchIt, body = r.Watch, &zk.GetDataResponse{Data: data, Stat: toZKStat(st)}
+	case *zk.GetChildrenRequest:
+		body = &zk.GetChildrenResponse{Children: []string{}}
+	case *zk.GetChildren2Request:
+		body = &zk.GetChildren2Response{Children: []string{}, Stat: toZKStat(st)}
+	case *zk.GetACLRequest:
+		body = &zk.GetACLResponse{ACL: []zk.ACL{{Perms: tree.PermRead, ID: zk.Id{Scheme: "world", ID: "anyone"}}}, Stat: toZKStat(st)}
+	}
+	if watchIt {
+		if err := c.s.watches.Add(c, zkConfigPath, watch.KindData); err != nil {
+			reply(int64(c.s.appliedIndex()), err, nil)
+			return
+		}
+	}
+	reply(int64(c.s.appliedIndex()), nil, body)
 }
 
 // lockView renders the reserved subtree.

@@ -55,6 +55,25 @@ func (s *Server) zkConfig() (string, uint64) {
 	return b.String(), idx
 }
 
+// zkConfigPath is ZooKeeper's dynamic-configuration node: Meridian serves
+// it from the membership (it is not in the tree), with a data watch that
+// fires when the configuration changes.
+const zkConfigPath = "/zookeeper/config"
+
+// onConfigChange (raft loop) tells /zookeeper/config's watchers that the
+// configuration changed, with the change's index as the zxid.
+func (s *Server) onConfigChange(index uint64) {
+	s.watches.Trigger(tree.Event{Type: tree.EventNodeDataChanged, Path: zkConfigPath, Zxid: int64(index)})
+}
+
+// zkConfigNode is /zookeeper/config's data and stat: mzxid is the
+// configuration's index (its version in the data), the version counts
+// nothing (0), the ACL is world-readable.
+func (s *Server) zkConfigNode() ([]byte, tree.Stat) {
+	text, idx := s.zkConfig()
+	return []byte(text), tree.Stat{Mzxid: int64(idx), Czxid: 0, DataLength: int32(len(text))}
+}
+
 // parseZKServers parses comma- or newline-separated server lines.
 func parseZKServers(list string) ([]Member, error) {
 	var out []Member
