@@ -67,6 +67,7 @@ bench-report:
 bench-quick:
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems $(BENCH_SYSTEMS) --topologies topologies/3dc.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian --workloads georead,localfirst,followsun --topologies topologies/5region.yaml
+	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper --workloads followsun --topologies topologies/3region.yaml
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

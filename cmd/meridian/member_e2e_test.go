@@ -114,6 +114,28 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 			t.Fatalf("member 5 not promoted:\n%s", out)
 		}
 	}
+	// Asked through any member (a follower asks the leader again), the
+	// list shows how far every member's log matches the leader's.
+	for _, m := range members[:3] {
+		b, err := exec.Command(binary, "--endpoints", m.GRPC, "--timeout", "20s", "member", "list").CombinedOutput()
+		if err != nil {
+			t.Fatalf("member list via %s: %v\n%s", m.GRPC, err, b)
+		}
+		rows := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] == "ID" || f[0] == "configuration" {
+				continue
+			}
+			rows++
+			if f[len(f)-1] == "0" {
+				t.Fatalf("member list via %s: no MATCH for member %s:\n%s", m.GRPC, f[0], b)
+			}
+		}
+		if rows != 4 {
+			t.Fatalf("member list via %s: %d members:\n%s", m.GRPC, rows, b)
+		}
+	}
 	if _, _, err := c.Create(ctx, "/after", nil, client.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

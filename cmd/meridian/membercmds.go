@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,7 +29,7 @@ itself and the current members), then run "meridian member add".`}
 				if err != nil {
 					return err
 				}
-				return printMembers(r)
+				return printMembers(fromLeader(ctx, r))
 			})
 		},
 	}
@@ -77,6 +78,34 @@ itself and the current members), then run "meridian member add".`}
 		byID("promote", "Make a learner a voter", pb.MemberChangeType_ADD_VOTER),
 		byID("demote", "Make a voter a learner", pb.MemberChangeType_ADD_LEARNER))
 	return m
+}
+
+// fromLeader asks the leader again when r came from another member: only
+// the leader tracks how far each member's log matches (MATCH). If the
+// leader cannot be reached, r stands, with its MATCH column empty (0).
+func fromLeader(ctx context.Context, r *pb.MemberListResponse) *pb.MemberListResponse {
+	h := r.GetHeader()
+	if h.GetLeaderId() == 0 || h.GetLeaderId() == h.GetMemberId() {
+		return r
+	}
+	for _, m := range r.GetMembers() {
+		if m.GetId() != h.GetLeaderId() || m.GetGrpcAddr() == "" {
+			continue
+		}
+		lc, err := client.New(ctx, client.Config{Endpoints: []string{m.GetGrpcAddr()}, RequestTimeout: flagTimeout, SessionTimeout: 10 * time.Second})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "MATCH is known only to the leader (member %d at %s): %v\n", m.GetId(), m.GetGrpcAddr(), err)
+			return r
+		}
+		defer lc.Close()
+		lr, err := lc.Members(ctx)
+		if err != nil || lr.GetHeader().GetMemberId() != lr.GetHeader().GetLeaderId() {
+			fmt.Fprintf(os.Stderr, "MATCH is known only to the leader (member %d at %s): %v\n", m.GetId(), m.GetGrpcAddr(), err)
+			return r
+		}
+		return lr
+	}
+	return r
 }
 
 func change(op *pb.MemberChangeOp) error {
