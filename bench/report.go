@@ -114,17 +114,25 @@ func (r *Report) Markdown(plotDir string) string {
 			b.WriteString("\n")
 			continue
 		}
-		b.WriteString("| system | clients | keys | avg | p50 | p90 | p99 | p99.9 | max | n | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		if g.workload == "locks" {
+			b.WriteString("| system | clients | keys | acquires/s | avg | p50 | p90 | p99 | p99.9 | max | n | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		} else {
+			b.WriteString("| system | clients | keys | avg | p50 | p90 | p99 | p99.9 | max | n | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		}
 		for _, res := range g.results {
-			keys := "—"
+			keys, rate := "—", ""
 			if res.Workload == "locks" {
 				keys = map[bool]string{false: "different", true: "same"}[res.Same]
+				rate = " " + fmtOps(res.OpsPerSec) + " |"
 			}
 			s := res.Summary
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n", res.Flavor, res.Clients, keys,
+			fmt.Fprintf(&b, "| %s | %d | %s |%s %s | %s | %s | %s | %s | %s | %d | %d | %s |\n", res.Flavor, res.Clients, keys, rate,
 				fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P90), fmtMs(s.P99), fmtMs(s.P999), fmtMs(s.Max), s.Count, res.Errors, res.Leader)
 		}
 		b.WriteString("\n")
+		if g.workload == "locks" {
+			lockTargets(&b, g)
+		}
 		if g.workload == "followsun" {
 			r.followSunTargets(&b, g)
 			if rows := r.Probes[g.topology]; len(rows) > 0 {
@@ -325,3 +333,63 @@ func (r *Report) followSunTargets(b *strings.Builder, g group) {
 
 // topology returns a topology the run used, by name (nil: not recorded).
 func (r *Report) topology(name string) *Topology { return r.Topologies[name] }
+
+// lockTargets compares Meridian's native lock with ZooKeeper's recipe and
+// etcd's mutex in one topology against issue 4's targets: uncontended p99
+// at most 1/5 of ZooKeeper's and 1/3 of etcd's, contended hand-offs per
+// second at least 3x ZooKeeper's.
+func lockTargets(b *strings.Builder, g group) {
+	find := func(prefix string, clients int, same bool) (Result, bool) {
+		for _, res := range g.results {
+			if strings.HasPrefix(res.Flavor, prefix) && res.Clients == clients && res.Same == same && res.Summary.Count > 0 {
+				return res, true
+			}
+		}
+		return Result{}, false
+	}
+	ratio := func(num, den float64, ok bool) string {
+		if !ok || den <= 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f×", num/den)
+	}
+	header := false
+	for _, row := range []struct {
+		clients int
+		same    bool
+	}{{1, false}, {3, false}, {5, false}, {3, true}, {5, true}} {
+		m, ok := find("Meridian (native)", row.clients, row.same)
+		if !ok {
+			continue
+		}
+		z, zok := find("ZooKeeper", row.clients, row.same)
+		e, eok := find("etcd", row.clients, row.same)
+		if !zok && !eok {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(b, "Targets (issue 4), topology %s: uncontended (own locks) p99 ms, ZooKeeper's at least 5× and etcd's at least 3× Meridian's; contended (one lock) hand-offs/s, Meridian's at least 3× ZooKeeper's.\n\n", g.topology)
+			b.WriteString("| clients, locks | measure | Meridian (native) | ZooKeeper recipe | etcd mutex | vs ZooKeeper (target) | vs etcd (target) |\n|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		cell := func(r Result, ok, rate bool) string {
+			switch {
+			case !ok:
+				return "not run"
+			case rate:
+				return fmtOps(r.OpsPerSec)
+			}
+			return fmtMs(r.Summary.P99)
+		}
+		if !row.same {
+			fmt.Fprintf(b, "| %d, own | p99 ms | %s | %s | %s | ZooKeeper's is %s (≥5×) | etcd's is %s (≥3×) |\n", row.clients, cell(m, true, false), cell(z, zok, false), cell(e, eok, false),
+				ratio(z.Summary.P99, m.Summary.P99, zok), ratio(e.Summary.P99, m.Summary.P99, eok))
+		} else {
+			fmt.Fprintf(b, "| %d, one | hand-offs/s | %s | %s | %s | Meridian's is %s (≥3×) | Meridian's is %s |\n", row.clients, cell(m, true, true), cell(z, zok, true), cell(e, eok, true),
+				ratio(m.OpsPerSec, z.OpsPerSec, zok), ratio(m.OpsPerSec, e.OpsPerSec, eok))
+		}
+	}
+	if header {
+		b.WriteString("\n")
+	}
+}

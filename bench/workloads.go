@@ -19,7 +19,8 @@ type Result struct {
 	Same     bool   // locks: all clients on one lock
 	Leader   string // region of the leading server when the run started
 	Errors   int
-	// OpsPerSec: throughput workloads, completed operations per second.
+	// OpsPerSec: throughput workloads, completed operations per second;
+	// locks, acquires per second (on one lock: hand-offs per second).
 	OpsPerSec float64                 `json:",omitempty"`
 	Hist      *hdrhistogram.Histogram `json:"-"`
 	Summary   Summary
@@ -99,7 +100,11 @@ func RunLocks(c *Cluster, t *Topology, f Flavor, p LockParams, progress func(str
 				}
 			}
 			if err == nil {
+				start := time.Now()
 				runLockClients(lockers, p, same, &res)
+				// On one lock every acquire after the first is a hand-off:
+				// this is the hand-off rate (hold time included).
+				res.OpsPerSec = float64(res.Hist.TotalCount()) / time.Since(start).Seconds()
 			}
 			for _, l := range lockers {
 				if l != nil {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +16,28 @@ import (
 
 	"github.com/meridian-coord/meridian/internal/server"
 )
+
+// shutdownStuckAfter bounds a graceful stop: raft's state is on disk
+// (synced before anything is acknowledged), so exiting then loses nothing
+// a crash would not.
+const shutdownStuckAfter = 30 * time.Second
+
+// shutdownWatchdog ends a stop that hangs, after shutdownStuckAfter or at
+// a second signal, with every goroutine's stack in the log so the hang
+// can be found, and exit status 2.
+func shutdownWatchdog(log *slog.Logger, sig <-chan os.Signal) {
+	why := "still stopping after " + shutdownStuckAfter.String()
+	select {
+	case <-time.After(shutdownStuckAfter):
+	case got := <-sig:
+		why = "second " + got.String()
+	}
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	log.Error("shutdown did not finish: exiting without it, goroutine stacks follow", "why", why)
+	os.Stderr.Write(buf)
+	os.Exit(2)
+}
 
 func newLogger(level string) *slog.Logger {
 	var l slog.Level
@@ -81,6 +104,7 @@ ZooKeeper can start Meridian in its place.`,
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 			got := <-sig
 			log.Info("stopping", "signal", got.String())
+			go shutdownWatchdog(log, sig)
 			return s.Close()
 		},
 	}

@@ -33,6 +33,19 @@ def expected_failures():
     return out
 
 
+def stuck_shutdowns(log):
+    """(count, first report) of the shutdown watchdog's reports in log, or None."""
+    try:
+        with open(log, errors="replace") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    starts = [i for i, l in enumerate(lines) if "shutdown did not finish" in l]
+    if not starts:
+        return None
+    return len(starts), "\n".join(lines[starts[0]:starts[0] + 600])
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -55,7 +68,12 @@ def main():
             "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
             "--timeout", "120", "-rfE", "--junitxml", report,
         ] + sys.argv[2:]
+        # Every server's log in one file: a server that hangs while stopping
+        # exits after 30 s with its goroutine stacks there (cmd/meridian's
+        # shutdown watchdog); the run fails and shows them.
+        env["MERIDIAN_SHIM_LOG"] = os.path.join(tmp, "servers.log")
         subprocess.run(cmd, env=env, cwd=tmp)
+        stuck = stuck_shutdowns(env["MERIDIAN_SHIM_LOG"])
         results = {}
         for case in ET.parse(report).getroot().iter("testcase"):
             # e.g. test_client.TestReconfig::test_bad_input
@@ -86,6 +104,10 @@ def main():
     for n in skipped:
         print("  skipped %s  %s" % (n, expected.get(n, "")))
     ok = True
+    if stuck:
+        print("FAIL: %d server(s) did not stop within 30 s of SIGTERM; the first one's stacks:" % stuck[0])
+        print(stuck[1])
+        ok = False
     if unexpected:
         print("FAIL: %d failures not in kazoo-expected-failures.txt" % len(unexpected))
         ok = False
