@@ -225,7 +225,7 @@ func addClientCommands(root *cobra.Command) {
 	}
 	prefer.Flags().BoolVar(&clearPref, "clear", false, "remove the preference")
 	leader.AddCommand(prefer)
-	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader, probeCmd())
+	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader, probeCmd(), zkServersCmd())
 	root.AddCommand(lockCommands()...)
 	root.AddCommand(queueCommand(), barrierCommand(), memberCommand())
 }

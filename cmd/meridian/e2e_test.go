@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -179,8 +180,13 @@ func TestDevCommand(t *testing.T) {
 	defer cmd.Process.Kill()
 	sc := bufio.NewScanner(out)
 	var eps string
+	var zkAddrs []string
 	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "endpoints: ") {
+		line := sc.Text()
+		if f := strings.Fields(line); len(f) > 7 && f[0] == "node" && f[6] == "zk" {
+			zkAddrs = append(zkAddrs, f[7])
+		}
+		if strings.HasPrefix(line, "endpoints: ") {
 			eps = strings.TrimPrefix(line, "endpoints: ")
 			break
 		}
@@ -223,6 +229,13 @@ func TestDevCommand(t *testing.T) {
 	}
 	if got := run("locks"); strings.Contains(got, "deploy") {
 		t.Fatalf("lock still listed after the command exited:\n%s", got)
+	}
+	// The ZooKeeper connect string names every member's ZooKeeper port.
+	if got := strings.Split(run("zk-servers"), ","); len(zkAddrs) != 3 || !sameSet(got, zkAddrs) {
+		t.Fatalf("zk-servers = %v, want the dev cluster's %v", got, zkAddrs)
+	}
+	if got := run("zk-servers", "--table"); strings.Count(got, "voter") != 3 || !strings.Contains(got, "CONNECT ms") {
+		t.Fatalf("zk-servers --table:\n%s", got)
 	}
 	checkQueueAndBarrierCLI(t, eps, run)
 	cmd.Process.Signal(syscall.SIGINT)
@@ -355,4 +368,11 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
