@@ -41,9 +41,10 @@ type zkListener struct {
 	s   *Server
 	lns []net.Listener // the plain port and the TLS port
 
-	mu    sync.Mutex
-	conns map[*zkConn]struct{}
-	bySes map[int64]*zkConn
+	mu     sync.Mutex
+	conns  map[*zkConn]struct{}
+	bySes  map[int64]*zkConn
+	closed bool // close ran: a connection accepted since is closed, not served
 
 	stats zkStats // what srvr, stat, mntr and cons report
 }
@@ -112,6 +113,13 @@ func (l *zkListener) accept(ln net.Listener) {
 			continue
 		}
 		l.mu.Lock()
+		if l.closed {
+			// Accepted just before close closed the listener: close would
+			// not see it, and nothing else ever would.
+			l.mu.Unlock()
+			c.Close()
+			return
+		}
 		if len(l.conns) >= zkMaxConns {
 			l.mu.Unlock()
 			l.s.log.Warn("zk: connection limit reached; closing new connection", "remote", c.RemoteAddr().String())
@@ -129,6 +137,7 @@ func (l *zkListener) accept(ln net.Listener) {
 
 func (l *zkListener) close() {
 	l.mu.Lock()
+	l.closed = true
 	for _, ln := range l.lns {
 		ln.Close()
 	}
