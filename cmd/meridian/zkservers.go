@@ -42,7 +42,7 @@ measurements.`,
 				if err != nil {
 					return err
 				}
-				type server struct {
+				type zkServer struct {
 					ID     uint64  `json:"id"`
 					Region string  `json:"region"`
 					Role   string  `json:"role"`
@@ -51,12 +51,12 @@ measurements.`,
 					Error  string  `json:"error,omitempty"`
 					rtt    time.Duration
 				}
-				var out []server
+				var out []zkServer
 				for _, m := range r.GetMembers() {
 					if m.GetZkAddr() == "" {
 						continue
 					}
-					s := server{ID: m.GetId(), Region: m.GetRegion(), Role: "voter", Addr: dialable(m.GetZkAddr(), m.GetGrpcAddr())}
+					s := zkServer{ID: m.GetId(), Region: m.GetRegion(), Role: "voter", Addr: dialable(m.GetZkAddr(), m.GetGrpcAddr())}
 					if m.GetLearner() {
 						s.Role = "learner"
 					}
@@ -70,7 +70,7 @@ measurements.`,
 				if len(out) == 0 {
 					return fmt.Errorf("no member has a ZooKeeper address (zk_listen)")
 				}
-				slices.SortStableFunc(out, func(a, b server) int {
+				slices.SortStableFunc(out, func(a, b zkServer) int {
 					switch {
 					case (a.Error == "") != (b.Error == ""):
 						if a.Error == "" {
@@ -86,7 +86,7 @@ measurements.`,
 				})
 				if near > 0 && out[0].Error == "" {
 					limit := time.Duration(near*float64(out[0].rtt)) + time.Millisecond
-					out = slices.DeleteFunc(out, func(s server) bool { return s.Error != "" || s.rtt > limit })
+					out = slices.DeleteFunc(out, func(s zkServer) bool { return s.Error != "" || s.rtt > limit })
 				}
 				return output(out, func() {
 					addrs := make([]string, len(out))

@@ -896,26 +896,35 @@ func (c *zkConn) serveReservedRead(hdr zk.RequestHeader, req any, reply func(int
 // getConfig sends: getData on that path) from the membership; exists and
 // getData may leave a data watch, fired by the next membership change.
 func (c *zkConn) serveConfigRead(hdr zk.RequestHeader, req any, reply func(int64, error, zk.Record)) {
-	data, st := c.s.zkConfigNode()
+	// The watch goes in before the configuration is read: a change in
+	// between then fires it (the reply may already show the change), and
+	// none can fall between the read and the registration unseen.
 	watchIt := false
-	var body zk.Record
 	switch r := req.(type) {
 	case *zk.ExistsRequest:
-		watchIt, body = r.Watch, &zk.ExistsResponse{Stat: toZKStat(st)}
+		watchIt = r.Watch
 	case *zk.GetDataRequest:
-		watchIt, body = r.Watch, &zk.GetDataResponse{Data: data, Stat: toZKStat(st)}
-	case *zk.GetChildrenRequest:
-		body = &zk.GetChildrenResponse{Children: []string{}}
-	case *zk.GetChildren2Request:
-		body = &zk.GetChildren2Response{Children: []string{}, Stat: toZKStat(st)}
-	case *zk.GetACLRequest:
-		body = &zk.GetACLResponse{ACL: []zk.ACL{{Perms: tree.PermRead, ID: zk.Id{Scheme: "world", ID: "anyone"}}}, Stat: toZKStat(st)}
+		watchIt = r.Watch
 	}
 	if watchIt {
 		if err := c.s.watches.Add(c, zkConfigPath, watch.KindData); err != nil {
 			reply(int64(c.s.appliedIndex()), err, nil)
 			return
 		}
+	}
+	data, st := c.s.zkConfigNode()
+	var body zk.Record
+	switch req.(type) {
+	case *zk.ExistsRequest:
+		body = &zk.ExistsResponse{Stat: toZKStat(st)}
+	case *zk.GetDataRequest:
+		body = &zk.GetDataResponse{Data: data, Stat: toZKStat(st)}
+	case *zk.GetChildrenRequest:
+		body = &zk.GetChildrenResponse{Children: []string{}}
+	case *zk.GetChildren2Request:
+		body = &zk.GetChildren2Response{Children: []string{}, Stat: toZKStat(st)}
+	case *zk.GetACLRequest:
+		body = &zk.GetACLResponse{ACL: []zk.ACL{{Perms: tree.PermRead, ID: zk.Id{Scheme: "world", ID: "anyone"}}}, Stat: toZKStat(st)}
 	}
 	reply(int64(c.s.appliedIndex()), nil, body)
 }
