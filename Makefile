@@ -6,7 +6,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos bench-deps bench-report bench-quick
+.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos fuzz bench-deps bench-report bench-quick
 
 all: build
 
@@ -49,6 +49,12 @@ DURATION ?= 20s
 FAULTS ?= all
 chaos:
 	$(GO) run ./cmd/meridian-chaos --seed $(SEED) --count $(COUNT) --duration $(DURATION) --faults $(FAULTS)
+
+# Every fuzz target (decoders of network and disk bytes) for FUZZTIME each;
+# a finding stops the run and stays in testdata/fuzz as a regression case.
+FUZZTIME ?= 60s
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
 
 # The benchmark peers (ZooKeeper, etcd, Redis) from Debian, pinned; needs root.
 bench-deps:

@@ -207,7 +207,11 @@ type Replica struct {
 	disk *disk
 	mem  *raft.MemoryStorage
 	rn   *raft.RawNode // raft loop only
-	tr   *transport
+	// refused counts peer messages refuseStep dropped; refusedLogged
+	// limits their log lines (raft loop only).
+	refused       uint64
+	refusedLogged time.Time
+	tr            *transport
 
 	// Queues into the raft loop, all bounded. propc and readc block their
 	// callers when full (until ctx is done); recvc and eventc are fed by
@@ -789,10 +793,32 @@ func (r *Replica) drain() {
 }
 
 func (r *Replica) step(m *pb.Message) {
+	last, _ := r.mem.LastIndex()
+	if err := refuseStep(m, last); err != nil {
+		r.refused++
+		if now := time.Now(); now.Sub(r.refusedLogged) > 10*time.Second {
+			r.log.Error("refusing a peer message raft would crash on", "from", m.GetFrom(), "type", m.GetType().String(), "err", err, "refused", r.refused)
+			r.refusedLogged = now
+		}
+		return
+	}
 	r.checkForwarded(m)
 	if err := r.rn.Step(m); err != nil {
 		r.log.Debug("step", "err", err)
 	}
+}
+
+// refuseStep rejects a peer's message that raft would panic on given this
+// member's log (raft trusts its peers; validate in the transport checks what
+// needs no log state). A heartbeat from a correct leader never carries a
+// commit index beyond what this member acknowledged; one that does comes
+// from a confused peer or means this member lost its log, and raft's answer
+// to both, a panic, would take the server down on a network message.
+func refuseStep(m *pb.Message, last uint64) error {
+	if m.GetType() == pb.MsgHeartbeat && m.GetCommit() > last {
+		return fmt.Errorf("heartbeat commits %d beyond the last index %d (log lost, or a confused peer)", m.GetCommit(), last)
+	}
+	return nil
 }
 
 func (r *Replica) propose(p proposal) {

@@ -557,6 +557,13 @@ func TestGarbageFramesCloseOnlyThatConnection(t *testing.T) {
 			Entries: []*pb.Entry{{Index: new(uint64(2)), Term: new(uint64(1)), Type: &normal}, {Index: new(uint64(9)), Term: new(uint64(1)), Type: &normal}}})),
 		"snapshot in a raft frame": frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other)})),
 		"empty snapshot":           frameBytes(kindSnap, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other)})),
+		// raft panics restoring these (found by FuzzPeerFrames).
+		"snapshot voter also learner": frameBytes(kindSnap, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other), Term: new(uint64(1 << 40)),
+			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(1 << 40)), Term: new(uint64(1 << 40)),
+				ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{me}}}}})),
+		"snapshot joint without outgoing": frameBytes(kindSnap, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other), Term: new(uint64(1 << 40)),
+			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(1 << 40)), Term: new(uint64(1 << 40)),
+				ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}, LearnersNext: []uint64{me}}}}})),
 	}
 	for name, payload := range cases {
 		conn, err := net.Dial("tcp", c.peers[lead].Addr)
@@ -740,5 +747,33 @@ func TestAdaptiveTickRule(t *testing.T) {
 		if got := AdaptiveTick(c.floor, c.ceil, c.p99); got != c.want {
 			t.Errorf("AdaptiveTick(%v, %v, %v) = %v, want %v", c.floor, c.ceil, c.p99, got, c.want)
 		}
+	}
+}
+
+// TestHeartbeatBeyondLogRefused: a heartbeat whose commit index lies beyond
+// the receiver's log (a confused peer, or a member that lost its disk) made
+// raft panic and took the server down (found by FuzzPeerFrames). The
+// message is refused and the member keeps serving.
+func TestHeartbeatBeyondLogRefused(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	c.put(lead, "a", "1")
+	f := (lead + 1) % 3
+	term := c.reps[f].Status().Term
+	typ := pb.MsgHeartbeat
+	frame := frameBytes(kindRaft, uint64(lead+1), marshal(t, &pb.Message{Type: &typ, To: new(uint64(f + 1)),
+		From: new(uint64(lead + 1)), Term: new(term), Commit: new(uint64(1 << 40))}))
+	conn, err := net.Dial("tcp", c.peers[f].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	c.put(f, "b", "2")
+	if got, _ := c.sms[f].get("b"); got != "2" {
+		t.Fatalf("follower did not apply after the bad heartbeat: %q", got)
 	}
 }

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/confchange"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -527,7 +529,9 @@ func (t *transport) reader(c net.Conn) {
 			continue
 		}
 		m := &pb.Message{}
-		if err := proto.Unmarshal(body.Bytes(), m); err != nil {
+		// Unknown fields are dropped: raft compares configurations with
+		// them included and panics when they differ.
+		if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body.Bytes(), m); err != nil {
 			bad("undecodable raft message", "err", err)
 			return
 		}
@@ -603,6 +607,18 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 			return err
 		}
 		cs := md.GetConfState()
+		// raft panics on a snapshot configuration it cannot restore or that
+		// does not restore to itself (duplicates, a member both voter and
+		// learner, a joint state without its outgoing half).
+		trk := tracker.MakeProgressTracker(1, 0)
+		cfg, prs, err := confchange.Restore(confchange.Changer{Tracker: trk, LastIndex: md.GetIndex()}, cs)
+		if err != nil {
+			return fmt.Errorf("snapshot configuration: %v", err)
+		}
+		trk.Config, trk.Progress = cfg, prs
+		if err := cs.Equivalent(trk.ConfState()); err != nil {
+			return fmt.Errorf("snapshot configuration: %v", err)
+		}
 		for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 			for _, id := range ids {
 				if !t.isMember(id) && (bk == nil || bk.find(id) < 0) {
