@@ -137,6 +137,9 @@ func (c *Client) get(ctx context.Context, path string, w *watchReg, opts []ReadO
 		c.watches.cancel(w)
 		return nil, nil, err
 	}
+	if w != nil {
+		c.watches.arm(w, resp.GetHeader().GetZxid())
+	}
 	return resp.GetData(), resp.GetStat(), nil
 }
 
@@ -162,6 +165,9 @@ func (c *Client) exists(ctx context.Context, path string, w *watchReg, opts []Re
 	if err != nil {
 		c.watches.cancel(w)
 		return false, nil, err
+	}
+	if w != nil {
+		c.watches.arm(w, resp.GetHeader().GetZxid())
 	}
 	return resp.GetExists(), resp.GetStat(), nil
 }
@@ -189,6 +195,9 @@ func (c *Client) children(ctx context.Context, path string, w *watchReg, opts []
 	if err != nil {
 		c.watches.cancel(w)
 		return nil, nil, err
+	}
+	if w != nil {
+		c.watches.arm(w, resp.GetHeader().GetZxid())
 	}
 	return resp.GetChildren(), resp.GetStat(), nil
 }

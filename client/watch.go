@@ -67,7 +67,20 @@ type watchReg struct {
 	path string
 	kind watchKind
 	ch   chan Event
+	// A one-shot watch is registered here before the read that sets it on
+	// the server is sent, and stays pending until that read returns: an
+	// event arriving meanwhile may be for a change the read then shows (it
+	// came from another registration on the path, a persistent watch say)
+	// and must not fire the watch. Held events are sorted out by arm.
+	// Guarded by the registry's mu.
+	pending bool
+	held    []Event
+	seen    int64 // zxid of the state the read showed; events at or below it are old news
 }
+
+// maxHeld bounds the events a pending watch keeps (the newest are kept: the
+// oldest are the likeliest to be old news).
+const maxHeld = 16
 
 // watchRegistry maps the client's watches to their channels. One-shot
 // watches get a channel that receives one event and is closed; persistent
@@ -84,7 +97,7 @@ func (r *watchRegistry) add(path string, k watchKind) *watchReg {
 	if k >= kindPersistent {
 		size = 1024
 	}
-	w := &watchReg{path: path, kind: k, ch: make(chan Event, size)}
+	w := &watchReg{path: path, kind: k, ch: make(chan Event, size), pending: k < kindPersistent}
 	r.mu.Lock()
 	r.regs[w] = struct{}{}
 	r.mu.Unlock()
@@ -119,18 +132,53 @@ func matches(w *watchReg, ev Event) bool {
 	return false
 }
 
+// arm ends a one-shot watch's pending state once the read that set it
+// returned the state at zxid: the first held event for a later change (or
+// a reconnect's immediate notification, zxid -1) fires it now.
+func (r *watchRegistry) arm(w *watchReg, zxid int64) {
+	r.mu.Lock()
+	if _, ok := r.regs[w]; !ok || !w.pending {
+		r.mu.Unlock()
+		return
+	}
+	w.pending, w.seen = false, zxid
+	held := w.held
+	w.held = nil
+	for _, ev := range held {
+		if ev.Zxid < 0 || ev.Zxid > zxid {
+			delete(r.regs, w)
+			r.mu.Unlock()
+			w.ch <- ev
+			close(w.ch)
+			return
+		}
+	}
+	r.mu.Unlock()
+}
+
 // dispatch delivers ev to every matching watch. Persistent watch channels
 // apply backpressure: a consumer that stops reading stalls event delivery.
 func (r *watchRegistry) dispatch(ev Event, stop <-chan struct{}) {
 	r.mu.Lock()
 	var fire []*watchReg
 	for w := range r.regs {
-		if matches(w, ev) {
-			fire = append(fire, w)
-			if w.kind < kindPersistent {
-				delete(r.regs, w)
-			}
+		if !matches(w, ev) {
+			continue
 		}
+		if w.kind < kindPersistent {
+			switch {
+			case w.pending:
+				if len(w.held) == maxHeld {
+					w.held = w.held[1:]
+				}
+				w.held = append(w.held, ev)
+				continue
+			case ev.Zxid >= 0 && ev.Zxid <= w.seen:
+				continue // a change the read that set the watch already showed
+			}
+			delete(r.regs, w)
+		}
+		fire = append(fire, w)
 	}
 	r.mu.Unlock()
 	for _, w := range fire {

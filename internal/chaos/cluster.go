@@ -57,6 +57,7 @@ type ClusterConfig struct {
 type Node struct {
 	ID      uint64
 	GRPC    string // gRPC address clients use
+	ZK      string // ZooKeeper protocol address
 	cfgPath string
 	logPath string
 
@@ -135,7 +136,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		sc := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)), Members: ms,
 			ListenPeer: members[i].Peer, TickMs: cfg.TickMs, ElectionTicks: 10, SessionTickMs: cfg.SessionTickMs,
 			RequestTimeoutMs: cfg.RequestTimeoutMs, SnapshotEntries: cfg.SnapshotEntries, LogLevel: "info"}
-		node := &Node{ID: uint64(i + 1), GRPC: members[i].GRPC,
+		node := &Node{ID: uint64(i + 1), GRPC: members[i].GRPC, ZK: members[i].ZK,
 			cfgPath: filepath.Join(cfg.Dir, fmt.Sprintf("n%d.yaml", i+1)),
 			logPath: filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i+1))}
 		if err := sc.WriteFile(node.cfgPath); err != nil {
@@ -352,4 +353,13 @@ func (c *Cluster) Close() {
 			}
 		}
 	}
+}
+
+// ZKServers returns every node's ZooKeeper address, starting at node first.
+func (c *Cluster) ZKServers(first int) []string {
+	var eps []string
+	for i := range c.Nodes {
+		eps = append(eps, c.Nodes[(first+i)%len(c.Nodes)].ZK)
+	}
+	return eps
 }

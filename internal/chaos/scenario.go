@@ -42,9 +42,12 @@ type Result struct {
 	LockGrants int
 	Fenced     int
 	Durable    int // acknowledged durable creates checked
-	Violations []string
-	Notes      []string
-	Elapsed    time.Duration
+	// WatchEvents counts watch events checked; WatchLost watches ended by
+	// a session's end (the watcher was told).
+	WatchEvents, WatchLost int
+	Violations             []string
+	Notes                  []string
+	Elapsed                time.Duration
 }
 
 // Failed reports a violation or a porcupine verdict other than Ok.
@@ -58,9 +61,9 @@ func (r *Result) Summary() string {
 	for _, f := range r.Faults {
 		kinds = append(kinds, f.Kind)
 	}
-	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d violations=%d elapsed=%v",
+	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d watch-events=%d (ended %d) violations=%d elapsed=%v",
 		r.Seed, strings.Join(kinds, ","), r.Lin.Ops, r.Lin.Unknown, r.Lin.Result, r.SeqReads, r.LockGrants, r.Fenced, r.Durable,
-		len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
+		r.WatchEvents, r.WatchLost, len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
 }
 
 // Run runs one scenario: cluster up, workload, faults, heal, final reads,
@@ -105,6 +108,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
 	rec := NewRecorder()
+	wt := newWatchTracker()
+	watchers, stopWatchers := runWatchers(ctx, cl, o.Keys, o.KVWorkers+o.LockWorkers+1, wt)
+	defer stopWatchers()
 	stopWorkers := runWorkers(ctx, cl, rec, o.Seed, o.KVWorkers, o.LockWorkers, o.Keys)
 	holderLog, err := os.Create(filepath.Join(res.Dir, "holder.log"))
 	if err != nil {
@@ -147,9 +153,20 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 	}
-	if err := finalChecks(ctx, cl, rec, o, res); err != nil {
+	final, err := finalChecks(ctx, cl, rec, o, res)
+	if err != nil {
 		res.Violations = append(res.Violations, "final: "+err.Error())
 	}
+	if final != nil {
+		// Every watch must catch up with the final state: one that does
+		// not missed a change.
+		wt.awaitFinal(watchers, o.Keys, final, 20*time.Second)
+	}
+	stopWatchers()
+	wt.mu.Lock()
+	res.WatchEvents, res.WatchLost = wt.events, wt.lost
+	res.Violations = append(res.Violations, wt.violations...)
+	wt.mu.Unlock()
 	rec.mu.Lock()
 	res.Faults = rec.faults
 	res.Notes = rec.notes
@@ -205,17 +222,20 @@ func setup(ctx context.Context, cl *Cluster) error {
 
 // finalChecks reads the final state through a fresh session after healing
 // and runs every checker.
-func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res *Result) error {
+// It returns the final state of every register key (nil when it could
+// not read them).
+func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res *Result) (map[string]nodeState, error) {
 	if _, err := cl.Leader(ctx, 30*time.Second); err != nil {
-		return fmt.Errorf("no leader after healing: %w", err)
+		return nil, fmt.Errorf("no leader after healing: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	c, err := client.New(cctx, client.Config{Endpoints: cl.Endpoints(0), RequestTimeout: opTimeout, KeepEndpointOrder: true})
 	cancel()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.Close()
+	final := map[string]nodeState{}
 	// Final linearizable reads join the history: they must see the
 	// outcome of everything acknowledged (durability of the register).
 	for k := 0; k < o.Keys; k++ {
@@ -230,12 +250,15 @@ func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res
 			out := kvOutput{Code: codeOf(err)}
 			if err == nil {
 				out.Value, out.Version = string(data), st.GetVersion()
+				final[key] = nodeState{Exists: true, Mzxid: st.GetMzxid()}
+			} else {
+				final[key] = nodeState{}
 			}
 			rec.kvOp(999, kvInput{Op: opGet, Key: key}, call, out, ret, Known)
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("final read of %s: %w", key, err)
+			return nil, fmt.Errorf("final read of %s: %w", key, err)
 		}
 	}
 	var kids []string
@@ -245,7 +268,7 @@ func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("final list of %s: %w", durRoot, err)
+		return final, fmt.Errorf("final list of %s: %w", durRoot, err)
 	}
 	present := map[string]bool{}
 	for _, k := range kids {
@@ -272,7 +295,7 @@ func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res
 	}
 	lin, err := checkLinearizable(kv, res.Dir, o.CheckTimeout)
 	res.Lin = lin
-	return err
+	return final, err
 }
 
 // writeReport writes the scenario's result and fault list next to the logs.

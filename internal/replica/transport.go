@@ -564,6 +564,12 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 	}
 	ents := m.GetEntries()
 	switch typ {
+	case pb.MsgVote, pb.MsgPreVote, pb.MsgVoteResp, pb.MsgPreVoteResp:
+		// raft answers a vote with the request's term and panics sending
+		// a vote message without one.
+		if m.GetTerm() == 0 {
+			return fmt.Errorf("%s without a term", typ)
+		}
 	case pb.MsgProp:
 		// Proposals are normal entries or (forwarded membership changes)
 		// V2 configuration changes; raft panics on an empty proposal and on

@@ -594,3 +594,63 @@ func TestWatchEventBeforeNewData(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchNotFiredByChangeItsReadShowed: a one-shot watch must fire only
+// for a change after the state the read that set it returned. Found by the
+// chaos watch checker: the client registered the watch locally before the
+// read, so an event for the same path from another registration (here a
+// persistent recursive watch of the same session), delivered while the read
+// was in flight, fired the new watch for a change the read then showed.
+func TestWatchNotFiredByChangeItsReadShowed(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	tc.leader()
+	cx := ctx(t)
+	writer := tc.client(tc.endpoints()[0])
+	watcher := tc.client(tc.endpoints()[0])
+	if _, _, err := writer.Create(cx, "/r", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := writer.Create(cx, "/r/k", []byte("0"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec, remove, err := watcher.AddWatch(cx, "/r", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remove()
+	go func() {
+		for range rec {
+		}
+	}()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := writer.Set(cx, "/r/k", []byte(fmt.Sprint(i)), -1); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for round := 0; round < 200; round++ {
+		_, st, ch, err := watcher.GetW(cx, "/r/k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-ch:
+			if ev.Zxid <= st.GetMzxid() {
+				t.Fatalf("round %d: watch set on mzxid %d fired for zxid %d, a change its read already showed", round, st.GetMzxid(), ev.Zxid)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: watch never fired", round)
+		}
+	}
+}
