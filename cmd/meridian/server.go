@@ -102,8 +102,19 @@ ZooKeeper can start Meridian in its place.`,
 			s.Serve()
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-			got := <-sig
-			log.Info("stopping", "signal", got.String())
+			select {
+			case got := <-sig:
+				log.Info("stopping", "signal", got.String())
+			case <-s.Failed():
+				// The member cannot persist anything any more (a full or
+				// failed disk): exit non-zero so a supervisor restarts it
+				// once the disk is fixed. Nothing acknowledged is lost:
+				// raft state is synced before anything is acknowledged.
+				log.Error("replica failed; exiting", "err", s.FailErr())
+				go shutdownWatchdog(log, sig)
+				s.Close()
+				return fmt.Errorf("replica failed: %w", s.FailErr())
+			}
 			go shutdownWatchdog(log, sig)
 			return s.Close()
 		},

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/netem"
 	"github.com/meridian-coord/meridian/internal/server"
 	"github.com/meridian-coord/meridian/internal/testutil"
 )
@@ -47,16 +48,20 @@ type ClusterConfig struct {
 	// stuck behind a fault resolve (as outcome unknown) quickly.
 	RequestTimeoutMs int // default 3000
 	SnapshotEntries  int // default 300, so snapshots and compaction happen
-	// Proxied routes every server→server link through its own proxy
-	// (needed for partitions).
+	// Proxied routes every server→server link through its own proxy and
+	// delay link (needed for partitions and slow links).
 	Proxied bool
-	Logf    func(format string, args ...any)
+	// DiskMB > 0 puts each node's data directory on its own tmpfs of that
+	// size (needs root), so that a disk can be filled (disk-full).
+	DiskMB int
+	Logf   func(format string, args ...any)
 }
 
 // Node is one server process slot.
 type Node struct {
 	ID      uint64
 	GRPC    string // gRPC address clients use
+	dataDir string
 	ZK      string // ZooKeeper protocol address
 	cfgPath string
 	logPath string
@@ -74,6 +79,10 @@ type Cluster struct {
 	// links[i][j] carries node i+1's raft messages to node j+1 (nil on the
 	// diagonal and when not proxied).
 	links [][]*Proxy
+	// delays[i][j] sits in front of links[i][j] and adds latency and
+	// jitter (slow-* faults); zero delay otherwise.
+	delays [][]*netem.Link
+	mounts []string // tmpfs data directories (DiskMB)
 }
 
 // NewCluster writes configs and starts every node.
@@ -121,6 +130,23 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 				c.links[i][j] = p
 			}
 		}
+		c.delays = make([][]*netem.Link, n)
+		for i := range n {
+			c.delays[i] = make([]*netem.Link, n)
+			for j := range n {
+				if i == j {
+					continue
+				}
+				// 127.0.0.2 for the same reason as the proxies (NewProxy).
+				l, err := netem.Listen(netem.Config{Listen: "127.0.0.2:0", Target: c.links[i][j].Addr(),
+					Seed: uint64(i*n + j), MaxConns: maxProxyConns})
+				if err != nil {
+					c.Close()
+					return nil, err
+				}
+				c.delays[i][j] = l
+			}
+		}
 	}
 	for i := range n {
 		// Each node sees the others' peer addresses through its own
@@ -129,14 +155,26 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		if cfg.Proxied {
 			for j := range n {
 				if j != i {
-					ms[j].Peer = c.links[i][j].Addr()
+					ms[j].Peer = c.delays[i][j].Addr()
 				}
 			}
 		}
 		sc := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)), Members: ms,
 			ListenPeer: members[i].Peer, TickMs: cfg.TickMs, ElectionTicks: 10, SessionTickMs: cfg.SessionTickMs,
 			RequestTimeoutMs: cfg.RequestTimeoutMs, SnapshotEntries: cfg.SnapshotEntries, LogLevel: "info"}
-		node := &Node{ID: uint64(i + 1), GRPC: members[i].GRPC, ZK: members[i].ZK,
+		if cfg.DiskMB > 0 {
+			if err := os.MkdirAll(sc.DataDir, 0o755); err != nil {
+				c.Close()
+				return nil, err
+			}
+			out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm", cfg.DiskMB), "tmpfs", sc.DataDir).CombinedOutput()
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("disk faults need a tmpfs per node (root): mount %s: %v: %s", sc.DataDir, err, out)
+			}
+			c.mounts = append(c.mounts, sc.DataDir)
+		}
+		node := &Node{ID: uint64(i + 1), GRPC: members[i].GRPC, ZK: members[i].ZK, dataDir: sc.DataDir,
 			cfgPath: filepath.Join(cfg.Dir, fmt.Sprintf("n%d.yaml", i+1)),
 			logPath: filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i+1))}
 		if err := sc.WriteFile(node.cfgPath); err != nil {
@@ -272,12 +310,21 @@ func (c *Cluster) Unblock(from, to uint64) {
 	}
 }
 
-// Heal unblocks every link.
+// SetDelay gives the link carrying from's raft messages to to a one-way
+// delay with uniform jitter (zero restores it).
+func (c *Cluster) SetDelay(from, to uint64, oneWay, jitter time.Duration) {
+	if c.delays != nil {
+		c.delays[from-1][to-1].SetDelay(oneWay, jitter, netem.Uniform)
+	}
+}
+
+// Heal unblocks every link and removes every added delay.
 func (c *Cluster) Heal() {
 	for i := range c.links {
 		for j := range c.links[i] {
 			if c.links[i][j] != nil {
 				c.links[i][j].Unblock()
+				c.delays[i][j].SetDelay(0, 0, netem.Uniform)
 			}
 		}
 	}
@@ -353,6 +400,52 @@ func (c *Cluster) Close() {
 			}
 		}
 	}
+	for i := range c.delays {
+		for j := range c.delays[i] {
+			if c.delays[i][j] != nil {
+				c.delays[i][j].Close()
+			}
+		}
+	}
+	for _, m := range c.mounts {
+		if out, err := exec.Command("umount", m).CombinedOutput(); err != nil {
+			c.cfg.Logf("umount %s: %v: %s", m, err, out)
+		}
+	}
+	c.mounts = nil
+}
+
+// FillDisk fills node id's data disk (DiskMB) with a ballast file until it
+// is full; the returned function removes the ballast.
+func (c *Cluster) FillDisk(id uint64) (func(), error) {
+	if len(c.mounts) == 0 {
+		return nil, errors.New("disk-full needs a cluster with DiskMB")
+	}
+	path := filepath.Join(c.node(id).dataDir, "ballast")
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break // ENOSPC: full
+		}
+	}
+	f.Sync()
+	f.Close()
+	c.cfg.Logf("node %d disk full", id)
+	return func() { os.Remove(path) }, nil
+}
+
+// Reap records that node id's process exited by itself as expected (a
+// full disk) so that Exited does not report it; false if it is running.
+func (c *Cluster) Reap(id uint64) bool {
+	if c.Running(id) {
+		return false
+	}
+	c.Kill(id)
+	return true
 }
 
 // ZKServers returns every node's ZooKeeper address, starting at node first.

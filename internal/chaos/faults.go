@@ -27,15 +27,24 @@ const (
 	PartitionLeaderTx = "asym-leader-out"    // the leader's outbound links cut, inbound kept
 	PartitionLeaderRx = "asym-leader-in"     // the leader's inbound links cut, outbound kept
 	PauseHolder       = "pause-holder"       // SIGSTOP a lock-holder process past its session timeout
+	SlowLinks         = "slow-links"         // every raft link its own latency and jitter
+	SlowLeader        = "slow-leader"        // the leader's raft links (both ways) slow, with jitter
+	DiskFull          = "disk-full"          // a member's data disk filled up (tmpfs per node; needs root)
 )
+
+// diskMB is each node's tmpfs when disk-full is among the faults: room for
+// a scenario's log, snapshots and Pebble's files, small enough to fill fast.
+const diskMB = 64
+
+func needsDisk(kinds []string) bool { return slices.Contains(kinds, DiskFull) }
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{KillFollower, KillLeader, PauseFollower, PauseLeader, KillAll, TransferLeader,
-	PartitionFollower, PartitionLeader, PartitionLeaderTx, PartitionLeaderRx, PauseHolder}
+	PartitionFollower, PartitionLeader, PartitionLeaderTx, PartitionLeaderRx, PauseHolder, SlowLinks, SlowLeader, DiskFull}
 
 func needsProxies(kinds []string) bool {
 	for _, k := range kinds {
-		if strings.HasPrefix(k, "partition-") || strings.HasPrefix(k, "asym-") {
+		if strings.HasPrefix(k, "partition-") || strings.HasPrefix(k, "asym-") || strings.HasPrefix(k, "slow-") {
 			return true
 		}
 	}
@@ -175,6 +184,61 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 		sleepCtx(ctx, cut)
 		e.cl.Heal()
 		return fmt.Sprintf("cut node %d (leader %d) out=%v in=%v for %v", id, leader, out, in, cut), nil
+	case SlowLinks, SlowLeader:
+		if !e.cl.Proxied() {
+			return "", errors.New("slow-link faults need a proxied cluster")
+		}
+		n := uint64(len(e.cl.Nodes))
+		// A fixed number of draws per kind, whatever the cluster did.
+		type slow struct {
+			from, to       uint64
+			oneWay, jitter time.Duration
+		}
+		var set []slow
+		var parts []string
+		for from := uint64(1); from <= n; from++ {
+			for to := uint64(1); to <= n; to++ {
+				if from == to {
+					continue
+				}
+				d := e.between(5*time.Millisecond, 150*time.Millisecond)
+				j := time.Duration(e.rng.Int64N(int64(d)/2 + 1))
+				if kind == SlowLeader {
+					d = e.between(100*time.Millisecond, 300*time.Millisecond)
+					j = d / 5
+					if from != leader && to != leader {
+						continue
+					}
+				}
+				set = append(set, slow{from, to, d, j})
+				parts = append(parts, fmt.Sprintf("%d→%d %v±%v", from, to, d.Round(time.Millisecond), j.Round(time.Millisecond)))
+			}
+		}
+		for _, l := range set {
+			e.cl.SetDelay(l.from, l.to, l.oneWay, l.jitter)
+		}
+		sleepCtx(ctx, cut)
+		e.cl.Heal()
+		return fmt.Sprintf("delay (leader %d) for %v: %s", leader, cut, strings.Join(parts, ", ")), nil
+	case DiskFull:
+		// Any member, the leader included. A member that cannot write its
+		// log stops and exits (like etcd on a WAL error); it is restarted
+		// once the disk has room again, as a supervisor would. Everything
+		// acknowledged must survive, and the others must go on.
+		id := uint64(r1%uint64(len(e.cl.Nodes))) + 1
+		free, err := e.cl.FillDisk(id)
+		if err != nil {
+			return "", err
+		}
+		sleepCtx(ctx, cut)
+		exited := e.cl.Reap(id)
+		free()
+		desc := fmt.Sprintf("disk of node %d (leader %d) full for %v", id, leader, cut)
+		if exited {
+			desc += "; it exited and was restarted"
+			return desc, e.cl.Start(id)
+		}
+		return desc + "; it kept running", nil
 	case PauseHolder:
 		return pauseHolder(ctx, e)
 	}

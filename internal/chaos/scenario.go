@@ -99,7 +99,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	logf := func(f string, a ...any) {
 		o.Logf("[seed %d %6.2fs] "+f, append([]any{o.Seed, time.Since(begin).Seconds()}, a...)...)
 	}
-	cl, err := NewCluster(ClusterConfig{Binary: o.Binary, Dir: res.Dir, Nodes: o.Nodes, Proxied: needsProxies(o.Faults), Logf: logf})
+	cl, err := NewCluster(ClusterConfig{Binary: o.Binary, Dir: res.Dir, Nodes: o.Nodes, Proxied: needsProxies(o.Faults), DiskMB: diskFor(o.Faults), Logf: logf})
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +178,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		os.RemoveAll(res.Dir)
 	}
 	return res, nil
+}
+
+func diskFor(kinds []string) int {
+	if needsDisk(kinds) {
+		return diskMB
+	}
+	return 0
 }
 
 // retry runs fn until it succeeds or the bound passes.

@@ -27,7 +27,8 @@ import (
 //   - it is for a change after the state the watch was set on (native
 //     events carry the change's zxid: above the registered mzxid), and a
 //     key's events come in increasing zxid order, each once; the recursive
-//     watch's events too, across all keys;
+//     watch's events too, across all keys (except the notifications a
+//     reconnect sends, zxid -1, for nodes changed while away);
 //   - a read after the event never shows older data than the event (the
 //     re-set watch's state is at least the event's zxid; for go-zookeeper,
 //     which gives no zxid, newer than the state before the event);
@@ -94,7 +95,8 @@ func (t *watchTracker) count(events, lost int) {
 }
 
 // checkEvent checks a fired one-shot watch against the state it was set on.
-// zxid is the event's zxid, 0 when the API does not give it.
+// zxid is the event's zxid: 0 when the API does not give it, -1 for a
+// notification sent when the watch was set again after a reconnect.
 func (t *watchTracker) checkEvent(who, key string, reg nodeState, typ, path string, zxid, lastZxid int64) {
 	if path != key {
 		t.violate("%s: watch on %s got an event for %s", who, key, path)
@@ -105,7 +107,9 @@ func (t *watchTracker) checkEvent(who, key string, reg nodeState, typ, path stri
 	case !reg.Exists && typ != "created":
 		t.violate("%s: watch on absent %s got %s", who, key, typ)
 	}
-	if zxid != 0 {
+	// zxid -1: a reconnect's notification that the node changed while the
+	// watcher was away (ZooKeeper's SetWatches); it names no change.
+	if zxid > 0 {
 		if zxid <= reg.Mzxid {
 			t.violate("%s: %s event on %s has zxid %d, not after the state the watch was set on (%v)", who, typ, key, zxid, reg)
 		}
@@ -121,7 +125,7 @@ func (t *watchTracker) checkAfter(who, key string, reg, now nodeState, typ strin
 	if !now.Exists {
 		return // deleted by then: nothing to compare
 	}
-	if zxid != 0 && now.Mzxid < zxid {
+	if zxid > 0 && now.Mzxid < zxid {
 		t.violate("%s: read after a %s event (zxid %d) on %s shows older data (%v)", who, typ, zxid, key, now)
 	}
 	if reg.Exists && now.Mzxid <= reg.Mzxid {
@@ -270,7 +274,7 @@ func (w *worker) nativeWatchLoop(ctx context.Context, stop <-chan struct{}, keys
 			if !strings.HasPrefix(ev.Path, kvRoot+"/") {
 				tr.violate("%s: recursive watch on %s got an event for %s", w.name, kvRoot, ev.Path)
 			}
-			if ev.Zxid <= recLast {
+			if ev.Zxid > 0 && ev.Zxid <= recLast {
 				tr.violate("%s: recursive watch event %s %s zxid %d after zxid %d (out of order or repeated)", w.name, nativeType(ev.Type), ev.Path, ev.Zxid, recLast)
 			}
 			recLast = max(recLast, ev.Zxid)

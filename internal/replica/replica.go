@@ -247,6 +247,11 @@ type Replica struct {
 
 	stopc     chan struct{}
 	donec     chan struct{}
+	// failed closes when the replica stopped by itself (storage failure,
+	// a panic in the loop); failErr says why.
+	failed   chan struct{}
+	failErr  error
+	failOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -287,7 +292,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		readc: make(chan *readReq, 1024), eventc: make(chan loopEvent, 1024),
 		transferc: make(chan uint64, 1), campaignc: make(chan chan error), statusc: make(chan chan Status),
 		confc: make(chan confReq), confWaits: map[uint64]*confWait{},
-		inflight: map[string]*readBatch{}, stopc: make(chan struct{}), donec: make(chan struct{}),
+		inflight: map[string]*readBatch{}, stopc: make(chan struct{}), donec: make(chan struct{}), failed: make(chan struct{}),
 		book: book{Peers: slices.Clone(cfg.Peers)},
 	}
 	slices.SortFunc(r.book.Peers, func(x, y Peer) int { return cmpU64(x.ID, y.ID) })
@@ -411,6 +416,31 @@ func (r *Replica) restore() (bool, error) {
 	}
 	r.log.Info("restored", "snapshot", r.snapIndex, "entries", len(ents), "commit", hs.GetCommit(), "term", hs.GetTerm())
 	return false, nil
+}
+
+// fail stops the replica because it can no longer keep its promises.
+func (r *Replica) fail(err error) {
+	r.failOnce.Do(func() {
+		r.failErr = err
+		close(r.failed)
+	})
+	go r.Close()
+}
+
+// Failed is closed when the replica stopped by itself, not by Close: its
+// storage failed (a full or broken disk) or its loop panicked. The member
+// is of no use to the cluster any more; the process should exit so that it
+// is restarted (like etcd on a WAL write error). FailErr says why.
+func (r *Replica) Failed() <-chan struct{} { return r.failed }
+
+// FailErr is why the replica failed (nil before Failed is closed).
+func (r *Replica) FailErr() error {
+	select {
+	case <-r.failed:
+		return r.failErr
+	default:
+		return nil
+	}
 }
 
 // Close stops the loop and the transport and closes storage. Pending
@@ -661,7 +691,7 @@ func (r *Replica) loop() {
 		// this replica, not the process; nothing half-done was persisted.
 		if p := recover(); p != nil {
 			r.log.Error("raft loop panicked; replica stopping", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			go r.Close()
+			r.fail(fmt.Errorf("raft loop panicked: %v", p))
 		}
 	}()
 	r.tick = r.cfg.TickInterval
@@ -721,7 +751,7 @@ func (r *Replica) loop() {
 			if err := r.handleReady(); err != nil {
 				// Storage failed: we cannot promise durability any more.
 				r.log.Error("raft storage failure; replica stopping", "err", err)
-				go r.Close()
+				r.fail(fmt.Errorf("raft storage: %w", err))
 				return
 			}
 		}

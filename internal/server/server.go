@@ -228,6 +228,13 @@ func (s *Server) GRPCAddr() string { return s.lnGRPC.Addr().String() }
 func (s *Server) Replica() *replica.Replica { return s.rep }
 
 // Close stops the server; pending requests fail with errs.ErrStopped.
+// Failed is closed when the server's replica stopped by itself (its
+// storage failed); FailErr says why. The process should then exit.
+func (s *Server) Failed() <-chan struct{} { return s.rep.Failed() }
+
+// FailErr is why the replica failed (nil while it runs).
+func (s *Server) FailErr() error { return s.rep.FailErr() }
+
 func (s *Server) Close() error {
 	var err error
 	s.stopOnce.Do(func() {
