@@ -76,6 +76,9 @@ type watchReg struct {
 	pending bool
 	held    []Event
 	seen    int64 // zxid of the state the read showed; events at or below it are old news
+	// last is the highest zxid a persistent watch delivered: a reconnect's
+	// notification of a change it already delivered is not repeated.
+	last int64
 }
 
 // maxHeld bounds the events a pending watch keeps (the newest are kept: the
@@ -177,6 +180,11 @@ func (r *watchRegistry) dispatch(ev Event, stop <-chan struct{}) {
 				continue // a change the read that set the watch already showed
 			}
 			delete(r.regs, w)
+		} else if ev.Zxid > 0 {
+			if ev.Zxid <= w.last {
+				continue // delivered already (a reconnect's notification)
+			}
+			w.last = ev.Zxid
 		}
 		fire = append(fire, w)
 	}

@@ -245,13 +245,13 @@ type Replica struct {
 	readRounds    atomic.Uint64 // ReadIndex rounds issued (tests check batching)
 	numReads      atomic.Int64  // reads waiting, for the limit
 
-	stopc     chan struct{}
-	donec     chan struct{}
+	stopc chan struct{}
+	donec chan struct{}
 	// failed closes when the replica stopped by itself (storage failure,
 	// a panic in the loop); failErr says why.
-	failed   chan struct{}
-	failErr  error
-	failOnce sync.Once
+	failed    chan struct{}
+	failErr   error
+	failOnce  sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }

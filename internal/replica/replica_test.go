@@ -558,7 +558,8 @@ func TestGarbageFramesCloseOnlyThatConnection(t *testing.T) {
 		"snapshot in a raft frame": frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other)})),
 		"empty snapshot":           frameBytes(kindSnap, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other)})),
 		// raft panics on these (found by FuzzPeerFrames).
-		"pre-vote without a term": frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgPreVote), To: new(me), From: new(other), Index: new(uint64(1 << 40)), LogTerm: new(uint64(1 << 40))})),
+		"append response from self": frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgAppResp), To: new(me), From: new(me), Term: new(uint64(1 << 40)), Index: new(uint64(1))})),
+		"pre-vote without a term":   frameBytes(kindRaft, other, marshal(t, &pb.Message{Type: typ(pb.MsgPreVote), To: new(me), From: new(other), Index: new(uint64(1 << 40)), LogTerm: new(uint64(1 << 40))})),
 		"snapshot voter also learner": frameBytes(kindSnap, other, marshal(t, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other), Term: new(uint64(1 << 40)),
 			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(1 << 40)), Term: new(uint64(1 << 40)),
 				ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{me}}}}})),

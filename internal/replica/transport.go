@@ -562,6 +562,12 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 	if !t.isMember(m.GetFrom()) {
 		return fmt.Errorf("from non-member %d", m.GetFrom())
 	}
+	// Only a forwarded transfer may name this member as its sender (a
+	// transfer to the leader itself, which raft ignores); raft answers
+	// anything else to its sender and panics sending to itself.
+	if m.GetFrom() == t.id && typ != pb.MsgTransferLeader {
+		return fmt.Errorf("%s from this member itself", typ)
+	}
 	ents := m.GetEntries()
 	switch typ {
 	case pb.MsgVote, pb.MsgPreVote, pb.MsgVoteResp, pb.MsgPreVoteResp:

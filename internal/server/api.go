@@ -392,7 +392,11 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 			return status.Error(codes.Aborted, "watch stream replaced by a newer one")
 		}
 		for _, ev := range evs {
-			msg := &pb.WatchEvent{Type: pb.EventType(ev.Type), Path: ev.Path, Zxid: ev.Zxid}
+			zxid := ev.Zxid
+			if zxid < 0 && ev.Changed > 0 {
+				zxid = ev.Changed // a reconnect's notification: the change it reports
+			}
+			msg := &pb.WatchEvent{Type: pb.EventType(ev.Type), Path: ev.Path, Zxid: zxid}
 			if ev.Type == eventLockLost {
 				msg = &pb.WatchEvent{LockLost: ev.Path, LostToken: uint64(ev.Zxid)}
 			}

@@ -482,6 +482,10 @@ func toZKACL(in []tree.ACL) []zk.ACL {
 }
 
 // serve handles one request; false closes the connection.
+// zkWatchSetHook, when set (tests only), runs after a read has set a watch
+// and before its reply is sent.
+var zkWatchSetHook atomic.Pointer[func(path string)]
+
 func (c *zkConn) serve(pkt []byte) bool {
 	hdr, req, derr := zk.DecodeRequest(pkt)
 	if derr != nil && !errors.Is(derr, zk.ErrUnknownOpcode) {
@@ -526,23 +530,40 @@ func (c *zkConn) serve(pkt []byte) bool {
 		return res, int64(idx), err
 	}
 	// read runs fn under the tree's read lock and registers a watch of kind
-	// k when asked (for exists even on a missing node).
-	read := func(path string, watchIt bool, k watch.Kind, perm int32, fn func(t *tree.Tree) error) error {
+	// k when asked (for exists even on a missing node). respond, when set,
+	// sends the reply under that lock too, with the index the read saw: a
+	// change applied after the read must not have its watch notification
+	// queued before the reply, or the client, which sets up its watch when
+	// the reply arrives (go-zookeeper does), drops the event and the watch
+	// is spent. ZooKeeper replies in apply order for the same reason.
+	read := func(path string, watchIt bool, k watch.Kind, perm int32, fn func(t *tree.Tree) error, respond func(zxid int64, err error)) error {
 		if err := tree.ValidatePath(path, false); err != nil {
+			if respond != nil {
+				respond(applied(), err)
+			}
 			return err
 		}
 		c.s.mu.RLock()
 		defer c.s.mu.RUnlock()
-		if perm != 0 {
-			if err := c.s.mu.tree.CheckACL(path, perm, c.auth); err != nil && !errors.Is(err, errs.ErrNoNode) {
-				return err
+		err := func() error {
+			if perm != 0 {
+				if err := c.s.mu.tree.CheckACL(path, perm, c.auth); err != nil && !errors.Is(err, errs.ErrNoNode) {
+					return err
+				}
 			}
-		}
-		err := fn(c.s.mu.tree)
-		if wk, ok := watchKindFor(k, err); watchIt && ok {
-			if werr := c.s.watches.Add(c, path, wk); werr != nil {
-				return werr
+			err := fn(c.s.mu.tree)
+			if wk, ok := watchKindFor(k, err); watchIt && ok {
+				if werr := c.s.watches.Add(c, path, wk); werr != nil {
+					return werr
+				}
+				if h := zkWatchSetHook.Load(); h != nil {
+					(*h)(path)
+				}
 			}
+			return err
+		}()
+		if respond != nil {
+			respond(int64(c.s.mu.applied), err)
 		}
 		return err
 	}
@@ -577,13 +598,13 @@ func (c *zkConn) serve(pkt []byte) bool {
 		reply(idx, err, &zk.SetACLResponse{Stat: toZKStat(res.Op.Stat)})
 	case *zk.ExistsRequest:
 		var st tree.Stat
-		err := read(r.Path, r.Watch, watch.KindExist, 0, func(t *tree.Tree) (err error) { st, err = t.Exists(r.Path); return })
-		reply(applied(), err, &zk.ExistsResponse{Stat: toZKStat(st)})
+		read(r.Path, r.Watch, watch.KindExist, 0, func(t *tree.Tree) (err error) { st, err = t.Exists(r.Path); return },
+			func(zxid int64, err error) { reply(zxid, err, &zk.ExistsResponse{Stat: toZKStat(st)}) })
 	case *zk.GetDataRequest:
 		var data []byte
 		var st tree.Stat
-		err := read(r.Path, r.Watch, watch.KindData, tree.PermRead, func(t *tree.Tree) (err error) { data, st, err = t.Get(r.Path); return })
-		reply(applied(), err, &zk.GetDataResponse{Data: data, Stat: toZKStat(st)})
+		read(r.Path, r.Watch, watch.KindData, tree.PermRead, func(t *tree.Tree) (err error) { data, st, err = t.Get(r.Path); return },
+			func(zxid int64, err error) { reply(zxid, err, &zk.GetDataResponse{Data: data, Stat: toZKStat(st)}) })
 	case *zk.GetChildrenRequest, *zk.GetChildren2Request:
 		path, w := "", false
 		if g, ok := r.(*zk.GetChildrenRequest); ok {
@@ -594,25 +615,27 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		var kids []string
 		var st tree.Stat
-		err := read(path, w, watch.KindChild, tree.PermRead, func(t *tree.Tree) (err error) { kids, st, err = t.Children(path); return })
-		if path == "/" && err == nil {
-			// The read-only view of Meridian's own state hangs off the root.
-			kids = append(kids, tree.ReservedRoot[1:])
-			st.NumChildren++
-		}
-		if path == "/zookeeper" && err == nil {
-			kids = append(kids, zkConfigPath[len("/zookeeper/"):])
-			st.NumChildren++
-		}
-		if hdr.Type == zk.OpGetChildren2 {
-			reply(applied(), err, &zk.GetChildren2Response{Children: kids, Stat: toZKStat(st)})
-		} else {
-			reply(applied(), err, &zk.GetChildrenResponse{Children: kids})
-		}
+		read(path, w, watch.KindChild, tree.PermRead, func(t *tree.Tree) (err error) { kids, st, err = t.Children(path); return },
+			func(zxid int64, err error) {
+				if path == "/" && err == nil {
+					// The read-only view of Meridian's own state hangs off the root.
+					kids = append(kids, tree.ReservedRoot[1:])
+					st.NumChildren++
+				}
+				if path == "/zookeeper" && err == nil {
+					kids = append(kids, zkConfigPath[len("/zookeeper/"):])
+					st.NumChildren++
+				}
+				if hdr.Type == zk.OpGetChildren2 {
+					reply(zxid, err, &zk.GetChildren2Response{Children: kids, Stat: toZKStat(st)})
+				} else {
+					reply(zxid, err, &zk.GetChildrenResponse{Children: kids})
+				}
+			})
 	case *zk.GetACLRequest:
 		var acl []tree.ACL
 		var st tree.Stat
-		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { acl, st, err = t.GetACL(r.Path); return })
+		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { acl, st, err = t.GetACL(r.Path); return }, nil)
 		reply(applied(), err, &zk.GetACLResponse{ACL: toZKACL(acl), Stat: toZKStat(st)})
 	case *zk.SyncRequest:
 		var err error = errs.ErrNotReadOnly
@@ -628,7 +651,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 				err = errs.ErrBadVersion
 			}
 			return err
-		})
+		}, nil)
 		reply(applied(), err, &zk.SetDataResponse{Stat: toZKStat(st)})
 	case *zk.MultiRequest:
 		if hdr.Type == zk.OpMultiRead {
@@ -699,7 +722,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 		reply(applied(), nil, &zk.GetEphemeralsResponse{Ephemerals: paths})
 	case *zk.GetAllChildrenNumberRequest:
 		var n int
-		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(r.Path); return })
+		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(r.Path); return }, nil)
 		reply(applied(), err, &zk.GetAllChildrenNumberResponse{TotalNumber: int32(n)})
 	case *zk.ReconfigRequest:
 		if c.readOnly {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,5 +401,48 @@ func TestZKMultiRead(t *testing.T) {
 	if len(r) != 3 || string(r[0].Data) != "d" || !slices.Equal(r[1].Children, []string{"k"}) ||
 		r[2].Type != zkproto.OpError || r[2].Err != zkproto.CodeNoNode {
 		t.Fatalf("multiRead results %+v", r)
+	}
+}
+
+// TestZKWatchNotLostToLateReply: the reply to a watching read must reach
+// the client before the notification of any later change. The server sent
+// the reply after releasing the tree lock, so a change applied in between
+// had its notification queued first; go-zookeeper (like ZooKeeper's own
+// client) sets its watch up when the reply arrives, dropped the event, and
+// the watch was spent on the server: a missed change (found by the chaos
+// watch checker: "wz's watch on /chaos/kv/k0 was set on mzxid 139 and has
+// not fired"). The hook widens the window: a write is sent the moment the
+// watch is set and given time to apply before the reply goes out.
+func TestZKWatchNotLostToLateReply(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	tc.leader()
+	writer, _ := zkConnect(t, tc.zkAddrs())
+	watcher, _ := zkConnect(t, tc.zkAddrs())
+	if _, err := writer.Create("/w", []byte("0"), 0, gozk.WorldACL(gozk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	var round atomic.Int64
+	hook := func(path string) {
+		if path != "/w" {
+			return
+		}
+		go writer.Set("/w", []byte(fmt.Sprint(round.Load())), -1)
+		time.Sleep(100 * time.Millisecond)
+	}
+	zkWatchSetHook.Store(&hook)
+	defer zkWatchSetHook.Store(nil)
+	for ; round.Load() < 5; round.Add(1) {
+		_, st, ch, err := watcher.GetW("/w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-ch:
+			if ev.Type != gozk.EventNodeDataChanged {
+				t.Fatalf("round %d: %+v", round.Load(), ev)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the watch set on mzxid %d did not fire for the write made right after it was set", round.Load(), st.Mzxid)
+		}
 	}
 }

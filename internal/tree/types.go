@@ -169,6 +169,12 @@ type Event struct {
 	Type EventType
 	Path string
 	Zxid int64
+	// Changed is, for a notification sent when watches are set again after
+	// a reconnect (Zxid -1, as ZooKeeper sends it), the zxid of the change
+	// it reports when known (the node's mzxid, pzxid for children); 0
+	// otherwise. The native API sends it as the event's zxid so that a
+	// client can tell a change it has already seen.
+	Changed int64
 }
 
 // SessionInfo is a live session as recorded in the tree.

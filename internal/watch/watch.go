@@ -344,21 +344,23 @@ func (m *Manager) SetWatches(w Watcher, relZxid int64, r NodeReader, data, exist
 			err = e
 		}
 	}
-	notify := func(t tree.EventType, p string) { w.Notify(tree.Event{Type: t, Path: p, Zxid: -1}) }
+	notify := func(t tree.EventType, p string, changed int64) {
+		w.Notify(tree.Event{Type: t, Path: p, Zxid: -1, Changed: changed})
+	}
 	for _, p := range data {
 		st, e := r.Exists(p)
 		switch {
 		case e != nil:
-			notify(tree.EventNodeDeleted, p)
+			notify(tree.EventNodeDeleted, p, 0)
 		case st.Mzxid > relZxid:
-			notify(tree.EventNodeDataChanged, p)
+			notify(tree.EventNodeDataChanged, p, st.Mzxid)
 		default:
 			add(p, KindData)
 		}
 	}
 	for _, p := range exist {
-		if _, e := r.Exists(p); e == nil {
-			notify(tree.EventNodeCreated, p)
+		if st, e := r.Exists(p); e == nil {
+			notify(tree.EventNodeCreated, p, st.Mzxid)
 		} else {
 			add(p, KindExist)
 		}
@@ -367,9 +369,9 @@ func (m *Manager) SetWatches(w Watcher, relZxid int64, r NodeReader, data, exist
 		st, e := r.Exists(p)
 		switch {
 		case e != nil:
-			notify(tree.EventNodeDeleted, p)
+			notify(tree.EventNodeDeleted, p, 0)
 		case st.Pzxid > relZxid:
-			notify(tree.EventNodeChildrenChanged, p)
+			notify(tree.EventNodeChildrenChanged, p, st.Pzxid)
 		default:
 			add(p, KindChild)
 		}
