@@ -113,8 +113,12 @@ type Client struct {
 		password []byte
 		timeout  time.Duration
 		lastZxid int64
-		expired  bool
-		closed   bool
+		// watchZxid: every change up to it has been notified to this
+		// client's watches (the last stream's Ready and events); watches are
+		// re-registered relative to it.
+		watchZxid int64
+		expired   bool
+		closed    bool
 		// delivered is the highest zxid of a notification dispatched to
 		// watchers; deliveredCh is closed and replaced when it grows.
 		delivered   int64

@@ -305,7 +305,7 @@ func (c *Client) watchLoop() {
 		default:
 		}
 		c.mu.Lock()
-		api, gen, sid, last, expired := c.mu.api, c.mu.gen, c.mu.session, c.mu.lastZxid, c.mu.expired
+		api, gen, sid, expired := c.mu.api, c.mu.gen, c.mu.session, c.mu.expired
 		c.mu.Unlock()
 		if expired {
 			return
@@ -321,10 +321,18 @@ func (c *Client) watchLoop() {
 			}
 			continue
 		}
-		req := &pb.WatchRequest{SessionId: sid, RelativeZxid: last}
+		req := &pb.WatchRequest{SessionId: sid}
 		if !first {
 			req.Data, req.Exist, req.Child, req.Persistent, req.PersistentRecursive = c.watches.lists()
 		}
+		// Relative to what the watch streams have covered, not to the
+		// session's last zxid: requests go on while no stream is up, and a
+		// change made then must still be notified. A notification of a
+		// change some watch's own read already showed is ignored by that
+		// watch, and the server keeps it registered (SetWatchesKept).
+		c.mu.Lock()
+		req.RelativeZxid = c.mu.watchZxid
+		c.mu.Unlock()
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			select {
@@ -335,7 +343,11 @@ func (c *Client) watchLoop() {
 		}()
 		stream, err := api.Watch(ctx, req)
 		if err == nil {
-			err = c.readStream(stream)
+			var up bool
+			up, err = c.readStream(stream)
+			if up {
+				attempt = 0 // the stream was up: reconnect at once, back off only when it fails to come up
+			}
 			if err == nil {
 				first = false
 			}
@@ -358,16 +370,22 @@ func (c *Client) watchLoop() {
 	}
 }
 
-func (c *Client) readStream(stream pb.Meridian_WatchClient) error {
+// readStream dispatches a stream's events until it ends; up reports whether
+// the server had registered the watches (sent Ready).
+func (c *Client) readStream(stream pb.Meridian_WatchClient) (up bool, err error) {
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
-			return err
+			return up, err
 		}
 		if ev.GetSessionExpired() {
-			return ErrSessionExpired
+			return up, ErrSessionExpired
 		}
 		if ev.GetReady() {
+			up = true
+			c.mu.Lock()
+			c.mu.watchZxid = max(c.mu.watchZxid, ev.GetZxid())
+			c.mu.Unlock()
 			continue
 		}
 		if ev.GetLockLost() != "" {
@@ -380,6 +398,7 @@ func (c *Client) readStream(stream pb.Meridian_WatchClient) error {
 		if e.Zxid > c.mu.lastZxid {
 			c.mu.lastZxid = e.Zxid
 		}
+		c.mu.watchZxid = max(c.mu.watchZxid, e.Zxid)
 		if e.Zxid > c.mu.delivered {
 			c.mu.delivered = e.Zxid
 			close(c.mu.deliveredCh)

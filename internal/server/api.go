@@ -366,14 +366,29 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 	if _, err := a.liveSession(r.GetSessionId()); err != nil {
 		return a.done("Watch", err)
 	}
+	// Watches are set relative to what the client has seen: a server
+	// behind that (restarted and replaying its log, or lagging) would fire
+	// them for changes the client already knows and spend them on old news.
+	// Wait until it has caught up, as AttachSession does.
+	bctx, cancel := context.WithTimeout(stream.Context(), a.s.cfg.requestTimeout())
+	err := a.s.readBarrier(bctx, false, r.GetRelativeZxid())
+	cancel()
+	if err != nil {
+		return a.done("Watch", err)
+	}
 	h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
 	gen := h.attach()
+	// ready tells the client up to which zxid its watches are now covered:
+	// every later change is either notified on this stream or was notified
+	// by SetWatches.
+	ready := int64(a.s.appliedIndex())
 	if n := len(r.GetData()) + len(r.GetExist()) + len(r.GetChild()) + len(r.GetPersistent()) + len(r.GetPersistentRecursive()); n > 0 {
 		if n > a.s.cfg.MaxWatchesPerSession {
 			return a.done("Watch", errs.ErrTooManyWatches)
 		}
 		a.s.mu.RLock()
-		err := a.s.watches.SetWatches(h, r.GetRelativeZxid(), treeReader{a.s.mu.tree},
+		ready = int64(a.s.mu.applied)
+		err := a.s.watches.SetWatchesKept(h, r.GetRelativeZxid(), treeReader{a.s.mu.tree},
 			r.GetData(), r.GetExist(), r.GetChild(), r.GetPersistent(), r.GetPersistentRecursive())
 		a.s.mu.RUnlock()
 		if err != nil {
@@ -382,7 +397,7 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 			return a.done("Watch", err)
 		}
 	}
-	if err := stream.Send(&pb.WatchEvent{Ready: true}); err != nil {
+	if err := stream.Send(&pb.WatchEvent{Ready: true, Zxid: ready}); err != nil {
 		return err
 	}
 	ctx := stream.Context()

@@ -654,3 +654,48 @@ func TestWatchNotFiredByChangeItsReadShowed(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchNotLostWhileStreamDown: a change made while a client's watch
+// stream is down must still be notified, even when the client's other
+// requests have meanwhile moved its last zxid past the change. The client
+// re-registered its watches relative to that last zxid, so the server took
+// the change as seen (found by the chaos watch checker after kill-all:
+// "wn's watch on /chaos/kv/k0 was set on mzxid 638 and has not fired").
+// Watches are now re-registered relative to what the streams covered.
+func TestWatchNotLostWhileStreamDown(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	lead := tc.leader()
+	cx := ctx(t)
+	// The watcher starts on a follower, which is then stopped.
+	f := (lead + 1) % 3
+	eps := tc.endpoints()
+	watcher := tc.client(eps[f], eps[(f+1)%3], eps[(f+2)%3])
+	writer := tc.client(eps[lead])
+	if _, _, err := writer.Create(cx, "/x", []byte("0"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := writer.Create(cx, "/y", []byte("0"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, st, ch, err := watcher.GetW(cx, "/x", client.WithConsistency(client.Linearizable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.stop(f)
+	if _, err := writer.Set(cx, "/x", []byte("1"), -1); err != nil {
+		t.Fatal(err)
+	}
+	// A linearizable read moves the watcher to another server and its last
+	// zxid past the change, typically before its watch stream is back.
+	if _, _, err := watcher.Get(cx, "/y", client.WithConsistency(client.Linearizable)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-ch:
+		if ev.Type != client.EventNodeDataChanged || ev.Zxid <= st.GetMzxid() {
+			t.Fatalf("event %+v for a watch set on mzxid %d", ev, st.GetMzxid())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the change made while the watch stream was down was never notified")
+	}
+}

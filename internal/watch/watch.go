@@ -336,6 +336,21 @@ type NodeReader interface {
 // still processes every path and returns errs.ErrTooManyWatches, so the
 // caller can tell the client its watches are incomplete.
 func (m *Manager) SetWatches(w Watcher, relZxid int64, r NodeReader, data, exist, child, persistent, persistentRecursive []string) error {
+	return m.setWatches(w, relZxid, r, false, data, exist, child, persistent, persistentRecursive)
+}
+
+// SetWatchesKept is SetWatches for clients that may find a notification
+// stale (their own read of the node was newer than relZxid, which covers
+// the whole batch) and then keep their watch: a watch whose node still
+// exists stays registered even when it is notified at once, so the next
+// change fires it again. A client that took the notification has no watch
+// left for that second event and drops it. The native API's client does
+// this; ZooKeeper's protocol keeps ZooKeeper's rule (notify or register).
+func (m *Manager) SetWatchesKept(w Watcher, relZxid int64, r NodeReader, data, exist, child, persistent, persistentRecursive []string) error {
+	return m.setWatches(w, relZxid, r, true, data, exist, child, persistent, persistentRecursive)
+}
+
+func (m *Manager) setWatches(w Watcher, relZxid int64, r NodeReader, keep bool, data, exist, child, persistent, persistentRecursive []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var err error
@@ -354,6 +369,9 @@ func (m *Manager) SetWatches(w Watcher, relZxid int64, r NodeReader, data, exist
 			notify(tree.EventNodeDeleted, p, 0)
 		case st.Mzxid > relZxid:
 			notify(tree.EventNodeDataChanged, p, st.Mzxid)
+			if keep {
+				add(p, KindData)
+			}
 		default:
 			add(p, KindData)
 		}
@@ -361,6 +379,9 @@ func (m *Manager) SetWatches(w Watcher, relZxid int64, r NodeReader, data, exist
 	for _, p := range exist {
 		if st, e := r.Exists(p); e == nil {
 			notify(tree.EventNodeCreated, p, st.Mzxid)
+			if keep {
+				add(p, KindData)
+			}
 		} else {
 			add(p, KindExist)
 		}
@@ -372,6 +393,9 @@ func (m *Manager) SetWatches(w Watcher, relZxid int64, r NodeReader, data, exist
 			notify(tree.EventNodeDeleted, p, 0)
 		case st.Pzxid > relZxid:
 			notify(tree.EventNodeChildrenChanged, p, st.Pzxid)
+			if keep {
+				add(p, KindChild)
+			}
 		default:
 			add(p, KindChild)
 		}
