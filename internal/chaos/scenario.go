@@ -45,6 +45,7 @@ type Result struct {
 	// WatchEvents counts watch events checked; WatchLost watches ended by
 	// a session's end (the watcher was told).
 	WatchEvents, WatchLost int
+	ZKOps                  int // register operations made through the ZooKeeper protocol
 	Violations             []string
 	Notes                  []string
 	Elapsed                time.Duration
@@ -61,8 +62,8 @@ func (r *Result) Summary() string {
 	for _, f := range r.Faults {
 		kinds = append(kinds, f.Kind)
 	}
-	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d watch-events=%d (ended %d) violations=%d elapsed=%v",
-		r.Seed, strings.Join(kinds, ","), r.Lin.Ops, r.Lin.Unknown, r.Lin.Result, r.SeqReads, r.LockGrants, r.Fenced, r.Durable,
+	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (zk %d, unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d watch-events=%d (ended %d) violations=%d elapsed=%v",
+		r.Seed, strings.Join(kinds, ","), r.Lin.Ops, r.ZKOps, r.Lin.Unknown, r.Lin.Result, r.SeqReads, r.LockGrants, r.Fenced, r.Durable,
 		r.WatchEvents, r.WatchLost, len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
 }
 
@@ -172,6 +173,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Notes = rec.notes
 	rec.mu.Unlock()
 	res.Elapsed = time.Since(begin)
+	if ctx.Err() != nil {
+		// Stopped from outside (a signal, the test's deadline): what it
+		// found about a cluster cut short is not a verdict.
+		return nil, fmt.Errorf("interrupted: %w", ctx.Err())
+	}
 	writeReport(res)
 	if !res.Failed() {
 		cl.Close()
@@ -298,6 +304,11 @@ func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res
 			res.LockGrants++
 		case evFenced:
 			res.Fenced++
+		}
+	}
+	for _, op := range kv {
+		if op.ClientId == o.KVWorkers+o.LockWorkers+1 {
+			res.ZKOps++
 		}
 	}
 	lin, err := checkLinearizable(kv, res.Dir, o.CheckTimeout)

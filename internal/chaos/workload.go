@@ -317,6 +317,13 @@ func runWorkers(ctx context.Context, cl *Cluster, rec *Recorder, seed uint64, kv
 	d := mk(kvWorkers+lockWorkers, "dur")
 	wg.Add(1)
 	go func() { defer wg.Done(); d.durLoop(ctx, stop) }()
+	// One register worker through the ZooKeeper protocol, on its own server.
+	z := mk(kvWorkers+lockWorkers+1, "zkv")
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		z.zkKVLoop(ctx, stop, cl.ZKServers((kvWorkers+lockWorkers+1)%len(cl.Nodes)), keys)
+	}()
 	return func() {
 		close(stop)
 		done := make(chan struct{})
