@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -114,6 +115,16 @@ func (r *Report) Markdown(plotDir string) string {
 			b.WriteString("\n")
 			continue
 		}
+		if strings.HasPrefix(g.workload, "seed002") {
+			b.WriteString("| system | clients | writes | completion s | writes/s | avg | p50 | p99 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+			for _, res := range g.results {
+				s := res.Summary
+				fmt.Fprintf(&b, "| %s | %d | %d | %.2f | %s | %s | %s | %s | %s | %d | %s |\n", res.Flavor, res.Clients, s.Count, res.TotalSec, fmtOps(res.OpsPerSec),
+					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P99), fmtMs(s.Max), res.Errors, res.Leader)
+			}
+			b.WriteString("\n")
+			continue
+		}
 		if g.workload == "locks" {
 			b.WriteString("| system | clients | keys | acquires/s | avg | p50 | p90 | p99 | p99.9 | max | n | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		} else {
@@ -140,6 +151,7 @@ func (r *Report) Markdown(plotDir string) string {
 			}
 		}
 	}
+	r.seed002Summary(&b)
 	if len(r.Failures) > 0 {
 		b.WriteString("Could not run:\n\n")
 		for _, f := range r.Failures {
@@ -148,6 +160,59 @@ func (r *Report) Markdown(plotDir string) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// seed002Summary is seed 002's figure 3 as a table: the completion time of
+// 10 clients x 25 writes to one object, per system, against the round trip.
+func (r *Report) seed002Summary(b *strings.Builder) {
+	type cell struct {
+		rtt  time.Duration
+		flav string
+	}
+	got := map[cell]float64{}
+	var rtts []time.Duration
+	var flavs []string
+	for _, res := range r.Results {
+		if res.Workload != "seed002-same" {
+			continue
+		}
+		t := r.topology(res.Topology)
+		if t == nil {
+			continue
+		}
+		rtt, ok := t.UniformRTT()
+		if !ok {
+			continue
+		}
+		if !slices.Contains(rtts, rtt) {
+			rtts = append(rtts, rtt)
+		}
+		if !slices.Contains(flavs, res.Flavor) {
+			flavs = append(flavs, res.Flavor)
+		}
+		got[cell{rtt, res.Flavor}] = res.TotalSec
+	}
+	if len(rtts) < 2 {
+		return
+	}
+	slices.Sort(rtts)
+	b.WriteString("### Seed 002 figure 3: completion time (s) of 10 clients x 25 writes to one object, against the round trip between every pair of hosts\n\n| system |")
+	for _, d := range rtts {
+		fmt.Fprintf(b, " %v |", d)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(rtts)) + "\n")
+	for _, f := range flavs {
+		fmt.Fprintf(b, "| %s |", f)
+		for _, d := range rtts {
+			if v, ok := got[cell{d, f}]; ok {
+				fmt.Fprintf(b, " %.2f |", v)
+			} else {
+				b.WriteString(" — |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
 }
 
 func workloadTitle(w string) string {
@@ -161,6 +226,8 @@ func workloadTitle(w string) string {
 		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
 		"followsun":          "Follow the sun: 100 B writes while the write load moves between regions with a voter (ms)",
 		"localfirst":         "Local-first lock hand-off vs FIFO: 2 clients per client region on one lock, hold 2 ms (acquire wait ms; ops/s = hand-offs/s)",
+		"seed002-same":       "Seed 002: clients each writing one shared 100 B object (write latency ms; completion = first start to last write)",
+		"seed002-random":     "Seed 002: closed-loop clients writing random objects among 100, 100 B (latency ms; writes/s)",
 		"georead":            "Far-region reads: one client in a region without a voter reads a 100 B key; Meridian with a learner there (ms)",
 	}[w]
 }

@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,5 +52,37 @@ func TestTopologyErrors(t *testing.T) {
 		if _, err := LoadTopology(p); err == nil {
 			t.Errorf("%s: loaded", name)
 		}
+	}
+}
+
+// Seed 002's topologies are uniform at their round trip; seed 004's are not.
+func TestSeed002Topologies(t *testing.T) {
+	for _, r := range []int{0, 10, 30, 60, 100} {
+		top, err := LoadTopology(fmt.Sprintf("topologies/seed002-rtt%d.yaml", r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := top.UniformRTT(); !ok || d != time.Duration(r)*time.Millisecond {
+			t.Errorf("seed002-rtt%d: uniform %v at %v", r, ok, d)
+		}
+	}
+	three, _ := LoadTopology("topologies/3dc.yaml")
+	if _, ok := three.UniformRTT(); ok {
+		t.Error("3dc reported uniform")
+	}
+}
+
+// The seed 002 summary puts each system's completion time under its round trip.
+func TestSeed002Summary(t *testing.T) {
+	r := &Report{Topologies: map[string]*Topology{}}
+	for _, ms := range []int{10, 30} {
+		name := fmt.Sprintf("u%d", ms)
+		r.Topologies[name] = &Topology{Name: name, SameRegionRTTms: float64(ms), Servers: []string{"a", "a", "a"}, Clients: []string{"a"}}
+		r.Results = append(r.Results, Result{Workload: "seed002-same", Topology: name, Flavor: "X", TotalSec: float64(ms) / 10})
+	}
+	var b strings.Builder
+	r.seed002Summary(&b)
+	if !strings.Contains(b.String(), "| X | 1.00 | 3.00 |") || !strings.Contains(b.String(), "10ms | 30ms") {
+		t.Fatalf("summary:\n%s", b.String())
 	}
 }

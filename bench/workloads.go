@@ -33,6 +33,8 @@ type Result struct {
 	Region       string  `json:",omitempty"`
 	Series       string  `json:",omitempty"`
 	ConvergedSec float64 `json:",omitempty"`
+	// TotalSec: seed 002, the time from the common start to the last write.
+	TotalSec float64 `json:",omitempty"`
 }
 
 // Summary is a histogram's figures in milliseconds.

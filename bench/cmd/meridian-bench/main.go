@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (seed 003), seed004, throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (seed 003), seed004, seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -74,6 +74,7 @@ func main() {
 	gr := bench.GeoReadParams{Reads: 500}
 	lf := bench.LocalFirstParams{PerRegion: 2, Iters: 30, Hold: 2 * time.Millisecond, K: []int{0, 3}}
 	fs := bench.FollowSunParams{Phase: 30 * time.Second, Writers: 2}
+	s2 := bench.Seed002Params{Same: 10, Writes: 25, Clients: []int{1, 5, 10, 20, 30, 50}, Total: 1000, RandomAtRTT: 30 * time.Millisecond}
 	samples := 50
 	mode := "full"
 	if *quick {
@@ -84,6 +85,7 @@ func main() {
 		gr.Reads = 20
 		lf.Iters = 3
 		fs.Phase = 10 * time.Second
+		s2 = bench.Seed002Params{Same: 10, Writes: 3, Clients: []int{1, 10}, Total: 40, RandomAtRTT: 30 * time.Millisecond}
 		mode = "quick"
 	}
 	if *ops > 0 {
@@ -189,6 +191,10 @@ func main() {
 					case "seed004":
 						if f.CanKV() {
 							rep.Results = append(rep.Results, bench.RunSeed004(c, topo, f, s4, progress)...)
+						}
+					case "seed002":
+						if f.CanKV() {
+							rep.Results = append(rep.Results, bench.RunSeed002(c, topo, f, s2, progress)...)
 						}
 					case "throughput":
 						if f.CanKV() {
