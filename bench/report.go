@@ -196,7 +196,7 @@ func (r *Report) seed002Summary(b *strings.Builder) {
 		return
 	}
 	slices.Sort(rtts)
-	b.WriteString("### Seed 002 figure 3: completion time (s) of 10 clients x 25 writes to one object, against the round trip between every pair of hosts\n\n| system |")
+	b.WriteString("### Seed 002 figure 3: completion time (s) of the writes to one shared object (10 clients; 25 writes each in full mode), against the round trip between every pair of hosts\n\n| system |")
 	for _, d := range rtts {
 		fmt.Fprintf(b, " %v |", d)
 	}

@@ -25,6 +25,7 @@ func main() {
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
 	out := flag.String("out", "", "directory for results.json and the plots (default: none)")
 	report := flag.String("report", "", "write the Markdown report here (default: stdout)")
+	section := flag.String("section", "", "with --report: replace only the part of the file between the markers of this name (<!-- meridian-bench:NAME:begin/end -->; default: meridian-bench:begin/end)")
 	plotRef := flag.String("plot-ref", "", "path of the plots as the report should link them (default: -out)")
 	bin := flag.String("meridian-bin", "", "meridian binary (default: built from -meridian-src)")
 	src := flag.String("meridian-src", "..", "the Meridian checkout to build the binary from")
@@ -245,7 +246,7 @@ func main() {
 	}
 	md := rep.Markdown(ref)
 	if *report != "" {
-		if err := writeReport(*report, md); err != nil {
+		if err := writeReport(*report, *section, md); err != nil {
 			fail(err)
 		}
 	} else {
@@ -281,17 +282,22 @@ func machine() string {
 }
 
 // Generated report markers: a report file that has them keeps everything
-// outside them (docs/benchmarks.md's hand-written sections).
-const (
-	beginMarker = "<!-- meridian-bench:begin -->"
-	endMarker   = "<!-- meridian-bench:end -->"
-)
+// outside them (docs/benchmarks.md's hand-written sections). A named
+// section has its own pair, so runs of different workloads can fill
+// different parts of one file.
+func markers(section string) (begin, end string) {
+	if section == "" {
+		return "<!-- meridian-bench:begin -->", "<!-- meridian-bench:end -->"
+	}
+	return "<!-- meridian-bench:" + section + ":begin -->", "<!-- meridian-bench:" + section + ":end -->"
+}
 
-func writeReport(path, md string) error {
+func writeReport(path, section, md string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
+	beginMarker, endMarker := markers(section)
 	s := string(old)
 	b, e := strings.Index(s, beginMarker), strings.Index(s, endMarker)
 	if b >= 0 && e > b {
