@@ -71,7 +71,7 @@ func main() {
 	}
 	lockP := bench.LockParams{Clients: []int{1, 3, 5}, Iters: 50, Hold: 2 * time.Millisecond}
 	s4 := bench.Seed004Params{Ops: 1000, MixedClients: 6}
-	tp := bench.ThroughputParams{Clients: []int{1, 8, 32, 128}, Duration: 10 * time.Second}
+	tp := bench.ThroughputParams{Clients: []int{1, 8, 32, 128, 256}, Duration: 10 * time.Second}
 	gr := bench.GeoReadParams{Reads: 500}
 	lf := bench.LocalFirstParams{PerRegion: 2, Iters: 30, Hold: 2 * time.Millisecond, K: []int{0, 3}}
 	fs := bench.FollowSunParams{Phase: 30 * time.Second, Writers: 2}
