@@ -67,17 +67,23 @@ bench-deps:
 # bench-quick runs everything in small form (a smoke run, not figures).
 BENCH_TOPOLOGIES ?= topologies/loopback.yaml,topologies/1dc.yaml,topologies/2dc.yaml,topologies/3dc.yaml,topologies/5region.yaml
 BENCH_SYSTEMS ?= meridian,zookeeper,etcd,redis
+SEED000_GRID ?= topologies/seed000-u0-s0.yaml,topologies/seed000-u0-s100.yaml,topologies/seed000-u0-s250.yaml,topologies/seed000-u100-s0.yaml,topologies/seed000-u100-s100.yaml,topologies/seed000-u100-s250.yaml,topologies/seed000-u250-s0.yaml,topologies/seed000-u250-s100.yaml,topologies/seed000-u250-s250.yaml
 SEED002_TOPOLOGIES ?= topologies/seed002-rtt0.yaml,topologies/seed002-rtt10.yaml,topologies/seed002-rtt30.yaml,topologies/seed002-rtt60.yaml,topologies/seed002-rtt100.yaml
 bench-report:
 	cd bench && $(GO) run ./cmd/meridian-bench --systems $(BENCH_SYSTEMS) --topologies $(BENCH_TOPOLOGIES) \
 		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md
 	cd bench && $(GO) run ./cmd/meridian-bench --systems meridian,zookeeper,etcd --workloads seed002 --topologies $(SEED002_TOPOLOGIES) \
 		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md --section seed002
+	cd bench && $(GO) run ./cmd/meridian-bench --systems meridian,zookeeper --workloads seed000-grid --topologies $(SEED000_GRID) \
+		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md --section seed000-grid
+	cd bench && $(GO) run ./cmd/meridian-bench --systems meridian,zookeeper --workloads seed000-contention --topologies topologies/seed000-u0-s0.yaml,topologies/seed000-u100-s0.yaml \
+		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md --section seed000-contention
 bench-quick:
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems $(BENCH_SYSTEMS) --topologies topologies/3dc.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian --workloads georead,localfirst,followsun --topologies topologies/5region.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper --workloads followsun --topologies topologies/3region.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper,etcd --workloads seed002 --topologies topologies/seed002-rtt0.yaml,topologies/seed002-rtt30.yaml
+	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper --workloads seed000-grid --topologies topologies/seed000-u0-s0.yaml
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

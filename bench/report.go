@@ -115,6 +115,16 @@ func (r *Report) Markdown(plotDir string) string {
 			b.WriteString("\n")
 			continue
 		}
+		if g.workload == "seed000" {
+			b.WriteString("| system | strategy | mean hold ms | mean inter-arrival ms | acquires | avg | p50 | p99 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+			for _, res := range g.results {
+				s := res.Summary
+				fmt.Fprintf(&b, "| %s | %s | %g | %g | %d | %s | %s | %s | %s | %d | %s |\n", res.Flavor, res.Series, res.ServiceMs, res.InterarrivalMs, s.Count,
+					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P99), fmtMs(s.Max), res.Errors, res.Leader)
+			}
+			b.WriteString("\n")
+			continue
+		}
 		if strings.HasPrefix(g.workload, "seed002") {
 			b.WriteString("| system | clients | writes | completion s | writes/s | avg | p50 | p99 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, res := range g.results {
@@ -151,6 +161,7 @@ func (r *Report) Markdown(plotDir string) string {
 			}
 		}
 	}
+	r.seed000Summary(&b)
 	r.seed002Summary(&b)
 	if len(r.Failures) > 0 {
 		b.WriteString("Could not run:\n\n")
@@ -160,6 +171,79 @@ func (r *Report) Markdown(plotDir string) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// seed000Summary tests seed 000's claim cell by cell: at every topology and
+// contention level, Meridian's server-side lock against the best of the
+// four ZooKeeper-API strategies (on ZooKeeper and on Meridian's port), by
+// average acquire latency.
+func (r *Report) seed000Summary(b *strings.Builder) {
+	type cell struct {
+		topo     string
+		svc, arr float64
+	}
+	type best struct {
+		avg  float64
+		name string
+	}
+	var cells []cell
+	server := map[cell]float64{}
+	onZK, onMer := map[cell]best{}, map[cell]best{}
+	for _, res := range r.Results {
+		if res.Workload != "seed000" || res.Summary.Count == 0 {
+			continue
+		}
+		k := cell{res.Topology, res.ServiceMs, res.InterarrivalMs}
+		if !slices.Contains(cells, k) {
+			cells = append(cells, k)
+		}
+		avg := res.Summary.Avg
+		switch {
+		case res.Series == "Meridian server-side lock":
+			server[k] = avg
+		case res.Flavor == "ZooKeeper 3.8":
+			if bz, ok := onZK[k]; !ok || avg < bz.avg {
+				onZK[k] = best{avg, res.Series}
+			}
+		default:
+			if bm, ok := onMer[k]; !ok || avg < bm.avg {
+				onMer[k] = best{avg, res.Series}
+			}
+		}
+	}
+	if len(cells) == 0 {
+		return
+	}
+	b.WriteString("### Seed 000: Meridian's server-side lock against the best ZooKeeper-API strategy, cell by cell (average acquire ms)\n\n")
+	b.WriteString("| topology | mean hold ms | inter-arrival ms | server-side lock | best on ZooKeeper 3.8 | best on Meridian's ZooKeeper port | server-side lock at least as fast? |\n|---|---|---|---|---|---|---|\n")
+	for _, k := range cells {
+		sv, sok := server[k]
+		bz, zok := onZK[k]
+		bm, mok := onMer[k]
+		verdict := "—"
+		if sok && (zok || mok) {
+			lo := bz.avg
+			if !zok || (mok && bm.avg < lo) {
+				lo = bm.avg
+			}
+			verdict = fmt.Sprintf("no (%.2f×)", sv/lo)
+			if sv <= lo {
+				verdict = fmt.Sprintf("yes (%.2f×)", sv/lo)
+			}
+		}
+		show := func(ok bool, x best) string {
+			if !ok {
+				return "—"
+			}
+			return fmt.Sprintf("%s (%s)", fmtMs(x.avg), x.name)
+		}
+		sval := "—"
+		if sok {
+			sval = fmtMs(sv)
+		}
+		fmt.Fprintf(b, "| %s | %g | %g | %s | %s | %s | %s |\n", k.topo, k.svc, k.arr, sval, show(zok, bz), show(mok, bm), verdict)
+	}
+	b.WriteString("\n")
 }
 
 // seed002Summary is seed 002's figure 3 as a table: the completion time of
@@ -226,6 +310,7 @@ func workloadTitle(w string) string {
 		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
 		"followsun":          "Follow the sun: 100 B writes while the write load moves between regions with a voter (ms)",
 		"localfirst":         "Local-first lock hand-off vs FIFO: 2 clients per client region on one lock, hold 2 ms (acquire wait ms; ops/s = hand-offs/s)",
+		"seed000":            "Seed 000: lock strategies, random arrivals, time from a request's arrival to its acquisition (ms)",
 		"seed002-same":       "Seed 002: clients each writing one shared 100 B object (write latency ms; completion = first start to last write)",
 		"seed002-random":     "Seed 002: closed-loop clients writing random objects among 100, 100 B (latency ms; writes/s)",
 		"georead":            "Far-region reads: one client in a region without a voter reads a 100 B key; Meridian with a learner there (ms)",
@@ -251,6 +336,14 @@ func (r *Report) groups() []group {
 		out[i].results = append(out[i].results, res)
 	}
 	return out
+}
+
+func maxHold(rs []Result) float64 {
+	m := 0.0
+	for _, r := range rs {
+		m = max(m, r.ServiceMs)
+	}
+	return m
 }
 
 func plotName(workload, topology string) string { return fmt.Sprintf("%s-%s.png", workload, topology) }
@@ -284,7 +377,11 @@ func (r *Report) WritePlots(dir string) error {
 				continue
 			}
 			// Throughput: the largest client count only.
-			if strings.HasPrefix(res.Workload, "throughput") && res.Clients != most {
+			if (strings.HasPrefix(res.Workload, "throughput") || res.Workload == "seed002-random") && res.Clients != most {
+				continue
+			}
+			// Seed 000: the most contended setting only.
+			if res.Workload == "seed000" && res.ServiceMs != maxHold(g.results) {
 				continue
 			}
 			// Locks: one line per flavor at the largest contended setting
@@ -318,6 +415,12 @@ func (r *Report) WritePlots(dir string) error {
 			}
 			if res.Workload == "locks" {
 				label = fmt.Sprintf("%s, %d on %s", res.Flavor, res.Clients, map[bool]string{false: "own lock", true: "one lock"}[res.Same])
+			}
+			if res.Workload == "seed000" {
+				label = fmt.Sprintf("%s: %s, hold %g ms", res.Flavor, res.Series, res.ServiceMs)
+			}
+			if strings.HasPrefix(res.Workload, "seed002-random") {
+				label = fmt.Sprintf("%s, %d clients", res.Flavor, res.Clients)
 			}
 			p.Add(l)
 			p.Legend.Add(label, l)

@@ -35,6 +35,10 @@ type Result struct {
 	ConvergedSec float64 `json:",omitempty"`
 	// TotalSec: seed 002, the time from the common start to the last write.
 	TotalSec float64 `json:",omitempty"`
+	// Seed 000: the mean critical-section time and the mean time between
+	// lock requests (the contention); Series is the lock strategy.
+	ServiceMs      float64 `json:",omitempty"`
+	InterarrivalMs float64 `json:",omitempty"`
 }
 
 // Summary is a histogram's figures in milliseconds.

@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (seed 003), seed004, seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (seed 003), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -75,6 +75,8 @@ func main() {
 	gr := bench.GeoReadParams{Reads: 500}
 	lf := bench.LocalFirstParams{PerRegion: 2, Iters: 30, Hold: 2 * time.Millisecond, K: []int{0, 3}}
 	fs := bench.FollowSunParams{Phase: 30 * time.Second, Writers: 2}
+	s0grid := bench.Seed000Params{Interarrival: 500 * time.Millisecond, Service: []time.Duration{time.Millisecond}, Duration: 20 * time.Second, Sessions: 5, Poll: 5 * time.Millisecond}
+	s0cont := bench.Seed000Params{Interarrival: 200 * time.Millisecond, Service: []time.Duration{time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}, Duration: 20 * time.Second, Sessions: 5, Poll: 5 * time.Millisecond}
 	s2 := bench.Seed002Params{Same: 10, Writes: 25, Clients: []int{1, 5, 10, 20, 30, 50}, Total: 1000, RandomAtRTT: 30 * time.Millisecond}
 	samples := 50
 	mode := "full"
@@ -87,6 +89,8 @@ func main() {
 		lf.Iters = 3
 		fs.Phase = 10 * time.Second
 		s2 = bench.Seed002Params{Same: 10, Writes: 3, Clients: []int{1, 10}, Total: 40, RandomAtRTT: 30 * time.Millisecond}
+		s0grid.Duration, s0cont.Duration = 3*time.Second, 3*time.Second
+		s0cont.Service = []time.Duration{time.Millisecond, 150 * time.Millisecond}
 		mode = "quick"
 	}
 	if *ops > 0 {
@@ -193,6 +197,10 @@ func main() {
 						if f.CanKV() {
 							rep.Results = append(rep.Results, bench.RunSeed004(c, topo, f, s4, progress)...)
 						}
+					case "seed000-grid":
+						rep.Results = append(rep.Results, bench.RunSeed000(c, topo, f, s0grid, progress)...)
+					case "seed000-contention":
+						rep.Results = append(rep.Results, bench.RunSeed000(c, topo, f, s0cont, progress)...)
 					case "seed002":
 						if f.CanKV() {
 							rep.Results = append(rep.Results, bench.RunSeed002(c, topo, f, s2, progress)...)

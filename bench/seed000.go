@@ -1,0 +1,409 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	gozk "github.com/go-zookeeper/zk"
+
+	"github.com/meridian-coord/meridian/client"
+)
+
+// Seed 000: lock strategies under wide-area latency and contention. Lock
+// requests arrive at random (exponential inter-arrival times with a fixed
+// mean), each holds the lock for an exponentially distributed time, and what
+// is measured is the time from a request's arrival to its acquisition
+// (waiting for other holders included). The four strategies the seed
+// builds on ZooKeeper's API run as the seed describes them, against
+// ZooKeeper and against Meridian's ZooKeeper port; Meridian's server-side
+// lock runs beside them. The claim to test: the server-side lock is at
+// least as fast as the best of the four everywhere in the grid.
+
+// Seed000Params sets one run.
+type Seed000Params struct {
+	Interarrival time.Duration   // mean time between lock requests
+	Service      []time.Duration // mean critical-section times to run (one point each)
+	Duration     time.Duration   // of arrivals per strategy and point
+	Sessions     int             // client sessions requests are spread over
+	Poll         time.Duration   // period of the asynchronous strategies' requests
+}
+
+// Seed000 strategy names, in report order.
+const (
+	S0SyncTAS    = "sync test-and-set"
+	S0AsyncTAS   = "async test-and-set"
+	S0SyncQueue  = "sync queue lock"
+	S0AsyncQueue = "async queue lock"
+	S0Server     = "Meridian server-side lock"
+)
+
+// s0MaxInflight bounds an asynchronous strategy's requests in flight (per
+// lock request): past it, it waits for answers before sending more.
+const s0MaxInflight = 64
+
+var s0ACL = gozk.WorldACL(gozk.PermAll)
+
+// s0Lock acquires the lock of one strategy; release frees it.
+type s0Lock func(ctx context.Context) (release func(), err error)
+
+// syncTAS: create the lock node until one create succeeds (the seed's busy
+// loop: a failed create is answered before the next is sent).
+func syncTAS(conn *gozk.Conn, path string) s0Lock {
+	return func(ctx context.Context) (func(), error) {
+		for ctx.Err() == nil {
+			_, err := conn.Create(path, nil, gozk.FlagEphemeral, s0ACL)
+			if err == nil {
+				return func() { conn.Delete(path, -1) }, nil
+			}
+			if !errors.Is(err, gozk.ErrNodeExists) {
+				return nil, err
+			}
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// asyncTAS: a create every poll period without waiting for the answers,
+// until one succeeds; the creates still in flight are then waited for
+// (they fail: the node is ours) so none can succeed after the release.
+func asyncTAS(conn *gozk.Conn, path string, poll time.Duration) s0Lock {
+	return func(ctx context.Context) (func(), error) {
+		results := make(chan error, s0MaxInflight)
+		inflight := 0
+		send := func() {
+			inflight++
+			go func() {
+				_, err := conn.Create(path, nil, gozk.FlagEphemeral, s0ACL)
+				results <- err
+			}()
+		}
+		tick := time.NewTicker(poll)
+		defer tick.Stop()
+		send()
+		var failed error
+		won := false
+		for !won && failed == nil {
+			select {
+			case <-ctx.Done():
+				failed = ctx.Err()
+			case <-tick.C:
+				if inflight < s0MaxInflight {
+					send()
+				}
+			case err := <-results:
+				inflight--
+				switch {
+				case err == nil:
+					won = true
+				case !errors.Is(err, gozk.ErrNodeExists):
+					failed = err
+				}
+			}
+		}
+		for ; inflight > 0; inflight-- {
+			if err := <-results; err == nil {
+				won = true // a late create won (only possible when we had failed)
+			}
+		}
+		if won && failed != nil {
+			conn.Delete(path, -1)
+		}
+		if failed != nil {
+			return nil, failed
+		}
+		return func() { conn.Delete(path, -1) }, nil
+	}
+}
+
+// seqOf returns the sequence number ZooKeeper appended to a node name.
+func seqOf(name string) string { return name[strings.LastIndex(name, "-")+1:] }
+
+// queueDecide looks at the children list for our node: acquired when it
+// has the smallest sequence number, else the predecessor to watch.
+func queueDecide(kids []string, me string) (acquired bool, pred string) {
+	slices.SortFunc(kids, func(a, b string) int { return strings.Compare(seqOf(a), seqOf(b)) })
+	for i, k := range kids {
+		if k == me {
+			if i == 0 {
+				return true, ""
+			}
+			return false, kids[i-1]
+		}
+	}
+	return false, ""
+}
+
+// queueWait waits, ZooKeeper's recipe, until our node is the smallest:
+// watch the predecessor, list again when it goes.
+func queueWait(ctx context.Context, conn *gozk.Conn, dir, me string, kids []string) error {
+	for {
+		acquired, pred := queueDecide(kids, me)
+		if acquired {
+			return nil
+		}
+		if pred == "" {
+			return fmt.Errorf("queue lock: %s not among the children", me)
+		}
+		ok, _, ch, err := conn.ExistsW(dir + "/" + pred)
+		if err != nil {
+			return err
+		}
+		if ok {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if kids, _, err = conn.Children(dir); err != nil {
+			return err
+		}
+	}
+}
+
+// syncQueue: create an ephemeral sequential node, list the children, watch
+// the predecessor (two round trips when the lock is free).
+func syncQueue(conn *gozk.Conn, dir string) s0Lock {
+	return func(ctx context.Context) (func(), error) {
+		p, err := conn.Create(dir+"/lock-", nil, gozk.FlagEphemeral|gozk.FlagSequence, s0ACL)
+		if err != nil {
+			return nil, err
+		}
+		me := p[len(dir)+1:]
+		release := func() { conn.Delete(p, -1) }
+		kids, _, err := conn.Children(dir)
+		if err == nil {
+			err = queueWait(ctx, conn, dir, me, kids)
+		}
+		if err != nil {
+			release()
+			return nil, err
+		}
+		return release, nil
+	}
+}
+
+// asyncQueue: send the create and, without waiting for it, list the
+// children every poll period; once the create has answered, the newest
+// list that contains our node decides (one round trip when the lock is
+// free), then the predecessor is watched as in the synchronous recipe.
+func asyncQueue(conn *gozk.Conn, dir string, poll time.Duration) s0Lock {
+	return func(ctx context.Context) (func(), error) {
+		created := make(chan struct {
+			p   string
+			err error
+		}, 1)
+		go func() {
+			p, err := conn.Create(dir+"/lock-", nil, gozk.FlagEphemeral|gozk.FlagSequence, s0ACL)
+			created <- struct {
+				p   string
+				err error
+			}{p, err}
+		}()
+		type list struct {
+			kids []string
+			err  error
+		}
+		lists := make(chan list, s0MaxInflight)
+		stop := make(chan struct{})
+		defer close(stop)
+		inflight := 0
+		var lmu sync.Mutex
+		ask := func() {
+			lmu.Lock()
+			if inflight >= s0MaxInflight {
+				lmu.Unlock()
+				return
+			}
+			inflight++
+			lmu.Unlock()
+			go func() {
+				kids, _, err := conn.Children(dir)
+				lmu.Lock()
+				inflight--
+				lmu.Unlock()
+				select {
+				case lists <- list{kids, err}:
+				case <-stop:
+				}
+			}()
+		}
+		tick := time.NewTicker(poll)
+		defer tick.Stop()
+		ask()
+		me, path := "", ""
+		var newest []string
+		for {
+			select {
+			case <-ctx.Done():
+				if path != "" {
+					conn.Delete(path, -1)
+				}
+				return nil, ctx.Err()
+			case <-tick.C:
+				ask()
+			case c := <-created:
+				if c.err != nil {
+					return nil, c.err
+				}
+				path, me = c.p, c.p[len(dir)+1:]
+				if slices.Contains(newest, me) {
+					goto decide
+				}
+				ask()
+			case l := <-lists:
+				if l.err != nil {
+					continue
+				}
+				newest = l.kids
+				if me != "" && slices.Contains(newest, me) {
+					goto decide
+				}
+			}
+		}
+	decide:
+		if err := queueWait(ctx, conn, dir, me, newest); err != nil {
+			conn.Delete(path, -1)
+			return nil, err
+		}
+		return func() { conn.Delete(path, -1) }, nil
+	}
+}
+
+// s0Strategies returns the strategies a system runs, each with a function
+// that opens one session's lock.
+func s0Strategies(c *Cluster, f Flavor, base string, poll time.Duration) map[string]func(region string, server int) (s0Lock, func(), error) {
+	zkOpen := func(mk func(conn *gozk.Conn) s0Lock) func(string, int) (s0Lock, func(), error) {
+		return func(region string, server int) (s0Lock, func(), error) {
+			conn, err := newZK(c, region, server)
+			if err != nil {
+				return nil, nil, err
+			}
+			return mk(conn), conn.Close, nil
+		}
+	}
+	out := map[string]func(string, int) (s0Lock, func(), error){}
+	switch f.Name {
+	case "Meridian (native)":
+		out[S0Server] = func(region string, server int) (s0Lock, func(), error) {
+			cl, err := newNative(c, region, server)
+			if err != nil {
+				return nil, nil, err
+			}
+			name := strings.ReplaceAll(base, "/", "") + "-server"
+			return func(ctx context.Context) (func(), error) {
+				l, err := cl.Lock(ctx, name, client.LockOptions{})
+				if err != nil {
+					return nil, err
+				}
+				return func() { l.Unlock(context.Background()) }, nil
+			}, func() { cl.Close() }, nil
+		}
+	case "Meridian (ZooKeeper protocol)", "ZooKeeper 3.8":
+		out[S0SyncTAS] = zkOpen(func(conn *gozk.Conn) s0Lock { return syncTAS(conn, base+"-tas-sync") })
+		out[S0AsyncTAS] = zkOpen(func(conn *gozk.Conn) s0Lock { return asyncTAS(conn, base+"-tas-async", poll) })
+		out[S0SyncQueue] = zkOpen(func(conn *gozk.Conn) s0Lock { return syncQueue(conn, base+"-q-sync") })
+		out[S0AsyncQueue] = zkOpen(func(conn *gozk.Conn) s0Lock { return asyncQueue(conn, base+"-q-async", poll) })
+	}
+	return out
+}
+
+// RunSeed000 runs every strategy a flavor offers at every critical-section
+// mean of p on one topology.
+func RunSeed000(c *Cluster, t *Topology, f Flavor, p Seed000Params, progress func(string)) []Result {
+	base := fmt.Sprintf("/s0-%d", mrand.Int64())
+	strategies := s0Strategies(c, f, base, p.Poll)
+	if len(strategies) == 0 {
+		return nil
+	}
+	// The queue locks' parent nodes.
+	if r, s := serverFor(t, 0); f.System == "zookeeper" || f.Name == "Meridian (ZooKeeper protocol)" {
+		conn, err := newZK(c, r, s)
+		if err != nil {
+			progress(fmt.Sprintf("seed000 %s %s: %v", t.Name, f.Name, err))
+			return []Result{{Workload: "seed000", Topology: t.Name, Flavor: f.Name, Errors: 1, Hist: newHist()}}
+		}
+		for _, d := range []string{base + "-q-sync", base + "-q-async"} {
+			conn.Create(d, nil, 0, s0ACL)
+		}
+		conn.Close()
+	}
+	var out []Result
+	for _, name := range []string{S0SyncTAS, S0AsyncTAS, S0SyncQueue, S0AsyncQueue, S0Server} {
+		open, ok := strategies[name]
+		if !ok {
+			continue
+		}
+		for _, svc := range p.Service {
+			out = append(out, s0Run(c, t, f, name, open, p, svc, progress))
+		}
+	}
+	return out
+}
+
+// s0Run is one strategy at one contention level: requests arrive at random
+// for p.Duration, each on the next session in turn; then the ones still
+// waiting are let finish (bounded).
+func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int) (s0Lock, func(), error), p Seed000Params, svc time.Duration, progress func(string)) Result {
+	res := Result{Workload: "seed000", Topology: t.Name, Flavor: f.Name, Series: name, Clients: p.Sessions, Hist: newHist(),
+		Leader: leaderRegion(c, t), ServiceMs: float64(svc) / float64(time.Millisecond), InterarrivalMs: float64(p.Interarrival) / float64(time.Millisecond)}
+	var locks []s0Lock
+	var closers []func()
+	for i := 0; i < p.Sessions; i++ {
+		r, s := serverFor(t, i)
+		l, cl, err := open(r, s)
+		if err != nil {
+			res.Errors++
+			continue
+		}
+		locks = append(locks, l)
+		closers = append(closers, cl)
+	}
+	defer func() {
+		for _, cl := range closers {
+			cl()
+		}
+	}()
+	if len(locks) == 0 {
+		return res
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), p.Duration+2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	for i := 0; time.Since(start) < p.Duration; i++ {
+		l := locks[i%len(locks)]
+		hold := time.Duration(mrand.ExpFloat64() * float64(svc))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			release, err := l(ctx)
+			el := time.Since(t0)
+			mu.Lock()
+			if err != nil {
+				res.Errors++
+			} else {
+				res.Hist.RecordValue(el.Microseconds())
+			}
+			mu.Unlock()
+			if err == nil {
+				time.Sleep(hold)
+				release()
+			}
+		}()
+		time.Sleep(time.Duration(mrand.ExpFloat64() * float64(p.Interarrival)))
+	}
+	wg.Wait()
+	res.Summary = summarize(res.Hist)
+	progress(fmt.Sprintf("seed000 %s %s %s: service %v: %d acquires, avg %.2f ms p99 %.2f ms (%d errors)", t.Name, f.Name, name, svc,
+		res.Hist.TotalCount(), res.Summary.Avg, res.Summary.P99, res.Errors))
+	return res
+}
