@@ -79,6 +79,48 @@ type watchReg struct {
 	// last is the highest zxid a persistent watch delivered: a reconnect's
 	// notification of a change it already delivered is not repeated.
 	last int64
+	// The channel is closed exactly once, by shut, never while a send to
+	// it is under way: done aborts a send blocked on a slow consumer, smu
+	// orders sends and the close.
+	done     chan struct{}
+	shutOnce sync.Once
+	smu      sync.Mutex
+	closed   bool
+}
+
+// shut ends the watch: a send blocked on it gives up, final (if any) is
+// delivered when there is room, and the channel is closed.
+func (w *watchReg) shut(final *Event) {
+	w.shutOnce.Do(func() {
+		close(w.done)
+		w.smu.Lock()
+		defer w.smu.Unlock()
+		if final != nil {
+			select {
+			case w.ch <- *final:
+			default:
+			}
+		}
+		w.closed = true
+		close(w.ch)
+	})
+}
+
+// send delivers ev to a persistent watch, waiting for room (backpressure)
+// unless the watch is shut or the client stops; false when the client stops.
+func (w *watchReg) send(ev Event, stop <-chan struct{}) bool {
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	if w.closed {
+		return true
+	}
+	select {
+	case w.ch <- ev:
+	case <-w.done:
+	case <-stop:
+		return false
+	}
+	return true
 }
 
 // maxHeld bounds the events a pending watch keeps (the newest are kept: the
@@ -100,7 +142,7 @@ func (r *watchRegistry) add(path string, k watchKind) *watchReg {
 	if k >= kindPersistent {
 		size = 1024
 	}
-	w := &watchReg{path: path, kind: k, ch: make(chan Event, size), pending: k < kindPersistent}
+	w := &watchReg{path: path, kind: k, ch: make(chan Event, size), pending: k < kindPersistent, done: make(chan struct{})}
 	r.mu.Lock()
 	r.regs[w] = struct{}{}
 	r.mu.Unlock()
@@ -116,7 +158,7 @@ func (r *watchRegistry) cancel(w *watchReg) {
 	delete(r.regs, w)
 	r.mu.Unlock()
 	if ok {
-		close(w.ch)
+		w.shut(nil)
 	}
 }
 
@@ -151,8 +193,7 @@ func (r *watchRegistry) arm(w *watchReg, zxid int64) {
 		if ev.Zxid < 0 || ev.Zxid > zxid {
 			delete(r.regs, w)
 			r.mu.Unlock()
-			w.ch <- ev
-			close(w.ch)
+			w.shut(&ev)
 			return
 		}
 	}
@@ -191,13 +232,10 @@ func (r *watchRegistry) dispatch(ev Event, stop <-chan struct{}) {
 	r.mu.Unlock()
 	for _, w := range fire {
 		if w.kind < kindPersistent {
-			w.ch <- ev
-			close(w.ch)
+			w.shut(&ev)
 			continue
 		}
-		select {
-		case w.ch <- ev:
-		case <-stop:
+		if !w.send(ev, stop) {
 			return
 		}
 	}
@@ -230,11 +268,7 @@ func (r *watchRegistry) closeAll(t EventType) {
 	r.regs = map[*watchReg]struct{}{}
 	r.mu.Unlock()
 	for w := range regs {
-		select {
-		case w.ch <- Event{Type: t}:
-		default:
-		}
-		close(w.ch)
+		w.shut(&Event{Type: t})
 	}
 }
 
