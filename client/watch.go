@@ -365,7 +365,7 @@ func (c *Client) watchLoop() {
 		// change some watch's own read already showed is ignored by that
 		// watch, and the server keeps it registered (SetWatchesKept).
 		c.mu.Lock()
-		req.RelativeZxid = c.mu.watchZxid
+		req.RelativeZxid, req.MinZxid = c.mu.watchZxid, c.mu.lastZxid
 		c.mu.Unlock()
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {

@@ -2348,8 +2348,12 @@ type WatchRequest struct {
 	Child               []string `protobuf:"bytes,5,rep,name=child,proto3" json:"child,omitempty"`
 	Persistent          []string `protobuf:"bytes,6,rep,name=persistent,proto3" json:"persistent,omitempty"`
 	PersistentRecursive []string `protobuf:"bytes,7,rep,name=persistent_recursive,json=persistentRecursive,proto3" json:"persistent_recursive,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The client's last seen zxid: the server waits until it has applied it
+	// before setting the watches, so that it judges them on state at least as
+	// new as what the client has read.
+	MinZxid       int64 `protobuf:"varint,8,opt,name=min_zxid,json=minZxid,proto3" json:"min_zxid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -2429,6 +2433,13 @@ func (x *WatchRequest) GetPersistentRecursive() []string {
 		return x.PersistentRecursive
 	}
 	return nil
+}
+
+func (x *WatchRequest) GetMinZxid() int64 {
+	if x != nil {
+		return x.MinZxid
+	}
+	return 0
 }
 
 type WatchEvent struct {
@@ -5919,7 +5930,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x15AttachSessionResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x02 \x01(\x05R\ttimeoutMs\"\xe5\x01\n" +
+	"timeout_ms\x18\x02 \x01(\x05R\ttimeoutMs\"\x80\x02\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12#\n" +
@@ -5930,7 +5941,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\n" +
 	"persistent\x18\x06 \x03(\tR\n" +
 	"persistent\x121\n" +
-	"\x14persistent_recursive\x18\a \x03(\tR\x13persistentRecursive\"\xdb\x01\n" +
+	"\x14persistent_recursive\x18\a \x03(\tR\x13persistentRecursive\x12\x19\n" +
+	"\bmin_zxid\x18\b \x01(\x03R\aminZxid\"\xdb\x01\n" +
 	"\n" +
 	"WatchEvent\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.meridian.v1.EventTypeR\x04type\x12\x12\n" +

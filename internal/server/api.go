@@ -366,12 +366,12 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 	if _, err := a.liveSession(r.GetSessionId()); err != nil {
 		return a.done("Watch", err)
 	}
-	// Watches are set relative to what the client has seen: a server
-	// behind that (restarted and replaying its log, or lagging) would fire
-	// them for changes the client already knows and spend them on old news.
-	// Wait until it has caught up, as AttachSession does.
+	// Watches are judged on this server's state: one behind what the client
+	// has read (restarted and replaying its log, or lagging) would report a
+	// node the client saw as deleted, or fire watches for changes the client
+	// already knows. Wait until it has caught up, as AttachSession does.
 	bctx, cancel := context.WithTimeout(stream.Context(), a.s.cfg.requestTimeout())
-	err := a.s.readBarrier(bctx, false, r.GetRelativeZxid())
+	err := a.s.readBarrier(bctx, false, max(r.GetRelativeZxid(), r.GetMinZxid()))
 	cancel()
 	if err != nil {
 		return a.done("Watch", err)
