@@ -233,6 +233,12 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 		sleepCtx(ctx, cut)
 		exited := e.cl.Reap(id)
 		free()
+		// A write that failed while the disk was full may surface at the
+		// next commit, after the ballast is gone: give it a moment.
+		for t0 := time.Now(); !exited && time.Since(t0) < 2*time.Second; {
+			sleepCtx(ctx, 100*time.Millisecond)
+			exited = e.cl.Reap(id)
+		}
 		desc := fmt.Sprintf("disk of node %d (leader %d) full for %v", id, leader, cut)
 		if exited {
 			desc += "; it exited and was restarted"
