@@ -479,7 +479,8 @@ func (r *Replica) Propose(ctx context.Context, data []byte) error {
 	case err := <-p.errc:
 		return err
 	case <-r.stopc:
-		return errs.ErrStopped
+		// The loop may have handed it to raft before stopping: unknown.
+		return errs.ErrOutcomeUnknown
 	}
 }
 

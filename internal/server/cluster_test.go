@@ -10,11 +10,14 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/testutil"
+	"github.com/meridian-coord/meridian/internal/tree"
 )
 
 // testCluster runs n servers in this process, each with real Pebble storage
@@ -698,4 +701,60 @@ func TestWatchNotLostWhileStreamDown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the change made while the watch stream was down was never notified")
 	}
+}
+
+// TestWriteInFlightAtStopIsNotReportedUnapplied: a write raft had accepted
+// when its server stopped may still commit, so it must not be answered with
+// an error that says it was not applied (ErrStopped, which clients may
+// retry: a double write). Found by the chaos suite (seed 40720: a member
+// that exited on a full disk answered ErrStopped for a forwarded write that
+// committed; porcupine then found a version no known write had made).
+func TestWriteInFlightAtStopIsNotReportedUnapplied(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	lead := tc.leader()
+	f := (lead + 1) % 3
+	s := tc.servers[f]
+	type outcome struct {
+		path string
+		err  error
+	}
+	out := make(chan outcome, 100000)
+	var wg sync.WaitGroup
+	var stopped atomic.Bool
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stopped.Load(); i++ {
+				p := fmt.Sprintf("/inflight-%d-%d", w, i)
+				_, _, err := s.propose(context.Background(), &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: p}})
+				out <- outcome{p, err}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // writes flowing
+	tc.stop(f)
+	stopped.Store(true)
+	wg.Wait()
+	close(out)
+	leader := tc.servers[lead]
+	time.Sleep(time.Second) // let everything accepted commit
+	var refused, unknown int
+	for o := range out {
+		if o.err == nil || !errs.Retryable(o.err) {
+			unknown++
+			continue
+		}
+		refused++
+		leader.mu.RLock()
+		_, _, gerr := leader.mu.tree.Get(o.path)
+		leader.mu.RUnlock()
+		if gerr == nil {
+			t.Fatalf("%s was answered %v (not applied) but exists", o.path, o.err)
+		}
+	}
+	t.Logf("%d answered not applied, %d applied or unknown", refused, unknown)
 }

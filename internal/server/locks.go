@@ -224,7 +224,11 @@ func (s *Server) proposeOnce(ctx context.Context, id uint64, data []byte) (appli
 		s.metrics.proposals.WithLabelValues("timeout").Inc()
 		return applied{}, errs.ErrTimeout
 	case <-s.stop:
-		return applied{}, errs.ErrStopped
+		// raft has it and may commit it after all (forwarded to the
+		// leader): not "stopped", which says it was not applied and lets
+		// clients retry it.
+		s.metrics.proposals.WithLabelValues("unknown").Inc()
+		return applied{}, errs.ErrOutcomeUnknown
 	}
 }
 
