@@ -390,8 +390,20 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		c.session, c.timeout, c.lastZxid = res.SessionID, timeout, int64(idx)
 		resp.SessionID, resp.TimeOut, resp.Passwd = res.SessionID, int32(timeout.Milliseconds()), pw
 	} else {
-		// Never serve a client older data than it has seen: wait to catch up.
-		if err := c.s.readBarrier(ctx, false, req.LastZxidSeen); err != nil {
+		// Never serve a client older data than it has seen or been told of.
+		// LastZxidSeen covers replies only: clients do not count the zxid of
+		// a notification, so a client told of a change by one server could
+		// resume on another that has not applied it yet and read the data
+		// from before the change it was notified of. A linearizable barrier
+		// (one ReadIndex round to the leader, once per reconnect) brings
+		// this server up to everything committed, hence everything any
+		// server has notified. A client claiming a zxid beyond that still
+		// waits for it and is refused when it never comes, as ZooKeeper does.
+		err := c.s.readBarrier(ctx, true, 0)
+		if err == nil {
+			err = c.s.readBarrier(ctx, false, req.LastZxidSeen)
+		}
+		if err != nil {
 			c.closeWhy = "cannot catch up with the client's zxid: " + err.Error()
 			return false
 		}

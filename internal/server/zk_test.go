@@ -18,6 +18,7 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/testutil"
 	"github.com/meridian-coord/meridian/internal/zkproto"
 )
 
@@ -444,5 +445,128 @@ func TestZKWatchNotLostToLateReply(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("round %d: the watch set on mzxid %d did not fire for the write made right after it was set", round.Load(), st.Mzxid)
 		}
+	}
+}
+
+// rawRequest sends one request frame (header and body) on a raw connection.
+func rawRequest(t *testing.T, c net.Conn, xid, op int32, body zkproto.Record) {
+	t.Helper()
+	e := zkproto.NewEncoder(nil)
+	(&zkproto.RequestHeader{Xid: xid, Type: op}).Encode(e)
+	body.Encode(e)
+	if _, err := c.Write(zkproto.AppendFrame(nil, e.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rawReply reads one frame and decodes its header and, when the header
+// carries no error, its body into body (nil: none).
+func rawReply(t *testing.T, c net.Conn, body zkproto.Record) zkproto.ReplyHeader {
+	t.Helper()
+	d := zkproto.NewDecoder(readFrame(t, c))
+	var h zkproto.ReplyHeader
+	if err := h.Decode(d); err != nil {
+		t.Fatal(err)
+	}
+	if body != nil && h.Err == 0 {
+		if err := body.Decode(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+// rawSession opens (sid 0) or resumes a session on addr.
+func rawSession(t *testing.T, addr string, sid int64, pw []byte, lastZxid int64) (net.Conn, *zkproto.ConnectResponse) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if pw == nil {
+		pw = make([]byte, 16)
+	}
+	req, err := zkproto.AppendRecordFrame(nil, &zkproto.ConnectRequest{LastZxidSeen: lastZxid, TimeOut: 4000, SessionID: sid, Passwd: pw, HasReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	var resp zkproto.ConnectResponse
+	if err := resp.Decode(zkproto.NewDecoder(readFrame(t, c))); err != nil {
+		t.Fatal(err)
+	}
+	if resp.SessionID == 0 {
+		t.Fatalf("session %x refused by %s", sid, addr)
+	}
+	return c, &resp
+}
+
+// TestZKResumeNotBehindANotification: a client told of a change and then
+// resuming its session on another server must not read the data from
+// before that change. Clients count only replies' zxids in LastZxidSeen,
+// not notifications', so waiting for LastZxidSeen let a lagging server
+// serve the old data: the chaos watch checker's "wz: read after a changed
+// event on /chaos/kv/k2 shows no newer data" (seed 40885, kill-all). Here
+// one follower lags 300 ms behind the leader (its incoming peer links are
+// delayed), the watch fires on the leader, and the session resumes on the
+// lagging follower with the zxid of its last reply.
+func TestZKResumeNotBehindANotification(t *testing.T) {
+	var proxies [3][3]*testutil.Proxy
+	tc := newTestCluster(t, 3, func(c *Config) {
+		// An election timeout (2 s) well above the lag, so the lagging
+		// follower keeps its leader: heartbeats arrive late but steadily.
+		c.ElectionTicks = 100
+		real := slices.Clone(c.Members)
+		c.Members = slices.Clone(c.Members)
+		c.ListenPeer = real[c.ID-1].Peer
+		for j := range c.Members {
+			if uint64(j+1) != c.ID {
+				proxies[c.ID-1][j] = testutil.NewProxy(t, real[j].Peer, 0)
+				c.Members[j].Peer = proxies[c.ID-1][j].Addr
+			}
+		}
+	})
+	lead := tc.leader()
+	lag := (lead + 1) % 3
+	for from := range proxies {
+		if from != lag {
+			proxies[from][lag].SetDelay(300 * time.Millisecond)
+		}
+	}
+	addrs := tc.zkAddrs()
+	writer, _ := zkConnect(t, addrs[lead:lead+1])
+	if _, err := writer.Create("/n", []byte("old"), 0, gozk.WorldACL(gozk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	c1, sess := rawSession(t, addrs[lead], 0, nil, 0)
+	var got zkproto.GetDataResponse
+	rawRequest(t, c1, 1, zkproto.OpGetData, &zkproto.GetDataRequest{Path: "/n", Watch: true})
+	h := rawReply(t, c1, &got)
+	if h.Err != 0 || string(got.Data) != "old" {
+		t.Fatalf("getData on the leader: %+v %q", h, got.Data)
+	}
+	// The lagging follower has what the client saw before the change is made.
+	deadline := time.Now().Add(10 * time.Second)
+	for tc.servers[lag].appliedIndex() < uint64(h.Zxid) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lagging follower never applied the client's zxid")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := writer.Set("/n", []byte("new"), -1); err != nil {
+		t.Fatal(err)
+	}
+	var ev zkproto.WatcherEvent
+	if n := rawReply(t, c1, &ev); n.Xid != zkproto.XidNotification || ev.Type != zkproto.EventNodeDataChanged {
+		t.Fatalf("want a data-changed notification, got %+v %+v", n, ev)
+	}
+	c1.Close()
+	c2, _ := rawSession(t, addrs[lag], sess.SessionID, sess.Passwd, h.Zxid)
+	rawRequest(t, c2, 2, zkproto.OpGetData, &zkproto.GetDataRequest{Path: "/n"})
+	if h2 := rawReply(t, c2, &got); h2.Err != 0 || string(got.Data) != "new" {
+		t.Fatalf("after a data-changed notification the resumed session read %q (reply %+v), want \"new\"", got.Data, h2)
 	}
 }
