@@ -427,11 +427,16 @@ func (c *Client) readStream(stream pb.Meridian_WatchClient) (up bool, err error)
 			continue
 		}
 		e := Event{Type: EventType(ev.GetType()), Path: ev.GetPath(), Zxid: ev.GetZxid()}
-		c.watches.dispatch(e, c.stop)
+		// The event's zxid counts as seen before the event is handed out:
+		// a read made on receiving it must not be served by a server that
+		// has not applied the change (after a reconnect, say).
 		c.mu.Lock()
 		if e.Zxid > c.mu.lastZxid {
 			c.mu.lastZxid = e.Zxid
 		}
+		c.mu.Unlock()
+		c.watches.dispatch(e, c.stop)
+		c.mu.Lock()
 		c.mu.watchZxid = max(c.mu.watchZxid, e.Zxid)
 		if e.Zxid > c.mu.delivered {
 			c.mu.delivered = e.Zxid

@@ -758,3 +758,38 @@ func TestWriteInFlightAtStopIsNotReportedUnapplied(t *testing.T) {
 	}
 	t.Logf("%d answered not applied, %d applied or unknown", refused, unknown)
 }
+
+// TestEventZxidSeenBeforeDelivery: once a watch event is received, the
+// client counts its zxid as seen, so the next read (whatever server serves
+// it, after a reconnect say) is at least that new. The client handed the
+// event out first and recorded its zxid after, so a read made on receiving
+// it could be served older data (the chaos watch checker's "wn: read after
+// a deleted event on /chaos/kv/k1 shows no newer data", seed 40467 of the
+// long run, kill-all).
+func TestEventZxidSeenBeforeDelivery(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	tc.leader()
+	cx := ctx(t)
+	writer := tc.client(tc.endpoints()[0])
+	watcher := tc.client(tc.endpoints()[0])
+	if _, _, err := writer.Create(cx, "/e", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 200; round++ {
+		_, _, ch, err := watcher.GetW(cx, "/e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writer.Set(cx, "/e", []byte(fmt.Sprint(round)), -1); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-ch:
+			if seen := watcher.LastZxid(); seen < ev.Zxid {
+				t.Fatalf("round %d: event with zxid %d received, but the client's last seen zxid is %d", round, ev.Zxid, seen)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: watch never fired", round)
+		}
+	}
+}
