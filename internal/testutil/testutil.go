@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"testing"
 )
 
@@ -32,8 +33,27 @@ const (
 	maxPickPort = 32000
 )
 
+// portRange is the range picks come from: MERIDIAN_PORT_RANGE=LO-HI
+// narrows it, so processes run side by side (shards of a long chaos run)
+// can be given disjoint ranges and never take a port another one's stopped
+// server will bind again on restart.
+func portRange() (lo, hi int, err error) {
+	v := os.Getenv("MERIDIAN_PORT_RANGE")
+	if v == "" {
+		return minPickPort, maxPickPort, nil
+	}
+	if _, err := fmt.Sscanf(v, "%d-%d", &lo, &hi); err != nil || lo < 1024 || hi > 65535 || hi-lo < 100 {
+		return 0, 0, fmt.Errorf("MERIDIAN_PORT_RANGE=%q: want LO-HI, 1024 <= LO, HI <= 65535, at least 100 ports", v)
+	}
+	return lo, hi, nil
+}
+
 // PickPorts is FreePorts for code without a testing.TB.
 func PickPorts(n int) ([]int, error) {
+	minPickPort, maxPickPort, err := portRange()
+	if err != nil {
+		return nil, err
+	}
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
