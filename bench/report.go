@@ -36,8 +36,10 @@ type Report struct {
 }
 
 // WriteJSON writes the report with every series' full histogram
-// (non-empty buckets, microseconds) as results.json.
-func (r *Report) WriteJSON(dir string) error {
+// (non-empty buckets, microseconds) as results.json, or as
+// results-SECTION.json for a run that fills one section of the report (so
+// one section's run does not replace another's raw data).
+func (r *Report) WriteJSON(dir, section string) error {
 	for i := range r.Results {
 		if h := r.Results[i].Hist; h != nil {
 			r.Results[i].Raw = rawHist(h)
@@ -47,7 +49,11 @@ func (r *Report) WriteJSON(dir string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644)
+	name := "results.json"
+	if section != "" {
+		name = "results-" + section + ".json"
+	}
+	return os.WriteFile(filepath.Join(dir, name), b, 0o644)
 }
 
 // fmtOps shows small rates with a decimal (hand-offs per second).
@@ -133,6 +139,7 @@ func (r *Report) Markdown(plotDir string) string {
 					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P99), fmtMs(s.Max), res.Errors, res.Leader)
 			}
 			b.WriteString("\n")
+			firstErrors(&b, g.results)
 			continue
 		}
 		if g.workload == "locks" {
@@ -244,6 +251,24 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %g | %g | %s | %s | %s | %s |\n", k.topo, k.svc, k.arr, sval, show(zok, bz), show(mok, bm), verdict)
 	}
 	b.WriteString("\n")
+}
+
+// firstErrors lists the first error of every series that had errors.
+func firstErrors(b *strings.Builder, results []Result) {
+	n := 0
+	for _, res := range results {
+		if res.FirstError == "" {
+			continue
+		}
+		if n == 0 {
+			b.WriteString("First error of each series with errors:\n\n")
+		}
+		n++
+		fmt.Fprintf(b, "- %s, %d clients: %s\n", res.Flavor, res.Clients, res.FirstError)
+	}
+	if n > 0 {
+		b.WriteString("\n")
+	}
 }
 
 // seed002Summary is seed 002's figure 3 as a table: the completion time of

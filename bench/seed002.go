@@ -5,6 +5,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,9 +61,22 @@ func RunSeed002(c *Cluster, t *Topology, f Flavor, p Seed002Params, progress fun
 		return []Result{{Workload: "seed002-same", Topology: t.Name, Flavor: f.Name, Errors: 1, Hist: newHist()}}
 	}
 	same := prefix + "-same"
-	setup.Create(context.Background(), same, val)
+	var setupErrs atomic.Int64
+	var firstSetupErr atomic.Value
+	create := func(key string) {
+		if err := setup.Create(context.Background(), key, val); err != nil {
+			setupErrs.Add(1)
+			firstSetupErr.CompareAndSwap(nil, err.Error())
+		}
+	}
+	create(same)
 	var out []Result
 	out = append(out, seed002Run(c, t, f, "seed002-same", p.Same, p.Same*p.Writes, func(int) string { return same }, val, progress))
+	defer func() {
+		if n := setupErrs.Load(); n > 0 {
+			progress(fmt.Sprintf("seed002 %s %s: %d objects not created (writes to them fail): %v", t.Name, f.Name, n, firstSetupErr.Load()))
+		}
+	}()
 	if rtt == p.RandomAtRTT {
 		key := func(k int) string { return fmt.Sprintf("%s-k%d", prefix, k) }
 		// Create the objects concurrently: one after another costs a
@@ -72,7 +86,7 @@ func RunSeed002(c *Cluster, t *Topology, f Flavor, p Seed002Params, progress fun
 		for k := 0; k < seed002Keys; k++ {
 			wg.Add(1)
 			sem <- struct{}{}
-			go func() { defer wg.Done(); setup.Create(context.Background(), key(k), val); <-sem }()
+			go func() { defer wg.Done(); create(key(k)); <-sem }()
 		}
 		wg.Wait()
 		for _, n := range p.Clients {
@@ -94,7 +108,7 @@ func seed002Run(c *Cluster, t *Topology, f Flavor, workload string, n, total int
 		r, s := serverFor(t, i)
 		kv, err := f.kv(c, r, s)
 		if err != nil {
-			res.Errors++
+			res.fail(err)
 			continue
 		}
 		kvs = append(kvs, kv)
@@ -118,7 +132,7 @@ func seed002Run(c *Cluster, t *Topology, f Flavor, workload string, n, total int
 				el := time.Since(t0)
 				mu.Lock()
 				if err != nil {
-					res.Errors++
+					res.fail(err)
 				} else {
 					res.Hist.RecordValue(el.Microseconds())
 				}
@@ -134,7 +148,11 @@ func seed002Run(c *Cluster, t *Topology, f Flavor, workload string, n, total int
 		kv.Close()
 	}
 	res.Summary = summarize(res.Hist)
-	progress(fmt.Sprintf("%s %s %s: %d clients, %d writes in %.2f s (%.0f/s), avg %.2f ms p99 %.2f ms (%d errors)", workload, t.Name, f.Name,
-		n, res.Hist.TotalCount(), res.TotalSec, res.OpsPerSec, res.Summary.Avg, res.Summary.P99, res.Errors))
+	msg := fmt.Sprintf("%s %s %s: %d clients, %d writes in %.2f s (%.0f/s), avg %.2f ms p99 %.2f ms (%d errors)", workload, t.Name, f.Name,
+		n, res.Hist.TotalCount(), res.TotalSec, res.OpsPerSec, res.Summary.Avg, res.Summary.P99, res.Errors)
+	if res.FirstError != "" {
+		msg += "; first error: " + res.FirstError
+	}
+	progress(msg)
 	return res
 }

@@ -19,6 +19,9 @@ type Result struct {
 	Same     bool   // locks: all clients on one lock
 	Leader   string // region of the leading server when the run started
 	Errors   int
+	// FirstError is the first error counted in Errors (so a report's
+	// error column can be explained).
+	FirstError string `json:",omitempty"`
 	// OpsPerSec: throughput workloads, completed operations per second;
 	// locks, acquires per second (on one lock: hand-offs per second).
 	OpsPerSec float64                 `json:",omitempty"`
@@ -67,6 +70,14 @@ func summarize(h *hdrhistogram.Histogram) Summary {
 
 // serverFor picks client i's server: the nearest to its region; clients
 // spread round-robin over servers that are equally near.
+// fail counts an error, keeping the first one's text.
+func (r *Result) fail(err error) {
+	r.Errors++
+	if r.FirstError == "" && err != nil {
+		r.FirstError = err.Error()
+	}
+}
+
 func serverFor(t *Topology, i int) (string, int) {
 	r := t.ClientRegion(i)
 	best := t.RTT(r, t.Servers[t.NearestServer(r)])

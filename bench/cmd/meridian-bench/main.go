@@ -245,7 +245,7 @@ func main() {
 		if err := rep.WritePlots(*out); err != nil {
 			fail(err)
 		}
-		if err := rep.WriteJSON(*out); err != nil {
+		if err := rep.WriteJSON(*out, *section); err != nil {
 			fail(err)
 		}
 		if ref == "" {
