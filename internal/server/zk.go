@@ -35,6 +35,14 @@ import (
 const (
 	zkMaxConns        = 10000 // further connections are closed at once
 	zkMaxQueuedFrames = 10000 // outbound frames per connection; beyond: the connection is closed
+	// A connection's requests are not read while more than zkReadPauseBytes
+	// of its replies wait to be written: a client that sends faster than it
+	// reads (or never reads) is held back by TCP instead of making the
+	// server buffer its replies. Notifications, queued from apply, cannot
+	// wait; zkMaxQueuedBytes bounds the queue anyway, and the connection is
+	// closed beyond it.
+	zkReadPauseBytes = 4 << 20
+	zkMaxQueuedBytes = 64 << 20
 )
 
 type zkListener struct {
@@ -126,7 +134,7 @@ func (l *zkListener) accept(ln net.Listener) {
 			c.Close()
 			continue
 		}
-		zc := &zkConn{l: l, s: l.s, c: c, signal: make(chan struct{}, 1), done: make(chan struct{})}
+		zc := &zkConn{l: l, s: l.s, c: c, signal: make(chan struct{}, 1), wrote: make(chan struct{}, 1), done: make(chan struct{})}
 		l.conns[zc] = struct{}{}
 		l.mu.Unlock()
 		l.s.wg.Add(2)
@@ -186,7 +194,9 @@ type zkConn struct {
 
 	mu       sync.Mutex
 	out      [][]byte
-	signal   chan struct{}
+	pending  int           // bytes queued or being written
+	signal   chan struct{} // to the writer: frames queued
+	wrote    chan struct{} // to the reader: the writer wrote a batch
 	closed   bool
 	done     chan struct{}
 	closeWhy string
@@ -220,16 +230,39 @@ func (c *zkConn) enqueue(frame []byte) {
 		c.mu.Unlock()
 		return
 	}
-	if len(c.out) >= zkMaxQueuedFrames {
+	if len(c.out) >= zkMaxQueuedFrames || c.pending+len(frame) > zkMaxQueuedBytes {
 		c.mu.Unlock()
 		c.close("outbound queue full (client not reading)")
 		return
 	}
 	c.out = append(c.out, frame)
+	c.pending += len(frame)
 	c.mu.Unlock()
 	select {
 	case c.signal <- struct{}{}:
 	default:
+	}
+}
+
+// awaitRoom holds the reader while more than zkReadPauseBytes of replies
+// wait for the client; false when the connection closed meanwhile (a client
+// that never reads is closed by the writer's deadline).
+func (c *zkConn) awaitRoom() bool {
+	for {
+		c.mu.Lock()
+		pending, closed := c.pending, c.closed
+		c.mu.Unlock()
+		if closed {
+			return false
+		}
+		if pending <= zkReadPauseBytes {
+			return true
+		}
+		select {
+		case <-c.wrote:
+		case <-c.done:
+			return false
+		}
 	}
 }
 
@@ -272,6 +305,17 @@ func (c *zkConn) writeLoop() {
 			if err := w.Flush(); err != nil {
 				c.close("write failed")
 				return
+			}
+			n := 0
+			for _, f := range frames {
+				n += len(f)
+			}
+			c.mu.Lock()
+			c.pending -= n
+			c.mu.Unlock()
+			select {
+			case c.wrote <- struct{}{}:
+			default:
 			}
 		}
 		if closed {
@@ -335,6 +379,9 @@ func (c *zkConn) readLoop() {
 			return
 		}
 		c.countReceived()
+		if !c.awaitRoom() {
+			return
+		}
 		start := time.Now()
 		c.l.stats.outstanding.Add(1)
 		ok := c.serve(pkt)
