@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
@@ -48,6 +49,11 @@ const ZooKeeperVersion = "3.8.4"
 func zkVersionString() string { return ZooKeeperVersion + "-meridian-" + Version }
 
 // Server is one member of a Meridian cluster.
+const (
+	grpcMaxStreams = 256   // concurrent calls per native connection
+	grpcMaxConns   = 10000 // native connections (as the ZooKeeper port's zkMaxConns)
+)
+
 type Server struct {
 	cfg       Config
 	log       *slog.Logger
@@ -160,12 +166,18 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.rep = rep
 	s.metrics.reg.MustRegister(newLatencyCollector(rep.Latency))
 
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes))
+	// Limits of the native port: a call's reply waits for HTTP/2 flow
+	// control while its client does not read, so concurrent calls per
+	// connection are bounded (further ones wait in the client); connections
+	// beyond grpcMaxConns wait in the listen backlog until one closes.
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes),
+		grpc.MaxConcurrentStreams(grpcMaxStreams))
 	meridianpb.RegisterMeridianServer(s.grpc, &api{s: s})
 	if s.lnGRPC, err = net.Listen("tcp", cfg.ListenGRPC); err != nil {
 		rep.Close()
 		return nil, fmt.Errorf("listen grpc: %w", err)
 	}
+	s.lnGRPC = netutil.LimitListener(s.lnGRPC, grpcMaxConns)
 	if cfg.ListenZK != "" {
 		if err := s.zk.listen(cfg.ListenZK, nil); err != nil {
 			s.lnGRPC.Close()
