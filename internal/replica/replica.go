@@ -863,6 +863,25 @@ func (r *Replica) propose(p proposal) {
 func (r *Replica) handleReady() error {
 	rd := r.rn.Ready()
 	r.noteLeader(rd.SoftState, rd.HardState)
+	// The leader sends before it writes (raft thesis 10.2.1, as etcd does):
+	// its own disk write then overlaps the followers' round trip and writes
+	// instead of preceding them, taking one fsync off every commit's path.
+	// Safe: raft counts the leader's own copy of an entry only when Advance
+	// steps its self-acknowledgement, i.e. after this Ready is on disk; the
+	// leader's term and vote were synced before it campaigned; and messages
+	// that vouch for this member's durable state (append and vote
+	// responses) never leave early.
+	msgs := rd.Messages
+	if r.leader.Load() == r.cfg.ID {
+		msgs = msgs[:0:0]
+		for _, m := range rd.Messages {
+			if vouchesDurable(m.GetType()) {
+				msgs = append(msgs, m)
+			} else {
+				r.tr.send(m)
+			}
+		}
+	}
 	var snap *pb.Snapshot
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		snap = rd.Snapshot
@@ -903,7 +922,7 @@ func (r *Replica) handleReady() error {
 		return err
 	}
 	r.noteAppended(rd.Entries)
-	for _, m := range rd.Messages {
+	for _, m := range msgs {
 		r.tr.send(m)
 	}
 	if err := r.apply(rd.CommittedEntries); err != nil {
@@ -920,6 +939,13 @@ func (r *Replica) handleReady() error {
 	}
 	r.rn.Advance(rd)
 	return r.maybeSnapshot()
+}
+
+// vouchesDurable: messages that tell their receiver this member has
+// persisted something (an append, a vote), so they go out only after the
+// Ready is on disk.
+func vouchesDurable(t pb.MessageType) bool {
+	return t == pb.MsgAppResp || t == pb.MsgVoteResp || t == pb.MsgPreVoteResp
 }
 
 // noteLeader publishes leader and term changes: once per Ready, with both

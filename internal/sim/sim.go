@@ -58,6 +58,7 @@ const (
 	electionMinMs   = 150
 	electionRangeMs = 150
 	quietMs         = 5000 // after the faults: healed, everyone up, must converge
+	midWriteCrash   = 0.01 // of a leader's Readies with entries
 )
 
 type message struct {
@@ -105,6 +106,7 @@ type Sim struct {
 // Stats summarises a run.
 type Stats struct {
 	Proposals, Applied, Elections, Crashes, Partitions, Dropped uint64
+	MidWriteCrashes                                             uint64 // leaders crashed after sending, before writing
 	MaxIndex                                                    uint64
 }
 
@@ -247,8 +249,12 @@ func (s *Sim) step() error {
 	return nil
 }
 
-// ready handles a node's Ready the way internal/replica does: persist,
-// then send, then apply.
+// ready handles a node's Ready the way internal/replica does: a leader
+// sends what does not vouch for its disk first; then persist, send the
+// rest, apply. A leader may crash between its early send and its write
+// (midWriteCrash of its Readies with entries, during the faults), so its
+// followers hold entries its own disk never got: the case the early send
+// must survive.
 func (s *Sim) ready(n *node) error {
 	for n.rn.HasReady() {
 		rd := n.rn.Ready()
@@ -258,6 +264,24 @@ func (s *Sim) ready(n *node) error {
 				return fmt.Errorf("seed %d at %d ms: two leaders in term %d: %d and %d", s.cfg.Seed, s.now, term, l, n.id)
 			}
 			s.leaders[term] = n.id
+		}
+		msgs := rd.Messages
+		if n.rn.BasicStatus().RaftState == raft.StateLeader {
+			msgs = nil
+			for _, m := range rd.Messages {
+				switch m.GetType() {
+				case pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
+					msgs = append(msgs, m)
+				default:
+					s.send(m)
+				}
+			}
+			if len(rd.Entries) > 0 && s.now < uint64(s.cfg.Steps) && s.rng.Float64() < midWriteCrash {
+				n.up = false
+				s.Stats.Crashes++
+				s.Stats.MidWriteCrashes++
+				return nil
+			}
 		}
 		if rd.HardState != nil {
 			n.disk.hs = proto.Clone(rd.HardState).(*pb.HardState)
@@ -277,7 +301,7 @@ func (s *Sim) ready(n *node) error {
 			n.disk.ents = kept
 			n.mem.Append(rd.Entries)
 		}
-		for _, m := range rd.Messages {
+		for _, m := range msgs {
 			s.send(m)
 		}
 		for _, e := range rd.CommittedEntries {

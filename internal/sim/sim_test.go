@@ -59,11 +59,15 @@ func TestSimulation(t *testing.T) {
 		total.Crashes += s.Stats.Crashes
 		total.Partitions += s.Stats.Partitions
 		total.Dropped += s.Stats.Dropped
+		total.MidWriteCrashes += s.Stats.MidWriteCrashes
 		total.MaxIndex = max(total.MaxIndex, s.Stats.MaxIndex)
 	}
 	// Faults may stall a run for a while (a majority down), but not all runs.
 	if total.Applied < 100*n {
 		t.Fatalf("%d entries applied in %d seeds: the runs made almost no progress", total.Applied, n)
+	}
+	if n >= 20 && total.MidWriteCrashes == 0 {
+		t.Fatalf("%d seeds and no leader crashed between its early send and its write", n)
 	}
 	t.Logf("%d seeds: %+v", n, total)
 }
