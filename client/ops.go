@@ -138,7 +138,7 @@ func (c *Client) get(ctx context.Context, path string, w *watchReg, opts []ReadO
 		return nil, nil, err
 	}
 	if w != nil {
-		c.watches.arm(w, resp.GetHeader().GetZxid())
+		c.watches.arm(w, resp.GetHeader().GetZxid(), true)
 	}
 	return resp.GetData(), resp.GetStat(), nil
 }
@@ -167,7 +167,7 @@ func (c *Client) exists(ctx context.Context, path string, w *watchReg, opts []Re
 		return false, nil, err
 	}
 	if w != nil {
-		c.watches.arm(w, resp.GetHeader().GetZxid())
+		c.watches.arm(w, resp.GetHeader().GetZxid(), resp.GetExists())
 	}
 	return resp.GetExists(), resp.GetStat(), nil
 }
@@ -197,7 +197,7 @@ func (c *Client) children(ctx context.Context, path string, w *watchReg, opts []
 		return nil, nil, err
 	}
 	if w != nil {
-		c.watches.arm(w, resp.GetHeader().GetZxid())
+		c.watches.arm(w, resp.GetHeader().GetZxid(), true)
 	}
 	return resp.GetChildren(), resp.GetStat(), nil
 }

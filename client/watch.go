@@ -76,6 +76,12 @@ type watchReg struct {
 	pending bool
 	held    []Event
 	seen    int64 // zxid of the state the read showed; events at or below it are old news
+	// absent: the read found no node. A one-shot watch set on a missing
+	// node fires only on its creation, one set on an existing node never
+	// on a creation: events of the other kind come from another
+	// registration on the path (a reconnect's re-registration of a read
+	// that failed, say) and are not this watch's.
+	absent bool
 	// last is the highest zxid a persistent watch delivered: a reconnect's
 	// notification of a change it already delivered is not repeated.
 	last int64
@@ -162,6 +168,17 @@ func (r *watchRegistry) cancel(w *watchReg) {
 	}
 }
 
+// notMine: an event an armed one-shot watch cannot be owed (see absent).
+func (w *watchReg) notMine(ev Event) bool {
+	if w.kind != kindData && w.kind != kindExist {
+		return false
+	}
+	if w.absent {
+		return ev.Type != EventNodeCreated
+	}
+	return ev.Type == EventNodeCreated
+}
+
 func matches(w *watchReg, ev Event) bool {
 	switch w.kind {
 	case kindData, kindExist:
@@ -178,18 +195,22 @@ func matches(w *watchReg, ev Event) bool {
 }
 
 // arm ends a one-shot watch's pending state once the read that set it
-// returned the state at zxid: the first held event for a later change (or
-// a reconnect's immediate notification, zxid -1) fires it now.
-func (r *watchRegistry) arm(w *watchReg, zxid int64) {
+// returned the state at zxid (exists: whether it found the node): the first
+// held event for a later change (or a reconnect's immediate notification,
+// zxid -1) fires it now.
+func (r *watchRegistry) arm(w *watchReg, zxid int64, exists bool) {
 	r.mu.Lock()
 	if _, ok := r.regs[w]; !ok || !w.pending {
 		r.mu.Unlock()
 		return
 	}
-	w.pending, w.seen = false, zxid
+	w.pending, w.seen, w.absent = false, zxid, !exists
 	held := w.held
 	w.held = nil
 	for _, ev := range held {
+		if w.notMine(ev) {
+			continue
+		}
 		if ev.Zxid < 0 || ev.Zxid > zxid {
 			delete(r.regs, w)
 			r.mu.Unlock()
@@ -219,6 +240,8 @@ func (r *watchRegistry) dispatch(ev Event, stop <-chan struct{}) {
 				continue
 			case ev.Zxid >= 0 && ev.Zxid <= w.seen:
 				continue // a change the read that set the watch already showed
+			case w.notMine(ev):
+				continue
 			}
 			delete(r.regs, w)
 		} else if ev.Zxid > 0 {
