@@ -46,10 +46,12 @@ func (w *worker) zkKVLoop(ctx context.Context, stop <-chan struct{}, servers []s
 		call := w.rec.Now()
 		switch p := w.rng.IntN(100); {
 		case p < 30: // sync + read
+			// The read's window starts before the sync: the sync fixes the
+			// point it reads at (a ReadIndex), and a write that completes
+			// between the sync and the getData may or may not be in it.
 			if _, err := conn.Sync(key); err != nil {
 				break // no read was made
 			}
-			call = w.rec.Now()
 			data, st, err := conn.Get(key)
 			ret := w.rec.Now()
 			out := kvOutput{Code: zkCodeOf(err)}
