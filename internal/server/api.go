@@ -357,10 +357,15 @@ func (a *api) AttachSession(ctx context.Context, r *pb.AttachSessionRequest) (*p
 
 // ---- watches ----
 
-// treeReader lets the watch manager inspect the tree under our read lock.
-type treeReader struct{ t *tree.Tree }
+// treeReader lets the watch manager inspect the tree under our read lock;
+// at is the zxid of that state (the applied index).
+type treeReader struct {
+	t  *tree.Tree
+	at int64
+}
 
 func (r treeReader) Exists(path string) (tree.Stat, error) { return r.t.Exists(path) }
+func (r treeReader) At() int64                             { return r.at }
 
 func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 	if _, err := a.liveSession(r.GetSessionId()); err != nil {
@@ -388,7 +393,7 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 		}
 		a.s.mu.RLock()
 		ready = int64(a.s.mu.applied)
-		err := a.s.watches.SetWatchesKept(h, r.GetRelativeZxid(), treeReader{a.s.mu.tree},
+		err := a.s.watches.SetWatchesKept(h, r.GetRelativeZxid(), treeReader{a.s.mu.tree, ready},
 			r.GetData(), r.GetExist(), r.GetChild(), r.GetPersistent(), r.GetPersistentRecursive())
 		a.s.mu.RUnlock()
 		if err != nil {

@@ -793,3 +793,43 @@ func TestEventZxidSeenBeforeDelivery(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchDeletedWhileStreamDownCarriesZxid: a node deleted while a
+// client's watch stream was down is notified when the stream is back, and
+// that notification carries a zxid at or after the deletion, which the
+// client counts as seen. It carried none (-1), so the client's next read
+// could go to a server that had not applied the deletion yet and find the
+// node there (the chaos watch checker after kill-all: "wn: read after a
+// deleted event on /chaos/kv/k2 shows no newer data", seed 60034).
+func TestWatchDeletedWhileStreamDownCarriesZxid(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	lead := tc.leader()
+	cx := ctx(t)
+	f := (lead + 1) % 3
+	eps := tc.endpoints()
+	watcher := tc.client(eps[f], eps[(f+1)%3], eps[(f+2)%3])
+	writer := tc.client(eps[lead])
+	if _, _, err := writer.Create(cx, "/x", []byte("0"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, ch, err := watcher.GetW(cx, "/x", client.WithConsistency(client.Linearizable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.stop(f)
+	if err := writer.Delete(cx, "/x", -1); err != nil {
+		t.Fatal(err)
+	}
+	deleted := writer.LastZxid()
+	select {
+	case ev := <-ch:
+		if ev.Type != client.EventNodeDeleted || ev.Zxid < deleted {
+			t.Fatalf("event %+v for a deletion at zxid %d", ev, deleted)
+		}
+		if seen := watcher.LastZxid(); seen < deleted {
+			t.Fatalf("told of the deletion at %d, the client has seen only %d", deleted, seen)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the deletion made while the watch stream was down was never notified")
+	}
+}

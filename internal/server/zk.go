@@ -861,7 +861,7 @@ func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 
 func (c *zkConn) setWatches(rel int64, data, exist, child, pers, rec []string) {
 	c.s.mu.RLock()
-	err := c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree}, data, exist, child, pers, rec)
+	err := c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree, int64(c.s.mu.applied)}, data, exist, child, pers, rec)
 	c.s.mu.RUnlock()
 	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: int64(c.s.appliedIndex()), Err: errs.ZKCode(err)}, nil))
 }

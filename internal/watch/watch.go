@@ -362,11 +362,19 @@ func (m *Manager) setWatches(w Watcher, relZxid int64, r NodeReader, keep bool, 
 	notify := func(t tree.EventType, p string, changed int64) {
 		w.Notify(tree.Event{Type: t, Path: p, Zxid: -1, Changed: changed})
 	}
+	// A node found missing was deleted at some zxid no later than the state
+	// judged: a reader that says which (At) lets the deletion carry that
+	// bound, so a client that counts it as seen never reads the node back
+	// from a server behind the deletion.
+	var gone int64
+	if a, ok := r.(interface{ At() int64 }); ok {
+		gone = a.At()
+	}
 	for _, p := range data {
 		st, e := r.Exists(p)
 		switch {
 		case e != nil:
-			notify(tree.EventNodeDeleted, p, 0)
+			notify(tree.EventNodeDeleted, p, gone)
 		case st.Mzxid > relZxid:
 			notify(tree.EventNodeDataChanged, p, st.Mzxid)
 			if keep {
@@ -390,7 +398,7 @@ func (m *Manager) setWatches(w Watcher, relZxid int64, r NodeReader, keep bool, 
 		st, e := r.Exists(p)
 		switch {
 		case e != nil:
-			notify(tree.EventNodeDeleted, p, 0)
+			notify(tree.EventNodeDeleted, p, gone)
 		case st.Pzxid > relZxid:
 			notify(tree.EventNodeChildrenChanged, p, st.Pzxid)
 			if keep {
