@@ -206,12 +206,49 @@ func (s *Server) proposeData(ctx context.Context, id uint64, data []byte) (appli
 }
 
 func (s *Server) proposeOnce(ctx context.Context, id uint64, data []byte) (applied, error) {
-	ch := s.waiters.add(id, s.rep.Leader())
-	defer s.waiters.remove(id)
-	if err := s.rep.Propose(ctx, data); err != nil {
-		s.metrics.proposals.WithLabelValues("rejected").Inc()
+	ch, err := s.submitOnce(ctx, id, data)
+	if err != nil {
 		return applied{}, err
 	}
+	return s.await(ctx, id, ch)
+}
+
+// submit hands data to raft under id, retrying while no leader is known as
+// proposeData does, and returns the channel its result arrives on; await
+// takes it from there. Submitting before awaiting lets a caller that
+// submits in order (one ZooKeeper connection's pipelined writes) keep its
+// writes in order while their commits overlap: raft steps them in the
+// order given, and a follower forwards them to the leader in that order.
+func (s *Server) submit(ctx context.Context, id uint64, data []byte) (chan applied, error) {
+	s.placement.writes.Add(1)
+	for {
+		ch, err := s.submitOnce(ctx, id, data)
+		if !errors.Is(err, errs.ErrNotLeader) {
+			return ch, err
+		}
+		select {
+		case <-time.After(s.cfg.tick()):
+		case <-ctx.Done():
+			return nil, err
+		case <-s.stop:
+			return nil, errs.ErrStopped
+		}
+	}
+}
+
+func (s *Server) submitOnce(ctx context.Context, id uint64, data []byte) (chan applied, error) {
+	ch := s.waiters.add(id, s.rep.Leader())
+	if err := s.rep.Propose(ctx, data); err != nil {
+		s.waiters.remove(id)
+		s.metrics.proposals.WithLabelValues("rejected").Inc()
+		return nil, err
+	}
+	return ch, nil
+}
+
+// await waits for the result of the proposal submitted under id.
+func (s *Server) await(ctx context.Context, id uint64, ch chan applied) (applied, error) {
+	defer s.waiters.remove(id)
 	select {
 	case a := <-ch:
 		if a.err != nil {

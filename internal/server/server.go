@@ -485,6 +485,26 @@ func (s *Server) propose(ctx context.Context, cmd *tree.Command) (tree.Result, u
 	return a.res, a.index, err
 }
 
+// submitTree hands cmd to raft now and returns a function that waits until
+// this server has applied it: propose in two steps, for callers that must
+// order their submissions but not wait for each commit before the next.
+func (s *Server) submitTree(ctx context.Context, cmd *tree.Command) (func() (tree.Result, uint64, error), error) {
+	cmd.ID = s.nextID()
+	cmd.TimeMs = time.Now().UnixMilli()
+	data, err := tree.EncodeCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := s.submit(ctx, cmd.ID, data)
+	if err != nil {
+		return nil, err
+	}
+	return func() (tree.Result, uint64, error) {
+		a, err := s.await(ctx, cmd.ID, ch)
+		return a.res, a.index, err
+	}, nil
+}
+
 // proposeAsync hands a leader-duty command to raft without waiting for it.
 func (s *Server) proposeAsync(cmd *tree.Command) error {
 	cmd.ID = s.nextID()

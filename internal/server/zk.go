@@ -27,8 +27,8 @@ import (
 )
 
 // The ZooKeeper-protocol listener: one goroutine reads and serves a
-// connection's requests in order (so replies go out in request order), one
-// writes its outbound queue. Watch notifications enter the same queue from
+// connection's requests in order (so replies go out in request order;
+// writes are pipelined, see zkConn.pipeline), one writes its outbound queue. Watch notifications enter the same queue from
 // apply, before the reply of any request that could observe the change, so
 // a client sees an event before data that follows it.
 
@@ -43,7 +43,17 @@ const (
 	// closed beyond it.
 	zkReadPauseBytes = 4 << 20
 	zkMaxQueuedBytes = 64 << 20
+	// zkPipelineDepth bounds one connection's pipelined writes in flight; at
+	// the limit the reader waits for the oldest one's reply before reading on.
+	zkPipelineDepth = 128
+	// zkMaxPipelinedBytes bounds the request bytes of all connections'
+	// pipelined writes together; beyond it a write is served in turn (as
+	// every request was before pipelining), which bounds them per
+	// connection to one.
+	zkMaxPipelinedBytes = 64 << 20
 )
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 type zkListener struct {
 	s   *Server
@@ -55,6 +65,21 @@ type zkListener struct {
 	closed bool // close ran: a connection accepted since is closed, not served
 
 	stats zkStats // what srvr, stat, mntr and cons report
+
+	pipelinedBytes atomic.Int64 // request bytes of pipelined writes in flight
+}
+
+// reservePipelined claims n bytes of the pipelining budget; false at the limit.
+func (l *zkListener) reservePipelined(n int) bool {
+	for {
+		cur := l.pipelinedBytes.Load()
+		if cur+int64(n) > zkMaxPipelinedBytes {
+			return false
+		}
+		if l.pipelinedBytes.CompareAndSwap(cur, cur+int64(n)) {
+			return true
+		}
+	}
 }
 
 // zkStats are the listener's request counters, as ZooKeeper's ServerStats.
@@ -134,7 +159,8 @@ func (l *zkListener) accept(ln net.Listener) {
 			c.Close()
 			continue
 		}
-		zc := &zkConn{l: l, s: l.s, c: c, signal: make(chan struct{}, 1), wrote: make(chan struct{}, 1), done: make(chan struct{})}
+		zc := &zkConn{l: l, s: l.s, c: c, signal: make(chan struct{}, 1), wrote: make(chan struct{}, 1), done: make(chan struct{}),
+			tail: closedChan, slots: make(chan struct{}, zkPipelineDepth)}
 		l.conns[zc] = struct{}{}
 		l.mu.Unlock()
 		l.s.wg.Add(2)
@@ -191,6 +217,11 @@ type zkConn struct {
 	timeout        time.Duration
 	auth           []tree.ID
 	lastZxid       int64
+
+	// Pipelined writes (see pipeline): tail is closed once the reply of the
+	// latest pipelined write is queued; slots bounds those in flight.
+	tail  chan struct{}
+	slots chan struct{}
 
 	mu       sync.Mutex
 	out      [][]byte
@@ -384,6 +415,14 @@ func (c *zkConn) readLoop() {
 		}
 		start := time.Now()
 		c.l.stats.outstanding.Add(1)
+		if c.pipeline(pkt, start) {
+			continue
+		}
+		// Anything else waits for the pipelined writes before it: a read
+		// must see them, and replies go out in request order.
+		if !c.drain() {
+			return
+		}
 		ok := c.serve(pkt)
 		c.l.stats.outstanding.Add(-1)
 		c.l.stats.observe(time.Since(start))
@@ -540,6 +579,122 @@ func toZKACL(in []tree.ACL) []zk.ACL {
 	return out
 }
 
+// reply queues the reply to request xid. Called by one goroutine at a time,
+// in request order: the reader, or the pipelined write whose turn it is.
+func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
+	if zxid > c.lastZxid {
+		c.lastZxid = zxid
+	}
+	if zxid == 0 {
+		zxid = c.lastZxid
+	}
+	code := errs.ZKCode(err)
+	if code != 0 {
+		body = nil
+	}
+	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: xid, Zxid: zxid, Err: code}, body))
+}
+
+// pipeline starts pkt if it is a write whose commit may overlap those of
+// the connection's earlier writes (create, delete, setData, setACL), as
+// ZooKeeper's commit pipeline overlaps them: a client that sends writes
+// without waiting (an async API, Curator's background calls, seed 000's
+// asynchronous strategies) pays one commit latency for the batch instead
+// of one per write. Order is kept: writes are handed to raft in request
+// order, which is the order raft logs them (a follower forwards them to the
+// leader in that order), and replies are queued in request order, each
+// after its predecessor's. A write whose outcome is unknown (the leader
+// changed under it) is answered so while later ones may have applied, as
+// when the writes were served one at a time. False: serve it in turn.
+func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
+	if c.readOnly {
+		return false
+	}
+	hdr, req, err := zk.DecodeRequest(pkt)
+	if err != nil {
+		return false
+	}
+	var cmd *tree.Command
+	var body func(tree.Result) zk.Record
+	create := func(path string, data []byte, acl []zk.ACL, flags int32, ttl int64) {
+		if hdr.Type == zk.OpCreateContainer {
+			flags = int32(tree.ModeContainer)
+		}
+		cmd = &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: path, Data: data, ACL: fromZKACL(acl), Mode: tree.CreateMode(flags), TTLMs: ttl}}
+		if hdr.Type == zk.OpCreate {
+			body = func(res tree.Result) zk.Record { return &zk.CreateResponse{Path: res.Op.Path} }
+		} else {
+			body = func(res tree.Result) zk.Record {
+				return &zk.Create2Response{Path: res.Op.Path, Stat: toZKStat(res.Op.Stat)}
+			}
+		}
+	}
+	switch r := req.(type) {
+	case *zk.CreateRequest:
+		create(r.Path, r.Data, r.ACL, r.Flags, 0)
+	case *zk.CreateTTLRequest:
+		create(r.Path, r.Data, r.ACL, r.Flags, r.TTL)
+	case *zk.DeleteRequest:
+		cmd = &tree.Command{Op: tree.Op{Type: tree.OpDelete, Path: r.Path, Version: r.Version}}
+		body = func(tree.Result) zk.Record { return nil }
+	case *zk.SetDataRequest:
+		cmd = &tree.Command{Op: tree.Op{Type: tree.OpSetData, Path: r.Path, Data: r.Data, Version: r.Version}}
+		body = func(res tree.Result) zk.Record { return &zk.SetDataResponse{Stat: toZKStat(res.Op.Stat)} }
+	case *zk.SetACLRequest:
+		cmd = &tree.Command{Op: tree.Op{Type: tree.OpSetACL, Path: r.Path, ACL: fromZKACL(r.ACL), Version: r.Version}}
+		body = func(res tree.Result) zk.Record { return &zk.SetACLResponse{Stat: toZKStat(res.Op.Stat)} }
+	default:
+		return false
+	}
+	if !c.l.reservePipelined(len(pkt)) {
+		return false
+	}
+	select {
+	case c.slots <- struct{}{}:
+	case <-c.done:
+		c.l.pipelinedBytes.Add(-int64(len(pkt)))
+		return true // closing: the next read fails
+	}
+	c.s.touch(c.session)
+	cmd.Session, cmd.Auth = c.session, c.auth
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
+	wait, err := c.s.submitTree(ctx, cmd)
+	prev, sent := c.tail, make(chan struct{})
+	c.tail = sent
+	c.s.wg.Add(1) // the reader holds the group, so this cannot race Close's Wait
+	go func() {
+		defer c.s.wg.Done()
+		defer cancel()
+		var res tree.Result
+		var idx uint64
+		if err == nil {
+			res, idx, err = wait()
+			if err == nil {
+				err = res.Err
+			}
+		}
+		<-prev
+		c.reply(hdr.Xid, int64(idx), err, body(res))
+		close(sent)
+		<-c.slots
+		c.l.pipelinedBytes.Add(-int64(len(pkt)))
+		c.l.stats.outstanding.Add(-1)
+		c.l.stats.observe(time.Since(start))
+	}()
+	return true
+}
+
+// drain waits until every pipelined write has queued its reply; false when
+// the connection closed meanwhile.
+func (c *zkConn) drain() bool {
+	select {
+	case <-c.tail:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
 // serve handles one request; false closes the connection.
 // zkWatchSetHook, when set (tests only), runs after a read has set a watch
 // and before its reply is sent.
@@ -555,19 +710,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
 	defer cancel()
-	reply := func(zxid int64, err error, body zk.Record) {
-		if zxid > c.lastZxid {
-			c.lastZxid = zxid
-		}
-		if zxid == 0 {
-			zxid = c.lastZxid
-		}
-		code := errs.ZKCode(err)
-		if code != 0 {
-			body = nil
-		}
-		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Zxid: zxid, Err: code}, body))
-	}
+	reply := func(zxid int64, err error, body zk.Record) { c.reply(hdr.Xid, zxid, err, body) }
 	if errors.Is(derr, zk.ErrUnknownOpcode) {
 		// Unknown or unsupported opcodes get ZUNIMPLEMENTED; the connection stays.
 		reply(0, errs.ErrUnimplemented, nil)

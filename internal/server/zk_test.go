@@ -19,6 +19,7 @@ import (
 
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/testutil"
+	"github.com/meridian-coord/meridian/internal/tree"
 	"github.com/meridian-coord/meridian/internal/zkproto"
 )
 
@@ -568,5 +569,81 @@ func TestZKResumeNotBehindANotification(t *testing.T) {
 	rawRequest(t, c2, 2, zkproto.OpGetData, &zkproto.GetDataRequest{Path: "/n"})
 	if h2 := rawReply(t, c2, &got); h2.Err != 0 || string(got.Data) != "new" {
 		t.Fatalf("after a data-changed notification the resumed session read %q (reply %+v), want \"new\"", got.Data, h2)
+	}
+}
+
+// TestZKPipelinedWritesKeepOrder: a client that sends writes without
+// waiting for their replies (an async API) has them committed together, not
+// one after another, and still in order: sequential nodes are numbered in
+// request order, replies come back in request order, and a read sent after
+// the writes sees all of them. The session is on a follower whose links to
+// the others are slow, so each commit takes a round trip of 100 ms or more
+// and the writes are forwarded to the leader.
+func TestZKPipelinedWritesKeepOrder(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.ElectionTicks = 100
+		real := slices.Clone(c.Members)
+		c.Members = slices.Clone(c.Members)
+		c.ListenPeer = real[c.ID-1].Peer
+		for j := range c.Members {
+			if uint64(j+1) != c.ID {
+				c.Members[j].Peer = testutil.NewProxy(t, real[j].Peer, 50*time.Millisecond).Addr
+			}
+		}
+	})
+	f := (tc.leader() + 1) % 3
+	conn, _ := rawSession(t, tc.zkAddrs()[f], 0, nil, 0)
+	acl := gozk.WorldACL(gozk.PermAll)
+	zacl := []zkproto.ACL{{Perms: acl[0].Perms, ID: zkproto.Id{Scheme: acl[0].Scheme, ID: acl[0].ID}}}
+	const n = 20
+	xid := int32(1)
+	rawRequest(t, conn, xid, zkproto.OpCreate, &zkproto.CreateRequest{Path: "/p", Data: []byte("start"), ACL: zacl})
+	for i := 0; i < n; i++ {
+		xid++
+		rawRequest(t, conn, xid, zkproto.OpCreate, &zkproto.CreateRequest{Path: "/p/s-", Data: []byte(fmt.Sprint(i)), ACL: zacl, Flags: int32(tree.ModePersistentSequential)})
+	}
+	xid++
+	rawRequest(t, conn, xid, zkproto.OpSetData, &zkproto.SetDataRequest{Path: "/p", Data: []byte("done"), Version: -1})
+	xid++
+	rawRequest(t, conn, xid, zkproto.OpGetData, &zkproto.GetDataRequest{Path: "/p"})
+
+	// Served one at a time, at most one request is ever outstanding.
+	deadline := time.Now().Add(10 * time.Second)
+	most := int64(0)
+	for most < n/2 && time.Now().Before(deadline) {
+		most = max(most, tc.servers[f].zk.stats.outstanding.Load())
+		time.Sleep(time.Millisecond)
+	}
+	if most < n/2 {
+		t.Errorf("at most %d requests outstanding at once; the %d creates were not pipelined", most, n)
+	}
+
+	var last int64
+	for want := int32(1); want <= xid; want++ {
+		var body zkproto.Record
+		var created zkproto.CreateResponse
+		var got zkproto.GetDataResponse
+		switch {
+		case want >= 2 && want <= n+1:
+			body = &created
+		case want == xid:
+			body = &got
+		}
+		h := rawReply(t, conn, body)
+		if h.Xid != want || h.Err != 0 {
+			t.Fatalf("reply %+v, want xid %d without error", h, want)
+		}
+		if h.Zxid < last {
+			t.Fatalf("reply to xid %d has zxid %d, below the previous reply's %d", want, h.Zxid, last)
+		}
+		last = h.Zxid
+		if body == &created {
+			if wantPath := fmt.Sprintf("/p/s-%010d", want-2); created.Path != wantPath {
+				t.Fatalf("create %d made %s, want %s: writes applied out of order", want-2, created.Path, wantPath)
+			}
+		}
+		if want == xid && string(got.Data) != "done" {
+			t.Fatalf("a read after the pipelined writes saw %q, want \"done\"", got.Data)
+		}
 	}
 }
