@@ -27,10 +27,11 @@ import (
 )
 
 // The ZooKeeper-protocol listener: one goroutine reads and serves a
-// connection's requests in order (so replies go out in request order;
-// writes are pipelined, see zkConn.pipeline), one writes its outbound queue. Watch notifications enter the same queue from
-// apply, before the reply of any request that could observe the change, so
-// a client sees an event before data that follows it.
+// connection's requests in order, so replies go out in request order
+// (writes are pipelined: see zkConn.pipeline); one writes its outbound
+// queue. Watch notifications enter the same queue from apply, before the
+// reply of any request that could observe the change, so a client sees an
+// event before data that follows it.
 
 const (
 	zkMaxConns        = 10000 // further connections are closed at once
@@ -47,9 +48,8 @@ const (
 	// the limit the reader waits for the oldest one's reply before reading on.
 	zkPipelineDepth = 128
 	// zkMaxPipelinedBytes bounds the request bytes of all connections'
-	// pipelined writes together; beyond it a write is served in turn (as
-	// every request was before pipelining), which bounds them per
-	// connection to one.
+	// pipelined writes together; beyond it a write is not pipelined but
+	// served in turn, after the connection's earlier writes.
 	zkMaxPipelinedBytes = 64 << 20
 )
 
