@@ -36,6 +36,7 @@ type Env struct {
 
 type proc struct {
 	name string
+	argv []string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -77,7 +78,7 @@ func (e *Env) Ports(n int) ([]int, error) { return testutil.PickPorts(n) }
 
 // Start runs a process with its output in Dir/name.log; Close kills it.
 func (e *Env) Start(name string, argv ...string) error {
-	logf, err := os.Create(filepath.Join(e.Dir, name+".log"))
+	logf, err := os.OpenFile(filepath.Join(e.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -88,12 +89,33 @@ func (e *Env) Start(name string, argv ...string) error {
 		logf.Close()
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &proc{name: name, argv: argv, cmd: cmd, done: make(chan struct{})}
 	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
 	e.mu.Lock()
 	e.procs = append(e.procs, p)
 	e.mu.Unlock()
 	return nil
+}
+
+// Restart kills the process started as name (SIGKILL, a crash) and starts
+// it again with the same arguments; its log continues in the same file.
+func (e *Env) Restart(name string) error {
+	e.mu.Lock()
+	i := slices.IndexFunc(e.procs, func(p *proc) bool { return p.name == name })
+	if i < 0 {
+		e.mu.Unlock()
+		return fmt.Errorf("no process %q", name)
+	}
+	p := e.procs[i]
+	e.procs = slices.Delete(e.procs, i, i+1)
+	e.mu.Unlock()
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s did not exit after SIGKILL", name)
+	}
+	return e.Start(name, p.argv...)
 }
 
 // Exited returns the names of started processes that have exited.
