@@ -189,32 +189,15 @@ func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
 // heartbeat or two) and proposes again, until the request deadline, rather
 // than failing a client that reconnected a moment too early.
 func (s *Server) proposeData(ctx context.Context, id uint64, data []byte) (applied, error) {
-	s.placement.writes.Add(1)
-	for {
-		a, err := s.proposeOnce(ctx, id, data)
-		if !errors.Is(err, errs.ErrNotLeader) {
-			return a, err
-		}
-		select {
-		case <-time.After(s.cfg.tick()):
-		case <-ctx.Done():
-			return applied{}, err
-		case <-s.stop:
-			return applied{}, errs.ErrStopped
-		}
-	}
-}
-
-func (s *Server) proposeOnce(ctx context.Context, id uint64, data []byte) (applied, error) {
-	ch, err := s.submitOnce(ctx, id, data)
+	ch, err := s.submit(ctx, id, data)
 	if err != nil {
 		return applied{}, err
 	}
 	return s.await(ctx, id, ch)
 }
 
-// submit hands data to raft under id, retrying while no leader is known as
-// proposeData does, and returns the channel its result arrives on; await
+// submit hands data to raft under id, retrying while no leader is known
+// (see proposeData), and returns the channel its result arrives on; await
 // takes it from there. Submitting before awaiting lets a caller that
 // submits in order (one ZooKeeper connection's pipelined writes) keep its
 // writes in order while their commits overlap: raft steps them in the

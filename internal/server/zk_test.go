@@ -449,6 +449,23 @@ func TestZKWatchNotLostToLateReply(t *testing.T) {
 	}
 }
 
+// proxyPeers routes c's server's links to each other member through a
+// testutil proxy delaying each direction by oneWay; the result is indexed by
+// member (nil for c's own server).
+func proxyPeers(t *testing.T, c *Config, oneWay time.Duration) []*testutil.Proxy {
+	real := slices.Clone(c.Members)
+	c.Members = slices.Clone(c.Members)
+	c.ListenPeer = real[c.ID-1].Peer
+	proxies := make([]*testutil.Proxy, len(c.Members))
+	for j := range c.Members {
+		if uint64(j+1) != c.ID {
+			proxies[j] = testutil.NewProxy(t, real[j].Peer, oneWay)
+			c.Members[j].Peer = proxies[j].Addr
+		}
+	}
+	return proxies
+}
+
 // rawRequest sends one request frame (header and body) on a raw connection.
 func rawRequest(t *testing.T, c net.Conn, xid, op int32, body zkproto.Record) {
 	t.Helper()
@@ -515,20 +532,12 @@ func rawSession(t *testing.T, addr string, sid int64, pw []byte, lastZxid int64)
 // delayed), the watch fires on the leader, and the session resumes on the
 // lagging follower with the zxid of its last reply.
 func TestZKResumeNotBehindANotification(t *testing.T) {
-	var proxies [3][3]*testutil.Proxy
+	var proxies [3][]*testutil.Proxy
 	tc := newTestCluster(t, 3, func(c *Config) {
 		// An election timeout (2 s) well above the lag, so the lagging
 		// follower keeps its leader: heartbeats arrive late but steadily.
 		c.ElectionTicks = 100
-		real := slices.Clone(c.Members)
-		c.Members = slices.Clone(c.Members)
-		c.ListenPeer = real[c.ID-1].Peer
-		for j := range c.Members {
-			if uint64(j+1) != c.ID {
-				proxies[c.ID-1][j] = testutil.NewProxy(t, real[j].Peer, 0)
-				c.Members[j].Peer = proxies[c.ID-1][j].Addr
-			}
-		}
+		proxies[c.ID-1] = proxyPeers(t, c, 0)
 	})
 	lead := tc.leader()
 	lag := (lead + 1) % 3
@@ -582,14 +591,7 @@ func TestZKResumeNotBehindANotification(t *testing.T) {
 func TestZKPipelinedWritesKeepOrder(t *testing.T) {
 	tc := newTestCluster(t, 3, func(c *Config) {
 		c.ElectionTicks = 100
-		real := slices.Clone(c.Members)
-		c.Members = slices.Clone(c.Members)
-		c.ListenPeer = real[c.ID-1].Peer
-		for j := range c.Members {
-			if uint64(j+1) != c.ID {
-				c.Members[j].Peer = testutil.NewProxy(t, real[j].Peer, 50*time.Millisecond).Addr
-			}
-		}
+		proxyPeers(t, c, 50*time.Millisecond)
 	})
 	f := (tc.leader() + 1) % 3
 	conn, _ := rawSession(t, tc.zkAddrs()[f], 0, nil, 0)
