@@ -666,14 +666,8 @@ func TestWatchNotFiredByChangeItsReadShowed(t *testing.T) {
 // "wn's watch on /chaos/kv/k0 was set on mzxid 638 and has not fired").
 // Watches are now re-registered relative to what the streams covered.
 func TestWatchNotLostWhileStreamDown(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	lead := tc.leader()
+	tc, f, watcher, writer := watcherOnFollower(t)
 	cx := ctx(t)
-	// The watcher starts on a follower, which is then stopped.
-	f := (lead + 1) % 3
-	eps := tc.endpoints()
-	watcher := tc.client(eps[f], eps[(f+1)%3], eps[(f+2)%3])
-	writer := tc.client(eps[lead])
 	if _, _, err := writer.Create(cx, "/x", []byte("0"), client.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -802,13 +796,8 @@ func TestEventZxidSeenBeforeDelivery(t *testing.T) {
 // node there (the chaos watch checker after kill-all: "wn: read after a
 // deleted event on /chaos/kv/k2 shows no newer data", seed 60034).
 func TestWatchDeletedWhileStreamDownCarriesZxid(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	lead := tc.leader()
+	tc, f, watcher, writer := watcherOnFollower(t)
 	cx := ctx(t)
-	f := (lead + 1) % 3
-	eps := tc.endpoints()
-	watcher := tc.client(eps[f], eps[(f+1)%3], eps[(f+2)%3])
-	writer := tc.client(eps[lead])
 	if _, _, err := writer.Create(cx, "/x", []byte("0"), client.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -832,4 +821,15 @@ func TestWatchDeletedWhileStreamDownCarriesZxid(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the deletion made while the watch stream was down was never notified")
 	}
+}
+
+// watcherOnFollower starts a 3-server cluster and two clients: a watcher
+// whose first server is follower f (the tests then stop it) and a writer
+// on the leader.
+func watcherOnFollower(t *testing.T) (tc *testCluster, f int, watcher, writer *client.Client) {
+	tc = newTestCluster(t, 3, nil)
+	lead := tc.leader()
+	f = (lead + 1) % 3
+	eps := tc.endpoints()
+	return tc, f, tc.client(eps[f], eps[(f+1)%3], eps[(f+2)%3]), tc.client(eps[lead])
 }
