@@ -63,21 +63,52 @@ bench-deps:
 # The side-by-side benchmark suite (bench/, its own Go module; needs
 # root for etcd's per-member network namespaces and make bench-deps).
 # bench-report runs every workload on every topology in full and rewrites
-# the generated part of docs/benchmarks.md and docs/bench/*.png;
+# the generated parts of docs/benchmarks.md, docs/bench/*.png and the raw
+# results docs/bench/results*.json. A full run takes hours, so it runs one
+# topology at a time into BENCH_PARTS and merges the parts at the end: an
+# interrupted bench-report run again resumes with the first topology not
+# yet done (each part's time and commit are in the report); the parts are
+# removed once the report is written. rm -rf .bench-parts to start afresh.
+# A part in which a system or workload could not run is kept, listed in
+# the report's "Could not run", and makes bench-report exit 2 after writing.
+# BENCH_FLAGS go to every part (e.g. --quick to try the pipeline).
 # bench-quick runs everything in small form (a smoke run, not figures).
 BENCH_TOPOLOGIES ?= topologies/loopback.yaml,topologies/1dc.yaml,topologies/2dc.yaml,topologies/3dc.yaml,topologies/5region.yaml
 BENCH_SYSTEMS ?= meridian,zookeeper,etcd,redis
 SEED000_GRID ?= topologies/seed000-u0-s0.yaml,topologies/seed000-u0-s100.yaml,topologies/seed000-u0-s250.yaml,topologies/seed000-u100-s0.yaml,topologies/seed000-u100-s100.yaml,topologies/seed000-u100-s250.yaml,topologies/seed000-u250-s0.yaml,topologies/seed000-u250-s100.yaml,topologies/seed000-u250-s250.yaml
+SEED000_CONTENTION ?= topologies/seed000-u0-s0.yaml,topologies/seed000-u100-s0.yaml
 SEED002_TOPOLOGIES ?= topologies/seed002-rtt0.yaml,topologies/seed002-rtt10.yaml,topologies/seed002-rtt30.yaml,topologies/seed002-rtt60.yaml,topologies/seed002-rtt100.yaml
-bench-report:
-	cd bench && $(GO) run ./cmd/meridian-bench --systems $(BENCH_SYSTEMS) --topologies $(BENCH_TOPOLOGIES) \
-		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md
-	cd bench && $(GO) run ./cmd/meridian-bench --systems meridian,zookeeper,etcd --workloads seed002 --topologies $(SEED002_TOPOLOGIES) \
-		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md --section seed002
-	cd bench && $(GO) run ./cmd/meridian-bench --systems meridian,zookeeper --workloads seed000-grid --topologies $(SEED000_GRID) \
-		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md --section seed000-grid
-	cd bench && $(GO) run ./cmd/meridian-bench --systems meridian,zookeeper --workloads seed000-contention --topologies topologies/seed000-u0-s0.yaml,topologies/seed000-u100-s0.yaml \
-		--out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md --section seed000-contention
+BENCH_PARTS ?= $(CURDIR)/.bench-parts
+comma := ,
+parts = $(foreach t,$(subst $(comma), ,$(2)),$(BENCH_PARTS)/$(1)-$(basename $(notdir $(t))).json)
+MAIN_PARTS := $(call parts,main,$(BENCH_TOPOLOGIES))
+SEED002_PARTS := $(call parts,seed002,$(SEED002_TOPOLOGIES))
+GRID_PARTS := $(call parts,seed000-grid,$(SEED000_GRID))
+CONTENTION_PARTS := $(call parts,seed000-contention,$(SEED000_CONTENTION))
+BENCH := cd bench && $(GO) run ./cmd/meridian-bench
+# part WORKLOAD-ARGS: run one topology into $@ (kept when some system could
+# not run, exit 2: the merge reports it).
+part = @mkdir -p $(BENCH_PARTS); $(BENCH) $(BENCH_FLAGS) $(1) --topologies topologies/$*.yaml --part $@.tmp; rc=$$?; \
+	if [ $$rc -eq 0 ] || [ $$rc -eq 2 ]; then mv $@.tmp $@; else exit $$rc; fi
+# merge PARTS[,ARGS]: write the report section of these parts.
+merge = ($(BENCH) --out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md --merge $(subst $(eval) ,$(comma),$(strip $(1))) $(2))
+bench-report: $(MAIN_PARTS) $(SEED002_PARTS) $(GRID_PARTS) $(CONTENTION_PARTS)
+	rc=0; \
+	$(call merge,$(MAIN_PARTS)) || rc=$$?; \
+	$(call merge,$(SEED002_PARTS),--section seed002) || rc=$$?; \
+	$(call merge,$(GRID_PARTS),--section seed000-grid) || rc=$$?; \
+	$(call merge,$(CONTENTION_PARTS),--section seed000-contention) || rc=$$?; \
+	if [ $$rc -eq 0 ] || [ $$rc -eq 2 ]; then rm -rf $(BENCH_PARTS); fi; exit $$rc
+$(BENCH_PARTS)/main-%.json:
+	$(call part,--systems $(BENCH_SYSTEMS))
+$(BENCH_PARTS)/seed002-%.json:
+	$(call part,--systems meridian$(comma)zookeeper$(comma)etcd --workloads seed002)
+$(BENCH_PARTS)/seed000-grid-%.json:
+	$(call part,--systems meridian$(comma)zookeeper --workloads seed000-grid)
+$(BENCH_PARTS)/seed000-contention-%.json:
+	$(call part,--systems meridian$(comma)zookeeper --workloads seed000-contention)
+# Parts run one at a time: they share the machine's cores and ports.
+.NOTPARALLEL:
 bench-quick:
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems $(BENCH_SYSTEMS) --topologies topologies/3dc.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian --workloads georead,localfirst,followsun --topologies topologies/5region.yaml

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,6 +34,57 @@ type Report struct {
 	Topologies map[string]*Topology `json:",omitempty"`
 	// Probes: Meridian's measured round-trip matrix per topology.
 	Probes map[string][]ProbeRow `json:",omitempty"`
+	// Commit: the Meridian commit measured (git describe of the checkout
+	// the binary was built from), "" if unknown.
+	Commit string `json:",omitempty"`
+	// Parts: for a report merged from separate runs, each run's own
+	// description (a full report takes hours, so make bench-report runs
+	// one topology at a time and can resume after an interruption).
+	Parts []Part `json:",omitempty"`
+}
+
+// Part describes one run merged into a report.
+type Part struct {
+	Started, Duration, Mode, Commit, Machine string
+	Topologies                               []string
+}
+
+// Merge combines reports of separate runs (each a results JSON) into one:
+// their results, link checks, topologies, probes and failures side by side,
+// and each run's time, commit and machine listed in Parts.
+func Merge(reps ...*Report) *Report {
+	m := &Report{Links: map[string][]LinkCheck{}, Notes: map[string]string{}, Topologies: map[string]*Topology{}, Probes: map[string][]ProbeRow{}}
+	for _, r := range reps {
+		parts := r.Parts
+		if len(parts) == 0 {
+			var topos []string
+			for t := range r.Links {
+				topos = append(topos, t)
+			}
+			sort.Strings(topos)
+			parts = []Part{{Started: r.Started, Duration: r.Duration, Mode: r.Mode, Commit: r.Commit, Machine: r.Machine, Topologies: topos}}
+		}
+		m.Parts = append(m.Parts, parts...)
+		m.Results = append(m.Results, r.Results...)
+		m.Failures = append(m.Failures, r.Failures...)
+		maps.Copy(m.Links, r.Links)
+		maps.Copy(m.Notes, r.Notes)
+		maps.Copy(m.Topologies, r.Topologies)
+		maps.Copy(m.Probes, r.Probes)
+		if m.Fsync == 0 {
+			m.Fsync = r.Fsync
+		}
+	}
+	var total time.Duration
+	for _, p := range m.Parts {
+		d, _ := time.ParseDuration(p.Duration)
+		total += d
+	}
+	m.Duration = total.String()
+	if len(m.Parts) > 0 {
+		m.Started, m.Mode, m.Commit, m.Machine = m.Parts[0].Started, m.Parts[0].Mode, m.Parts[0].Commit, m.Parts[0].Machine
+	}
+	return m
 }
 
 // WriteJSON writes the report with every series' full histogram
@@ -40,6 +92,16 @@ type Report struct {
 // results-SECTION.json for a run that fills one section of the report (so
 // one section's run does not replace another's raw data).
 func (r *Report) WriteJSON(dir, section string) error {
+	name := "results.json"
+	if section != "" {
+		name = "results-" + section + ".json"
+	}
+	return r.WriteJSONFile(filepath.Join(dir, name))
+}
+
+// WriteJSONFile writes the report with every series' full histogram to
+// path (LoadReport reads it back).
+func (r *Report) WriteJSONFile(path string) error {
 	for i := range r.Results {
 		if h := r.Results[i].Hist; h != nil {
 			r.Results[i].Raw = rawHist(h)
@@ -49,11 +111,7 @@ func (r *Report) WriteJSON(dir, section string) error {
 	if err != nil {
 		return err
 	}
-	name := "results.json"
-	if section != "" {
-		name = "results-" + section + ".json"
-	}
-	return os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	return os.WriteFile(path, b, 0o644)
 }
 
 // fmtOps shows small rates with a decimal (hand-offs per second).
@@ -78,7 +136,21 @@ func fmtMs(v float64) string {
 // Markdown renders the report's tables.
 func (r *Report) Markdown(plotDir string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Run: %s, %s mode, %s, on %s.\n\n", r.Started, r.Mode, r.Duration, r.Machine)
+	commit := func(c string) string {
+		if c == "" {
+			return ""
+		}
+		return ", commit " + c
+	}
+	if len(r.Parts) > 1 {
+		fmt.Fprintf(&b, "Run in %d parts, one after another on the same machine unless said:\n\n", len(r.Parts))
+		for _, p := range r.Parts {
+			fmt.Fprintf(&b, "- %s: %s, %s mode, %s%s, on %s.\n", strings.Join(p.Topologies, ", "), p.Started, p.Mode, p.Duration, commit(p.Commit), p.Machine)
+		}
+		b.WriteString("\n")
+	} else {
+		fmt.Fprintf(&b, "Run: %s, %s mode, %s%s, on %s.\n\n", r.Started, r.Mode, r.Duration, commit(r.Commit), r.Machine)
+	}
 	if len(r.Notes) > 0 {
 		b.WriteString("Systems (3 servers each unless said, fsync on for all):\n\n")
 		var keys []string

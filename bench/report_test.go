@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,5 +40,62 @@ func TestLockTargets(t *testing.T) {
 	lockTargets(&b, group{workload: "locks", topology: "x", results: []Result{res("Meridian (native)", 1, false, 4, 0)}})
 	if b.Len() != 0 {
 		t.Errorf("a table without peers:\n%s", b.String())
+	}
+}
+
+// Parts of one report run separately (one topology each, as make
+// bench-report does) merge into the report one run would have written:
+// every part's results with their histograms read back from JSON, every
+// part's link checks, and each part's time and commit listed.
+func TestMergeParts(t *testing.T) {
+	dir := t.TempDir()
+	part := func(topo, started, dur, commit string, lat int64) string {
+		h := newHist()
+		for i := int64(1); i <= 100; i++ {
+			if err := h.RecordValue(lat * i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := &Report{Machine: "2 vCPU test", Started: started, Duration: dur, Mode: "full", Commit: commit,
+			Links:   map[string][]LinkCheck{topo: {{From: "A", To: "B", Samples: 50}}},
+			Notes:   map[string]string{"meridian": "fsync on"},
+			Results: []Result{{Workload: "seed004-write", Topology: topo, Flavor: "Meridian (native)", Clients: 1, Hist: h}},
+		}
+		path := filepath.Join(dir, topo+".json")
+		if err := r.WriteJSONFile(path); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	var reps []*Report
+	for _, p := range []string{part("1dc", "2026-11-25 10:00 UTC", "1m0s", "abc1234", 10), part("3dc", "2026-11-25 11:00 UTC", "1h0m0s", "def5678-dirty", 1000)} {
+		r, err := LoadReport(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, r)
+	}
+	m := Merge(reps...)
+	if len(m.Results) != 2 || len(m.Links) != 2 || len(m.Parts) != 2 || m.Duration != "1h1m0s" {
+		t.Fatalf("merged: %d results, %d link sets, %d parts, duration %s; want 2, 2, 2, 1h1m0s", len(m.Results), len(m.Links), len(m.Parts), m.Duration)
+	}
+	if got := m.Results[1].Hist.ValueAtQuantile(50); got < 49000 || got > 51000 {
+		t.Errorf("3dc p50 read back as %d µs, want ~50000", got)
+	}
+	md := m.Markdown("")
+	for _, want := range []string{
+		"Run in 2 parts",
+		"- 1dc: 2026-11-25 10:00 UTC, full mode, 1m0s, commit abc1234, on 2 vCPU test.",
+		"- 3dc: 2026-11-25 11:00 UTC, full mode, 1h0m0s, commit def5678-dirty, on 2 vCPU test.",
+		"topology 1dc", "topology 3dc",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("merged report lacks %q:\n%s", want, md)
+		}
+	}
+	// A merged report merges again (a section redrawn from its results
+	// JSON) without losing its parts.
+	if again := Merge(m); len(again.Parts) != 2 || len(again.Results) != 2 {
+		t.Errorf("merging a merged report: %d parts, %d results", len(again.Parts), len(again.Results))
 	}
 }

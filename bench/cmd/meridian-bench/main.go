@@ -34,6 +34,8 @@ func main() {
 	lockIters := flag.Int("lock-iters", 0, "lock acquires per client (default 50; quick 8)")
 	warmup := flag.Duration("warmup", 10*time.Second, "writes from every client region before measuring each system")
 	replot := flag.String("replot", "", "redraw the plots of a results.json into -out, and stop")
+	part := flag.String("part", "", "write this run's raw results to this JSON file only (no plots, no report), for --merge")
+	merge := flag.String("merge", "", "comma-separated results JSON files of separate runs (--part): write their combined plots, results JSON and report as one run's, and stop")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
 	if *replot != "" {
@@ -51,6 +53,25 @@ func main() {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "meridian-bench:", err)
 		os.Exit(1)
+	}
+	if *merge != "" {
+		var reps []*bench.Report
+		for _, path := range strings.Split(*merge, ",") {
+			rep, err := bench.LoadReport(path)
+			if err != nil {
+				fail(err)
+			}
+			reps = append(reps, rep)
+		}
+		rep := bench.Merge(reps...)
+		if err := output(rep, *out, *plotRef, *report, *section); err != nil {
+			fail(err)
+		}
+		if len(rep.Failures) > 0 {
+			fmt.Fprintln(os.Stderr, "meridian-bench: some systems or workloads could not run (see the report)")
+			os.Exit(2)
+		}
+		return
 	}
 	tmp, err := os.MkdirTemp("", "meridian-bench-")
 	if err != nil {
@@ -103,7 +124,7 @@ func main() {
 		mode += fmt.Sprintf(" (%d seed 004 operations per task, %d lock acquires per client)", s4.Ops, lockP.Iters)
 	}
 	start := time.Now()
-	rep := &bench.Report{Machine: machine(), Started: start.UTC().Format("2006-01-02 15:04 UTC"), Mode: mode,
+	rep := &bench.Report{Machine: machine(), Commit: commit(*src), Started: start.UTC().Format("2006-01-02 15:04 UTC"), Mode: mode,
 		Links: map[string][]bench.LinkCheck{}, Notes: map[string]string{}, Topologies: map[string]*bench.Topology{}, Probes: map[string][]bench.ProbeRow{}}
 	if rep.Fsync, err = bench.MeasureFsync(tmp, 50); err != nil {
 		fail(fmt.Errorf("measuring fsync: %w", err))
@@ -237,33 +258,54 @@ func main() {
 		}
 	}
 	rep.Duration = time.Since(start).Round(time.Second).String()
-	ref := *plotRef
-	if *out != "" {
-		if err := os.MkdirAll(*out, 0o755); err != nil {
-			fail(err)
-		}
-		if err := rep.WritePlots(*out); err != nil {
-			fail(err)
-		}
-		if err := rep.WriteJSON(*out, *section); err != nil {
-			fail(err)
-		}
-		if ref == "" {
-			ref = *out
-		}
-	}
-	md := rep.Markdown(ref)
-	if *report != "" {
-		if err := writeReport(*report, *section, md); err != nil {
-			fail(err)
-		}
+	if *part != "" {
+		err = rep.WriteJSONFile(*part)
 	} else {
-		fmt.Print(md)
+		err = output(rep, *out, *plotRef, *report, *section)
+	}
+	if err != nil {
+		fail(err)
 	}
 	if len(rep.Failures) > 0 {
 		fmt.Fprintln(os.Stderr, "meridian-bench: some systems or workloads could not run (see the report)")
 		os.Exit(2)
 	}
+}
+
+// output writes rep's plots and raw JSON into out (if set) and its Markdown
+// report to report (the named section of it), or to stdout.
+func output(rep *bench.Report, out, plotRef, report, section string) error {
+	ref := plotRef
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := rep.WritePlots(out); err != nil {
+			return err
+		}
+		if err := rep.WriteJSON(out, section); err != nil {
+			return err
+		}
+		if ref == "" {
+			ref = out
+		}
+	}
+	md := rep.Markdown(ref)
+	if report == "" {
+		fmt.Print(md)
+		return nil
+	}
+	return writeReport(report, section, md)
+}
+
+// commit names the checkout's commit, "-dirty" if it has uncommitted
+// changes; "" if src is not a git checkout.
+func commit(src string) string {
+	b, err := exec.Command("git", "-C", src, "describe", "--always", "--dirty", "--abbrev=7").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func leader(c *bench.Cluster, t *bench.Topology) string {
