@@ -8,6 +8,10 @@ zoo.cfg`; tests/compat/javashim/java, first on PATH, runs `meridian server
   - a listed test passes (the list must stay true), or
   - fewer than 95% of the collected tests pass.
 
+A test in RACES (a race in kazoo's own test, seen against ZooKeeper too)
+that fails is run once more on its own and counts as passed only if that
+run passes; the report names every test that needed the second run.
+
 Usage: kazoo_suite.py MERIDIAN_BIN [pytest args...]
 """
 
@@ -19,6 +23,22 @@ import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIN_PASS_RATE = 0.95
+
+# kazoo tests whose outcome depends on thread timing in kazoo itself, with
+# the upstream evidence. test id -> (pytest -k expression, why).
+RACES = {
+    "test_sasl.TestSASLDigestAuthentication::test_invalid_sasl_auth": (
+        "test_sasl and TestSASLDigestAuthentication and test_invalid_sasl_auth",
+        "start() returns once the session is CONNECTED, before the SASL step "
+        "fails; it raises AuthFailedError only if its chroot check is queued "
+        "before the failure arrives, else a time-out (python-zk/kazoo#547: "
+        "'sometimes it ends up with a KazooTimeoutError', against ZooKeeper)"),
+    # The same window: kazoo sends auth_data after CONNECTED too.
+    "test_sasl.TestLegacySASLDigestAuthentication::test_invalid_sasl_auth": (
+        "test_sasl and TestLegacySASLDigestAuthentication and test_invalid_sasl_auth",
+        "as TestSASLDigestAuthentication's: the auth packet is sent after "
+        "start() can return (python-zk/kazoo#547)"),
+}
 
 
 def expected_failures():
@@ -46,6 +66,31 @@ def stuck_shutdowns(log):
     return len(starts), "\n".join(lines[starts[0]:starts[0] + 600])
 
 
+def run_pytest(env, tmp, xml, args):
+    """Runs pytest on kazoo's tests; returns {test id: passed|failed|skipped}."""
+    report = os.path.join(tmp, xml)
+    cmd = [
+        sys.executable, "-m", "pytest",
+        "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
+        "--timeout", "120", "-rfE", "--junitxml", report,
+    ] + args
+    subprocess.run(cmd, env=env, cwd=tmp)
+    results = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        # e.g. test_client.TestReconfig::test_bad_input
+        cls = case.get("classname").removeprefix("kazoo.tests.")
+        name = "%s::%s" % (cls, case.get("name"))
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped" and outcome == "passed":
+                outcome = "skipped"
+        if outcome == "failed" or name not in results:
+            results[name] = outcome
+    return results
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -62,31 +107,19 @@ def main():
         CI="true",
     )
     with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "junit.xml")
-        cmd = [
-            sys.executable, "-m", "pytest", "--pyargs", "kazoo.tests",
-            "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
-            "--timeout", "120", "-rfE", "--junitxml", report,
-        ] + sys.argv[2:]
         # Every server's log in one file: a server that hangs while stopping
         # exits after 30 s with its goroutine stacks there (cmd/meridian's
         # shutdown watchdog); the run fails and shows them.
         env["MERIDIAN_SHIM_LOG"] = os.path.join(tmp, "servers.log")
-        subprocess.run(cmd, env=env, cwd=tmp)
+        results = run_pytest(env, tmp, "junit.xml", ["--pyargs", "kazoo.tests"] + sys.argv[2:])
+        retried = []
+        for name, (expr, _) in RACES.items():
+            if results.get(name) == "failed":
+                again = run_pytest(env, tmp, "retry.xml", ["--pyargs", "kazoo.tests", "-k", expr])
+                retried.append((name, again.get(name, "not run")))
+                if again.get(name) == "passed":
+                    results[name] = "passed"
         stuck = stuck_shutdowns(env["MERIDIAN_SHIM_LOG"])
-        results = {}
-        for case in ET.parse(report).getroot().iter("testcase"):
-            # e.g. test_client.TestReconfig::test_bad_input
-            cls = case.get("classname").removeprefix("kazoo.tests.")
-            name = "%s::%s" % (cls, case.get("name"))
-            outcome = "passed"
-            for child in case:
-                if child.tag in ("failure", "error"):
-                    outcome = "failed"
-                elif child.tag == "skipped" and outcome == "passed":
-                    outcome = "skipped"
-            if outcome == "failed" or name not in results:
-                results[name] = outcome
 
     expected = expected_failures()
     passed = [n for n, o in results.items() if o == "passed"]
@@ -103,6 +136,8 @@ def main():
         print("  %s %s  %s" % ("expected" if n in expected else "UNEXPECTED", n, expected.get(n, "")))
     for n in skipped:
         print("  skipped %s  %s" % (n, expected.get(n, "")))
+    for n, outcome in retried:
+        print("  failed once, %s when run again: %s  (%s)" % (outcome, n, RACES[n][1]))
     ok = True
     if stuck:
         print("FAIL: %d server(s) did not stop within 30 s of SIGTERM; the first one's stacks:" % stuck[0])
