@@ -596,7 +596,7 @@ func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
 }
 
 // pipeline starts pkt if it is a write whose commit may overlap those of
-// the connection's earlier writes (create, delete, setData, setACL), as
+// the connection's earlier writes (create, delete, setData, setACL, multi), as
 // ZooKeeper's commit pipeline overlaps them: a client that sends writes
 // without waiting (an async API, Curator's background calls, seed 000's
 // asynchronous strategies) pays one commit latency for the batch instead
@@ -616,6 +616,9 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 	}
 	var cmd *tree.Command
 	var body func(tree.Result) zk.Record
+	// respond answers with the applied result (err: the proposal's error or
+	// the result's); by default the header's error and body(res).
+	respond := func(res tree.Result, idx uint64, err error) { c.reply(hdr.Xid, int64(idx), err, body(res)) }
 	create := func(path string, data []byte, acl []zk.ACL, flags int32, ttl int64) {
 		if hdr.Type == zk.OpCreateContainer {
 			flags = int32(tree.ModeContainer)
@@ -643,6 +646,17 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 	case *zk.SetACLRequest:
 		cmd = &tree.Command{Op: tree.Op{Type: tree.OpSetACL, Path: r.Path, ACL: fromZKACL(r.ACL), Version: r.Version}}
 		body = func(res tree.Result) zk.Record { return &zk.SetACLResponse{Stat: toZKStat(res.Op.Stat)} }
+	case *zk.MultiRequest:
+		if hdr.Type != zk.OpMulti {
+			return false // multiRead
+		}
+		var ok bool
+		if cmd, ok = multiCommand(r); !ok {
+			return false // served in turn, which refuses it
+		}
+		respond = func(res tree.Result, idx uint64, err error) {
+			multiReply(r, res, int64(idx), err, func(zxid int64, err error, body zk.Record) { c.reply(hdr.Xid, zxid, err, body) })
+		}
 	default:
 		return false
 	}
@@ -674,7 +688,7 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 			}
 		}
 		<-prev
-		c.reply(hdr.Xid, int64(idx), err, body(res))
+		respond(res, idx, err)
 		close(sent)
 		<-c.slots
 		c.l.pipelinedBytes.Add(-int64(len(pkt)))
@@ -1013,6 +1027,18 @@ func (c *zkConn) setWatches(rel int64, data, exist, child, pers, rec []string) {
 // error results (0 before the failing op, its code, -2 after) with a reply
 // header error of 0.
 func (c *zkConn) multi(r *zk.MultiRequest, write func(*tree.Command) (tree.Result, int64, error), reply func(int64, error, zk.Record)) {
+	cmd, ok := multiCommand(r)
+	if !ok {
+		reply(0, errs.ErrBadArguments, nil)
+		return
+	}
+	res, idx, err := write(cmd)
+	multiReply(r, res, idx, err, reply)
+}
+
+// multiCommand is the tree command of a multi's ops; false if one is not a
+// write a multi may hold.
+func multiCommand(r *zk.MultiRequest) (*tree.Command, bool) {
 	cmd := &tree.Command{Op: tree.Op{Type: tree.OpMulti}}
 	for _, o := range r.Ops {
 		switch op := o.Op.(type) {
@@ -1031,11 +1057,15 @@ func (c *zkConn) multi(r *zk.MultiRequest, write func(*tree.Command) (tree.Resul
 		case *zk.CheckVersionRequest:
 			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCheck, Path: op.Path, Version: op.Version})
 		default:
-			reply(0, errs.ErrBadArguments, nil)
-			return
+			return nil, false
 		}
 	}
-	res, idx, err := write(cmd)
+	return cmd, true
+}
+
+// multiReply answers a multi with its applied result: err is the proposal's
+// error, or the result's own.
+func multiReply(r *zk.MultiRequest, res tree.Result, idx int64, err error, reply func(int64, error, zk.Record)) {
 	if err != nil && len(res.Multi) == 0 {
 		reply(idx, err, nil)
 		return

@@ -649,3 +649,98 @@ func TestZKPipelinedWritesKeepOrder(t *testing.T) {
 		}
 	}
 }
+
+// Multis pipeline with the connection's other writes: a client sending
+// creates and multis without waiting has them applied in request order and
+// answered in it, and a multi that fails in the pipeline answers ZooKeeper's
+// per-op error results and changes nothing.
+func TestZKPipelinedMulti(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.ElectionTicks = 100
+		proxyPeers(t, c, 50*time.Millisecond)
+	})
+	f := (tc.leader() + 1) % 3
+	conn, _ := rawSession(t, tc.zkAddrs()[f], 0, nil, 0)
+	acl := gozk.WorldACL(gozk.PermAll)
+	zacl := []zkproto.ACL{{Perms: acl[0].Perms, ID: zkproto.Id{Scheme: acl[0].Scheme, ID: acl[0].ID}}}
+	seq := func(i int) *zkproto.CreateRequest {
+		return &zkproto.CreateRequest{Path: "/m/s-", Data: []byte(fmt.Sprint(i)), ACL: zacl, Flags: int32(tree.ModePersistentSequential)}
+	}
+	const n, bad = 20, 11 // request xids 2..n+1; xid bad is the failing multi
+	start := time.Now()
+	xid := int32(1)
+	rawRequest(t, conn, xid, zkproto.OpCreate, &zkproto.CreateRequest{Path: "/m", ACL: zacl})
+	for i := 0; i < n; i++ {
+		xid++
+		switch {
+		case xid == bad:
+			rawRequest(t, conn, xid, zkproto.OpMulti, &zkproto.MultiRequest{Ops: []zkproto.MultiOp{
+				{Type: zkproto.OpCreate, Op: &zkproto.CreateRequest{Path: "/m/bad", ACL: zacl}},
+				{Type: zkproto.OpCheck, Op: &zkproto.CheckVersionRequest{Path: "/m", Version: 5}},
+			}})
+		case i%2 == 1:
+			rawRequest(t, conn, xid, zkproto.OpMulti, &zkproto.MultiRequest{Ops: []zkproto.MultiOp{
+				{Type: zkproto.OpCheck, Op: &zkproto.CheckVersionRequest{Path: "/m", Version: 0}},
+				{Type: zkproto.OpCreate, Op: seq(i)},
+			}})
+		default:
+			rawRequest(t, conn, xid, zkproto.OpCreate, seq(i))
+		}
+	}
+	xid++
+	rawRequest(t, conn, xid, zkproto.OpExists, &zkproto.ExistsRequest{Path: "/m/bad"})
+
+	deadline := time.Now().Add(10 * time.Second)
+	most := int64(0)
+	for most < n/2 && time.Now().Before(deadline) {
+		most = max(most, tc.servers[f].zk.stats.outstanding.Load())
+		time.Sleep(time.Millisecond)
+	}
+	if most < n/2 {
+		t.Errorf("at most %d requests outstanding at once; the creates and multis were not pipelined", most)
+	}
+
+	next := 0 // the sequence number the next create must get
+	for want := int32(1); want <= xid; want++ {
+		var created zkproto.CreateResponse
+		var multi zkproto.MultiResponse
+		var body zkproto.Record
+		isMulti := want == bad || (want >= 2 && want <= n+1 && (want-2)%2 == 1)
+		switch {
+		case isMulti:
+			body = &multi
+		case want >= 2 && want <= n+1:
+			body = &created
+		}
+		h := rawReply(t, conn, body)
+		if want == xid {
+			if h.Xid != want || h.Err != -101 { // ZNONODE
+				t.Fatalf("exists /m/bad after the failed multi: %+v, want no node: the failed multi changed the tree", h)
+			}
+			break
+		}
+		if h.Xid != want || h.Err != 0 {
+			t.Fatalf("reply %+v, want xid %d without error", h, want)
+		}
+		path := created.Path
+		switch {
+		case want == bad:
+			if len(multi.Results) != 2 || multi.Results[0].Err != 0 || multi.Results[1].Err != -103 { // ZBADVERSION
+				t.Fatalf("failed multi answered %+v, want results [0, bad version]", multi.Results)
+			}
+			continue
+		case isMulti:
+			if len(multi.Results) != 2 || multi.Results[0].Type != zkproto.OpCheck || multi.Results[1].Type != zkproto.OpCreate {
+				t.Fatalf("multi %d answered %+v, want a check and a create", want, multi.Results)
+			}
+			path = multi.Results[1].Path
+		case body == nil:
+			continue
+		}
+		if wantPath := fmt.Sprintf("/m/s-%010d", next); path != wantPath {
+			t.Fatalf("request %d made %s, want %s: writes applied out of order", want, path, wantPath)
+		}
+		next++
+	}
+	t.Logf("%d requests answered in %v", xid, time.Since(start))
+}
