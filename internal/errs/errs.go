@@ -119,6 +119,10 @@ var (
 	ErrSessionExpired = &Error{zkSessionExpired, codes.FailedPrecondition, "session expired"}
 	ErrUnknownSession = &Error{zkUnknownSession, codes.NotFound, "unknown session"}
 	ErrSessionMoved   = &Error{zkSessionMoved, codes.FailedPrecondition, "session moved to another server"}
+	// ErrTooManySessions: the cluster holds max_sessions live sessions; a
+	// new one is refused until some end (ZooKeeper clients see the
+	// connection closed and try again).
+	ErrTooManySessions = &Error{zkThrottled, codes.ResourceExhausted, "too many live sessions; retry later"}
 
 	// Cluster and transport errors. The outcome of a write that fails with
 	// ErrNotLeader or ErrUnavailable is known: it was not applied. The outcome
@@ -148,7 +152,7 @@ var all = []*Error{
 	ErrLockHeld, ErrLockNotHeld, ErrStaleToken, ErrTooManyWaiters, ErrTooManyLocks, ErrLockWaitTimeout,
 	ErrQueueEmpty, ErrQueueFull, ErrItemTooLarge, ErrTooManyQueues, ErrTooManyConsumers, ErrTooManyInFlight,
 	ErrNotInFlight, ErrPopWaitTimeout, ErrBarrierOpen, ErrNotParticipant, ErrTooManyBarriers, ErrBarrierWaitTimeout,
-	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved,
+	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved, ErrTooManySessions,
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,
 	ErrRequestTimeout,

@@ -298,6 +298,9 @@ func (a *api) CreateSession(ctx context.Context, r *pb.CreateSessionRequest) (*p
 	if _, err := rand.Read(pw); err != nil {
 		return nil, a.done("CreateSession", err)
 	}
+	if err := a.s.admitSession(); err != nil {
+		return nil, a.done("CreateSession", err)
+	}
 	res, idx, err := a.s.propose(ctx, &tree.Command{Op: tree.Op{Type: tree.OpCreateSession}, TimeoutMs: int32(timeout.Milliseconds()), Password: pw})
 	if err == nil {
 		err = res.Err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	gozk "github.com/go-zookeeper/zk"
+
 	"github.com/meridian-coord/meridian/client"
 )
 
@@ -145,4 +147,32 @@ func BenchmarkLock(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkZKGetData: 64 callers over 8 go-zookeeper connections to one
+// member reading a 1 KiB node (the ZooKeeper port's serving path: framing,
+// decoding, the read, the reply's write).
+func BenchmarkZKGetData(b *testing.B) {
+	tc := benchCluster(b)
+	addr := tc.zkAddrs()[0]
+	var conns []*gozk.Conn
+	for i := 0; i < 8; i++ {
+		c, _ := zkConnect(b, []string{addr})
+		conns = append(conns, c)
+	}
+	if _, err := conns[0].Create("/r", make([]byte, 1024), 0, gozk.WorldACL(gozk.PermAll)); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conns[0].Sync("/r"); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range conns {
+		if _, _, err := c.Get("/r"); err != nil { // the create reached every connection's member
+			b.Fatal(err)
+		}
+	}
+	runLoad(b, 64, func(_ *client.Client, i int) (time.Duration, error) {
+		_, _, err := conns[i%len(conns)].Get("/r")
+		return 0, err
+	}, []*client.Client{nil})
 }

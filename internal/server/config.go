@@ -57,7 +57,14 @@ type Config struct {
 	// Limits.
 	MaxWatchesPerSession int `yaml:"max_watches_per_session"` // default 100000
 	MaxQueuedEvents      int `yaml:"max_queued_events"`       // per session stream, default 10000
-	MaxSessions          int `yaml:"max_sessions"`            // default 100000
+	// MaxSessions: live sessions in the cluster, as this member has applied
+	// them; a session create beyond it is refused (ErrTooManySessions).
+	// Approximate by the creates in flight. Default 100000.
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxClientConnections per client port (ZooKeeper and native, each):
+	// the ZooKeeper port closes further connections at once, the native
+	// port leaves them in the listen backlog until one closes. Default 10000.
+	MaxClientConnections int `yaml:"max_client_connections"`
 
 	LogLevel string `yaml:"log_level"` // debug, info, warn, error
 
@@ -214,6 +221,7 @@ func (c *Config) Normalize() error {
 	defInt(&c.MaxWatchesPerSession, 100000)
 	defInt(&c.MaxQueuedEvents, 10000)
 	defInt(&c.MaxSessions, 100000)
+	defInt(&c.MaxClientConnections, 10000)
 	defInt(&c.PlacementMinIntervalMs, 30000)
 	if c.MaxTickMs == 0 {
 		c.MaxTickMs = min(10*c.TickMs, 60000)

@@ -50,8 +50,7 @@ func zkVersionString() string { return ZooKeeperVersion + "-meridian-" + Version
 
 // Server is one member of a Meridian cluster.
 const (
-	grpcMaxStreams = 256   // concurrent calls per native connection
-	grpcMaxConns   = 10000 // native connections (as the ZooKeeper port's zkMaxConns)
+	grpcMaxStreams = 256 // concurrent calls per native connection
 )
 
 type Server struct {
@@ -169,7 +168,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	// Limits of the native port: a call's reply waits for HTTP/2 flow
 	// control while its client does not read, so concurrent calls per
 	// connection are bounded (further ones wait in the client); connections
-	// beyond grpcMaxConns wait in the listen backlog until one closes.
+	// beyond cfg.MaxClientConnections wait in the listen backlog until one
+	// closes.
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes),
 		grpc.MaxConcurrentStreams(grpcMaxStreams))
 	meridianpb.RegisterMeridianServer(s.grpc, &api{s: s})
@@ -177,7 +177,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		rep.Close()
 		return nil, fmt.Errorf("listen grpc: %w", err)
 	}
-	s.lnGRPC = netutil.LimitListener(s.lnGRPC, grpcMaxConns)
+	s.lnGRPC = netutil.LimitListener(s.lnGRPC, cfg.MaxClientConnections)
 	if cfg.ListenZK != "" {
 		if err := s.zk.listen(cfg.ListenZK, nil); err != nil {
 			s.lnGRPC.Close()
@@ -566,6 +566,20 @@ func (s *Server) readBarrier(ctx context.Context, linear bool, minZxid int64) er
 			}
 			return err
 		}
+	}
+	return nil
+}
+
+// admitSession refuses a new session while the cluster holds MaxSessions
+// live ones (as applied here). Checked before proposing, not in apply: the
+// limit is this member's configuration, and apply must not depend on it.
+func (s *Server) admitSession() error {
+	s.mu.RLock()
+	n := s.mu.tree.SessionCount()
+	s.mu.RUnlock()
+	if n >= s.cfg.MaxSessions {
+		s.log.Warn("session limit reached; refusing a new session", "live", n, "max_sessions", s.cfg.MaxSessions)
+		return errs.ErrTooManySessions
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func (tc *testCluster) zkAddrs() []string {
 	return out
 }
 
-func zkConnect(t *testing.T, addrs []string) (*gozk.Conn, <-chan gozk.Event) {
+func zkConnect(t testing.TB, addrs []string) (*gozk.Conn, <-chan gozk.Event) {
 	t.Helper()
 	conn, events, err := gozk.Connect(addrs, 4*time.Second, gozk.WithLogInfo(false))
 	if err != nil {

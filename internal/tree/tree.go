@@ -331,6 +331,9 @@ func (t *Tree) Sessions() []SessionInfo {
 	return out
 }
 
+// SessionCount is the number of live sessions.
+func (t *Tree) SessionCount() int { return len(t.sessions) }
+
 // Session returns one live session.
 func (t *Tree) Session(id int64) (SessionInfo, bool) {
 	s := t.sessions[id]
