@@ -211,6 +211,7 @@ type Replica struct {
 	// limits their log lines (raft loop only).
 	refused       uint64
 	refusedLogged time.Time
+	held          heldProposals // forwarded proposals raft would drop now (raft loop only)
 	tr            *transport
 
 	// Queues into the raft loop, all bounded. propc and readc block their
@@ -747,6 +748,7 @@ func (r *Replica) loop() {
 		case req := <-r.confc:
 			r.proposeMembers(req)
 		}
+		r.releaseHeld(time.Now())
 		r.issueReads()
 		if r.rn.HasReady() {
 			if err := r.handleReady(); err != nil {
@@ -834,8 +836,79 @@ func (r *Replica) step(m *pb.Message) {
 		return
 	}
 	r.checkForwarded(m)
+	if m.GetType() == pb.MsgProp && !r.canPlace() && r.held.add(m, time.Now()) {
+		return
+	}
 	if err := r.rn.Step(m); err != nil {
 		r.log.Debug("step", "err", err)
+	}
+}
+
+// Forwarded proposals that reach this member while it cannot place them,
+// as leader handing leadership over or without a known leader, are held
+// and stepped again, in arrival order, once it can: appended if it still
+// leads, passed on to the new leader otherwise. raft drops them and the
+// member that forwarded them is not told, so its client's write was lost
+// on every planned leader move (a held proposal is one delivered late,
+// which raft allows). Bounded: heldMax messages, heldMaxBytes, and an
+// election timeout's wait; beyond, they are dropped as raft would.
+const (
+	heldMax      = 1024
+	heldMaxBytes = 16 << 20
+)
+
+type heldProposals struct {
+	msgs  []*pb.Message
+	bytes int
+	since time.Time
+}
+
+func (h *heldProposals) add(m *pb.Message, now time.Time) bool {
+	n := 0
+	for _, e := range m.GetEntries() {
+		n += len(e.GetData())
+	}
+	if len(h.msgs) >= heldMax || h.bytes+n > heldMaxBytes {
+		return false
+	}
+	if len(h.msgs) == 0 {
+		h.since = now
+	}
+	h.msgs = append(h.msgs, m)
+	h.bytes += n
+	return true
+}
+
+// canPlace reports whether raft would take a forwarded proposal now: it
+// leads and is not handing over, or it follows a known leader.
+func (r *Replica) canPlace() bool {
+	st := r.rn.BasicStatus()
+	if st.RaftState == raft.StateLeader {
+		return st.LeadTransferee == raft.None
+	}
+	return st.Lead != raft.None
+}
+
+// releaseHeld steps the held proposals once they can be placed, or drops
+// them after an election timeout without a place (raft loop).
+func (r *Replica) releaseHeld(now time.Time) {
+	if len(r.held.msgs) == 0 {
+		return
+	}
+	if !r.canPlace() {
+		if now.Sub(r.held.since) < r.tick*time.Duration(r.cfg.ElectionTicks) {
+			return
+		}
+		r.log.Warn("dropping forwarded proposals held without a leader", "count", len(r.held.msgs))
+		r.held = heldProposals{}
+		return
+	}
+	msgs := r.held.msgs
+	r.held = heldProposals{}
+	for _, m := range msgs {
+		if err := r.rn.Step(m); err != nil {
+			r.log.Debug("step held proposal", "err", err)
+		}
 	}
 }
 

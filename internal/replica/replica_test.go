@@ -779,3 +779,28 @@ func TestHeartbeatBeyondLogRefused(t *testing.T) {
 		t.Fatalf("follower did not apply after the bad heartbeat: %q", got)
 	}
 }
+
+// Held proposals are bounded by count and by bytes; one that does not fit
+// is left to raft (which drops it, as before holding existed).
+func TestHeldProposalsBounded(t *testing.T) {
+	var h heldProposals
+	now := time.Now()
+	prop := func(n int) *pb.Message {
+		return &pb.Message{Type: pb.MsgProp.Enum(), Entries: []*pb.Entry{{Data: make([]byte, n)}}}
+	}
+	for i := 0; i < heldMax; i++ {
+		if !h.add(prop(1), now.Add(time.Duration(i))) {
+			t.Fatalf("proposal %d of %d refused", i+1, heldMax)
+		}
+	}
+	if h.add(prop(1), now) {
+		t.Fatalf("proposal %d held; the bound is %d", heldMax+1, heldMax)
+	}
+	if !h.since.Equal(now) {
+		t.Errorf("held since %v, want the first one's arrival %v", h.since, now)
+	}
+	h = heldProposals{}
+	if !h.add(prop(heldMaxBytes), now) || h.add(prop(1), now) {
+		t.Errorf("bytes bound: %d held bytes, then one more byte was held too", heldMaxBytes)
+	}
+}

@@ -562,10 +562,12 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 	if !t.isMember(m.GetFrom()) {
 		return fmt.Errorf("from non-member %d", m.GetFrom())
 	}
-	// Only a forwarded transfer may name this member as its sender (a
-	// transfer to the leader itself, which raft ignores); raft answers
-	// anything else to its sender and panics sending to itself.
-	if m.GetFrom() == t.id && typ != pb.MsgTransferLeader {
+	// Only a forwarded transfer (a transfer to the leader itself, which raft
+	// ignores) or a forwarded proposal (this member's own, passed back by a
+	// member that held it while leadership moved here; raft answers no
+	// proposal) may name this member as its sender; raft answers anything
+	// else to its sender and panics sending to itself.
+	if m.GetFrom() == t.id && typ != pb.MsgTransferLeader && typ != pb.MsgProp {
 		return fmt.Errorf("%s from this member itself", typ)
 	}
 	ents := m.GetEntries()

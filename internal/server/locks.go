@@ -220,7 +220,7 @@ func (s *Server) submit(ctx context.Context, id uint64, data []byte) (chan appli
 }
 
 func (s *Server) submitOnce(ctx context.Context, id uint64, data []byte) (chan applied, error) {
-	ch := s.waiters.add(id, s.rep.Leader())
+	ch := s.waiters.add(id, s.rep.Term())
 	if err := s.rep.Propose(ctx, data); err != nil {
 		s.waiters.remove(id)
 		s.metrics.proposals.WithLabelValues("rejected").Inc()

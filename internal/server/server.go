@@ -419,32 +419,55 @@ type applied struct {
 
 // waiters hands apply results back to the requests that proposed them.
 type waiters struct {
-	mu sync.Mutex
-	m  map[uint64]*waiter
+	mu   sync.Mutex
+	m    map[uint64]*waiter
+	term uint64 // the current raft term, as last told
 }
 
 type waiter struct {
-	ch     chan applied
-	leader uint64 // leader known when proposed
+	ch         chan applied
+	term       uint64    // raft term when proposed
+	staleSince time.Time // when its term ended (zero: not yet)
 }
 
-func (w *waiters) add(id, leader uint64) chan applied {
+func (w *waiters) add(id, term uint64) chan applied {
 	ch := make(chan applied, 1)
 	w.mu.Lock()
-	w.m[id] = &waiter{ch: ch, leader: leader}
+	w.m[id] = &waiter{ch: ch, term: term}
 	w.mu.Unlock()
 	return ch
 }
 
-// failStale fails every proposal made under another leader than the current
-// one: raft may have dropped it with the old leader, or may still commit it,
-// and nothing tells which. The caller learns the outcome is unknown at once
-// instead of waiting for its timeout.
-func (w *waiters) failStale(leader uint64) {
+// newTerm records that the raft term is now term (from the leader-change
+// callback): proposals of earlier terms start their grace.
+func (w *waiters) newTerm(term uint64, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if term <= w.term {
+		return
+	}
+	w.term = term
+	for _, wt := range w.m {
+		if wt.term < term && wt.staleSince.IsZero() {
+			wt.staleSince = now
+		}
+	}
+}
+
+// sweep fails, as outcome unknown, every proposal whose term ended at
+// least grace ago. A leader change does not decide a proposal's fate:
+// one in the log when leadership moved commits with the new leader's first
+// entry, and one forwarded to a leader that was handing over is passed on
+// to the next (replica's held proposals), so answering at the change (as
+// before) told clients "unknown" about writes that then applied, on every
+// planned move. After grace (two election timeouts) a proposal of an
+// earlier term has applied, and so been answered, unless it was lost with
+// an old leader or is still travelling: nothing tells which.
+func (w *waiters) sweep(now time.Time, grace time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for id, wt := range w.m {
-		if wt.leader != leader {
+		if !wt.staleSince.IsZero() && now.Sub(wt.staleSince) >= grace {
 			delete(w.m, id)
 			wt.ch <- applied{err: errs.ErrOutcomeUnknown}
 		}
@@ -597,7 +620,7 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (s *Server) onLeaderChange(leader, term uint64) {
-	s.waiters.failStale(leader)
+	s.waiters.newTerm(term, time.Now())
 	s.metrics.leaderChanges.Inc()
 	if leader == s.cfg.ID {
 		s.metrics.isLeader.Set(1)
@@ -669,6 +692,10 @@ func (s *Server) duties() {
 		}
 		st := s.rep.Status()
 		s.updateGauges(st)
+		// Two election timeouts at the tick in use (ticks adapt to
+		// measured round trips): a proposal held while leadership moved is
+		// placed within one.
+		s.waiters.sweep(time.Now(), 2*max(st.Tick, s.cfg.tick())*time.Duration(s.cfg.ElectionTicks))
 		if now := time.Now(); now.Sub(lastPlacement) >= placementEvery {
 			lastPlacement = now
 			s.placementTick(now, st.Leader == s.cfg.ID)
