@@ -906,6 +906,7 @@ func (r *Replica) releaseHeld(now time.Time) {
 	msgs := r.held.msgs
 	r.held = heldProposals{}
 	for _, m := range msgs {
+		r.checkForwarded(m) // a member that leads now checks what it holds
 		if err := r.rn.Step(m); err != nil {
 			r.log.Debug("step held proposal", "err", err)
 		}
