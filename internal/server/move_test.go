@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
+
+	"github.com/meridian-coord/meridian/internal/errs"
 )
 
 // A planned leader move (placement's, or an operator's transfer) must not
@@ -86,4 +89,43 @@ func TestPlannedLeaderMoveAnswersWrites(t *testing.T) {
 		}
 	}
 	t.Logf("%d creates acknowledged across %d moves", len(acked), moves)
+}
+
+// The waiter rule on its own: a proposal is answered "outcome unknown" only
+// once its term ended at least the grace ago; one of the current term waits
+// for its result, and a result that arrives first is the answer.
+func TestWaitersAnswerUnknownOnlyAfterGrace(t *testing.T) {
+	w := waiters{m: map[uint64]*waiter{}}
+	t0 := time.Unix(1000, 0)
+	const grace = 2 * time.Second
+	w.newTerm(3, t0)
+	old := w.add(1, 3)      // proposed in term 3
+	answered := w.add(2, 3) // term 3 too, but its result arrives
+	w.newTerm(4, t0.Add(time.Second))
+	current := w.add(3, 4)                      // proposed in term 4
+	w.newTerm(5, t0.Add(1500*time.Millisecond)) // another change: term 3's grace still counts from its end
+	w.deliver(2, applied{index: 7})
+
+	w.sweep(t0.Add(time.Second+grace-time.Millisecond), grace)
+	select {
+	case a := <-old:
+		t.Fatalf("answered %+v before the grace had passed", a)
+	default:
+	}
+	w.sweep(t0.Add(time.Second+grace), grace)
+	if a := <-old; !errors.Is(a.err, errs.ErrOutcomeUnknown) {
+		t.Fatalf("after the grace: %+v, want ErrOutcomeUnknown", a)
+	}
+	if a := <-answered; a.err != nil || a.index != 7 {
+		t.Fatalf("a delivered result: %+v, want index 7", a)
+	}
+	select {
+	case a := <-current:
+		t.Fatalf("a proposal of term 4 answered %+v when term 5 is only 1.5 s old", a)
+	default:
+	}
+	w.sweep(t0.Add(1500*time.Millisecond+grace), grace)
+	if a := <-current; !errors.Is(a.err, errs.ErrOutcomeUnknown) {
+		t.Fatalf("term 4's proposal after term 5's grace: %+v", a)
+	}
 }
