@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
@@ -314,8 +315,16 @@ func (c *zkConn) writeLoop() {
 	defer c.c.Close()
 	// Each frame is already its own slice: a batch goes out in one writev,
 	// without a per-connection buffer (64 KiB each was 640 MiB of heap at
-	// the connection limit, idle or not).
+	// the connection limit, idle or not). A TLS connection has no writev
+	// (net.Buffers writes it one frame, one record, at a time), so its
+	// batch is coalesced in a buffer the size of a TLS record.
 	var batch net.Buffers
+	var out io.Writer = c.c
+	var tlsBuf *bufio.Writer
+	if _, plain := c.c.(*net.TCPConn); !plain {
+		tlsBuf = bufio.NewWriterSize(c.c, 16<<10)
+		out = tlsBuf
+	}
 	for {
 		c.mu.Lock()
 		frames := c.out
@@ -330,7 +339,11 @@ func (c *zkConn) writeLoop() {
 		}
 		if len(frames) > 0 {
 			batch = append(batch[:0], frames...)
-			if _, err := batch.WriteTo(c.c); err != nil {
+			_, err := batch.WriteTo(out)
+			if err == nil && tlsBuf != nil {
+				err = tlsBuf.Flush()
+			}
+			if err != nil {
 				c.close("write failed")
 				return
 			}
