@@ -494,6 +494,18 @@ func rawReply(t *testing.T, c net.Conn, body zkproto.Record) zkproto.ReplyHeader
 	return h
 }
 
+// mostOutstanding watches s's ZooKeeper port for up to 10 s and returns the
+// most requests it had outstanding at once, as soon as that reaches want.
+func mostOutstanding(s *Server, want int64) int64 {
+	deadline := time.Now().Add(10 * time.Second)
+	most := int64(0)
+	for most < want && time.Now().Before(deadline) {
+		most = max(most, s.zk.stats.outstanding.Load())
+		time.Sleep(time.Millisecond)
+	}
+	return most
+}
+
 // rawSession opens (sid 0) or resumes a session on addr.
 func rawSession(t *testing.T, addr string, sid int64, pw []byte, lastZxid int64) (net.Conn, *zkproto.ConnectResponse) {
 	t.Helper()
@@ -610,13 +622,7 @@ func TestZKPipelinedWritesKeepOrder(t *testing.T) {
 	rawRequest(t, conn, xid, zkproto.OpGetData, &zkproto.GetDataRequest{Path: "/p"})
 
 	// Served one at a time, at most one request is ever outstanding.
-	deadline := time.Now().Add(10 * time.Second)
-	most := int64(0)
-	for most < n/2 && time.Now().Before(deadline) {
-		most = max(most, tc.servers[f].zk.stats.outstanding.Load())
-		time.Sleep(time.Millisecond)
-	}
-	if most < n/2 {
+	if most := mostOutstanding(tc.servers[f], n/2); most < n/2 {
 		t.Errorf("at most %d requests outstanding at once; the %d creates were not pipelined", most, n)
 	}
 
@@ -690,13 +696,7 @@ func TestZKPipelinedMulti(t *testing.T) {
 	xid++
 	rawRequest(t, conn, xid, zkproto.OpExists, &zkproto.ExistsRequest{Path: "/m/bad"})
 
-	deadline := time.Now().Add(10 * time.Second)
-	most := int64(0)
-	for most < n/2 && time.Now().Before(deadline) {
-		most = max(most, tc.servers[f].zk.stats.outstanding.Load())
-		time.Sleep(time.Millisecond)
-	}
-	if most < n/2 {
+	if most := mostOutstanding(tc.servers[f], n/2); most < n/2 {
 		t.Errorf("at most %d requests outstanding at once; the creates and multis were not pipelined", most)
 	}
 

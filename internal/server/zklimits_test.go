@@ -97,6 +97,19 @@ func refused(t *testing.T, addr string) bool {
 	return err != nil
 }
 
+// fillTo opens limit sessions on addr and checks that one more is refused.
+func fillTo(t *testing.T, addr string, limit int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, limit)
+	for i := range conns {
+		conns[i], _ = rawSession(t, addr, 0, nil, 0)
+	}
+	if !refused(t, addr) {
+		t.Fatalf("session %d was served; the limit is %d", limit+1, limit)
+	}
+	return conns
+}
+
 // At max_client_connections the ZooKeeper port closes a new connection at
 // once, keeps serving the ones it has, and takes new ones again when one
 // closes.
@@ -105,13 +118,7 @@ func TestZKConnectionLimit(t *testing.T) {
 	tc := newTestCluster(t, 1, func(c *Config) { c.MaxClientConnections = limit })
 	tc.leader()
 	addr := tc.zkAddrs()[0]
-	conns := make([]net.Conn, limit)
-	for i := range conns {
-		conns[i], _ = rawSession(t, addr, 0, nil, 0)
-	}
-	if !refused(t, addr) {
-		t.Fatalf("connection %d was served; the limit is %d", limit+1, limit)
-	}
+	conns := fillTo(t, addr, limit)
 	// The connections it has are still served.
 	rawRequest(t, conns[0], 1, zkproto.OpExists, &zkproto.ExistsRequest{Path: "/"})
 	if h := rawReply(t, conns[0], &zkproto.ExistsResponse{}); h.Xid != 1 || h.Err != 0 {
@@ -136,13 +143,7 @@ func TestSessionLimit(t *testing.T) {
 	tc := newTestCluster(t, 1, func(c *Config) { c.MaxSessions = limit })
 	tc.leader()
 	addr := tc.zkAddrs()[0]
-	conns := make([]net.Conn, limit)
-	for i := range conns {
-		conns[i], _ = rawSession(t, addr, 0, nil, 0)
-	}
-	if !refused(t, addr) {
-		t.Fatalf("session %d was created on the ZooKeeper port; the limit is %d", limit+1, limit)
-	}
+	conns := fillTo(t, addr, limit)
 	gc, err := grpc.NewClient(tc.servers[0].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
