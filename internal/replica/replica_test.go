@@ -346,8 +346,8 @@ func TestLeaderCrashDuringWrites(t *testing.T) {
 	c.put(nl, "final", "x") // survivors have applied everything before it
 
 	a, b := c.sms[(lead+1)%3], c.sms[(lead+2)%3]
-	if !maps.Equal(a.state(), b.state()) || !slices.Equal(a.applied(), b.applied()) {
-		t.Fatal("survivors diverged")
+	if d := kvDiff(a, b); d != "" || !slices.Equal(a.applied(), b.applied()) {
+		t.Fatalf("survivors diverged: %s", d)
 	}
 	for k, v := range dead {
 		if got, ok := a.get(k); !ok || got != v {
@@ -358,9 +358,34 @@ func TestLeaderCrashDuringWrites(t *testing.T) {
 
 	c.start(lead)
 	c.waitAll(func(s *kv) bool { return s.len() == a.len() })
-	if !maps.Equal(c.sms[lead].state(), a.state()) {
-		t.Fatal("restarted leader diverged")
+	if d := kvDiff(c.sms[lead], a); d != "" {
+		t.Fatalf("restarted leader diverged from a survivor: %s", d)
 	}
+}
+
+// kvDiff describes how two state machines differ ("" if they do not): each
+// key on only one side or with different values, with the log index that
+// set it, so an unexplained divergence says whether a late commit or a
+// wrongly applied entry caused it.
+func kvDiff(x, y *kv) string {
+	xs, ys := x.state(), y.state()
+	var d []string
+	for k, v := range xs {
+		if w, ok := ys[k]; !ok || w != v {
+			d = append(d, fmt.Sprintf("%s=%s@%d vs %q@%d", k, v, x.index(k), w, y.index(k)))
+		}
+	}
+	for k, w := range ys {
+		if _, ok := xs[k]; !ok {
+			d = append(d, fmt.Sprintf("%s missing vs %s@%d", k, w, y.index(k)))
+		}
+	}
+	if len(d) == 0 {
+		return ""
+	}
+	slices.Sort(d)
+	xa, ya := x.applied(), y.applied()
+	return fmt.Sprintf("%d vs %d keys, last applied %v vs %v: %s", len(xs), len(ys), xa[max(0, len(xa)-1):], ya[max(0, len(ya)-1):], strings.Join(d, "; "))
 }
 
 func waitFor(t *testing.T, cond func() bool) {
