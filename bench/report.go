@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image/color"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -264,10 +265,12 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 	type best struct {
 		avg  float64
 		name string
+		se   float64 // standard error of avg, ms
 	}
 	var cells []cell
 	server := map[cell]float64{}
 	onZK, onMer := map[cell]best{}, map[cell]best{}
+	serverSE := map[cell]float64{}
 	for _, res := range r.Results {
 		if res.Workload != "seed000" || res.Summary.Count == 0 {
 			continue
@@ -276,17 +279,21 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		if !slices.Contains(cells, k) {
 			cells = append(cells, k)
 		}
-		avg := res.Summary.Avg
+		raw := res.Raw
+		if raw == nil && res.Hist != nil {
+			raw = rawHist(res.Hist)
+		}
+		avg, se := res.Summary.Avg, stdErrMs(raw)
 		switch {
 		case res.Series == "Meridian server-side lock":
-			server[k] = avg
+			server[k], serverSE[k] = avg, se
 		case res.Flavor == "ZooKeeper 3.8":
 			if bz, ok := onZK[k]; !ok || avg < bz.avg {
-				onZK[k] = best{avg, res.Series}
+				onZK[k] = best{avg, res.Series, se}
 			}
 		default:
 			if bm, ok := onMer[k]; !ok || avg < bm.avg {
-				onMer[k] = best{avg, res.Series}
+				onMer[k] = best{avg, res.Series, se}
 			}
 		}
 	}
@@ -301,13 +308,18 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		bm, mok := onMer[k]
 		verdict := "—"
 		if sok && (zok || mok) {
-			lo := bz.avg
-			if !zok || (mok && bm.avg < lo) {
-				lo = bm.avg
+			lo := bz
+			if !zok || (mok && bm.avg < lo.avg) {
+				lo = bm
 			}
-			verdict = fmt.Sprintf("no (%.2f×)", sv/lo)
-			if sv <= lo {
-				verdict = fmt.Sprintf("yes (%.2f×)", sv/lo)
+			verdict = fmt.Sprintf("no (%.2f×)", sv/lo.avg)
+			if sv <= lo.avg {
+				verdict = fmt.Sprintf("yes (%.2f×)", sv/lo.avg)
+			}
+			// Averages of a few dozen acquires: say when the difference
+			// is within two standard errors, i.e. not resolved by the run.
+			if d, se := sv-lo.avg, math.Hypot(serverSE[k], lo.se); se > 0 && math.Abs(d) < 2*se {
+				verdict += fmt.Sprintf(", within noise (Δ %+.2f ± %.2f ms)", d, 2*se)
 			}
 		}
 		show := func(ok bool, x best) string {
@@ -322,7 +334,22 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "| %s | %g | %g | %s | %s | %s | %s |\n", k.topo, k.svc, k.arr, sval, show(zok, bz), show(mok, bm), verdict)
 	}
-	b.WriteString("\n")
+	b.WriteString("\n\"Within noise\": the two averages differ by less than two standard errors of their difference (± shown), so this run does not resolve which is faster.\n\n")
+}
+
+// stdErrMs is the standard error of the mean (ms) of a raw histogram of
+// µs values (each bucket counted at its value); 0 with fewer than 2 samples.
+func stdErrMs(raw [][2]int64) float64 {
+	var n, sum, sq float64
+	for _, b := range raw {
+		v, c := float64(b[0])/1000, float64(b[1])
+		n, sum, sq = n+c, sum+c*v, sq+c*v*v
+	}
+	if n < 2 {
+		return 0
+	}
+	mean := sum / n
+	return math.Sqrt(math.Max(0, sq/n-mean*mean) * n / (n - 1) / n)
 }
 
 // firstErrors lists the first error of every series that had errors.

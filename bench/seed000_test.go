@@ -34,7 +34,37 @@ func TestSeed000Summary(t *testing.T) {
 	}}
 	var b strings.Builder
 	r.seed000Summary(&b)
-	if !strings.Contains(b.String(), "35.0 (async test-and-set)") || !strings.Contains(b.String(), "no (1.20×)") {
+	if !strings.Contains(b.String(), "35.0 (async test-and-set)") || !strings.Contains(b.String(), "no (1.20×) |") {
 		t.Fatalf("summary:\n%s", b.String())
+	}
+}
+
+// A difference within two standard errors of the averages is marked as
+// not resolved by the run; a clear one is not.
+func TestSeed000SummaryNoise(t *testing.T) {
+	// avg-1 ms and avg+1 ms, ten each: standard error 0.23 ms per series,
+	// so two standard errors of the difference are 0.65 ms.
+	spread := func(avg float64) [][2]int64 {
+		us := int64(avg * 1000)
+		return [][2]int64{{us - 1000, 10}, {us + 1000, 10}}
+	}
+	mk := func(flavor, series string, avg float64) Result {
+		return Result{Workload: "seed000", Topology: "g", Flavor: flavor, Series: series, ServiceMs: 1, InterarrivalMs: 500,
+			Summary: Summary{Count: 20, Avg: avg}, Raw: spread(avg)}
+	}
+	for _, tc := range []struct {
+		server, other float64
+		want          string
+	}{
+		{2.2, 2.0, "no (1.10×), within noise (Δ +0.20 ± 0.65 ms) |"},
+		{4.0, 2.0, "no (2.00×) |"},
+		{1.5, 2.0, "yes (0.75×), within noise (Δ -0.50 ± 0.65 ms) |"},
+	} {
+		r := &Report{Results: []Result{mk("Meridian (native)", S0Server, tc.server), mk("ZooKeeper 3.8", S0SyncTAS, tc.other)}}
+		var b strings.Builder
+		r.seed000Summary(&b)
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("server %v vs %v: want %q in\n%s", tc.server, tc.other, tc.want, b.String())
+		}
 	}
 }
