@@ -176,3 +176,46 @@ func BenchmarkZKGetData(b *testing.B) {
 		return 0, err
 	}, []*client.Client{nil})
 }
+
+// BenchmarkUncontendedAcquire compares one client's uncontended acquire on
+// one member three ways: the native API's server-side lock, the native
+// API's ephemeral create (a test-and-set), and an ephemeral create through
+// the ZooKeeper port (seed 000's test-and-set). Each is one commit; the
+// differences are the APIs' own costs. The release is not timed.
+func BenchmarkUncontendedAcquire(b *testing.B) {
+	ctx := context.Background()
+	b.Run("native-lock", func(b *testing.B) {
+		tc := benchCluster(b)
+		c := tc.client()
+		runLoad(b, 1, func(c *client.Client, i int) (time.Duration, error) {
+			t0 := time.Now()
+			l, err := c.Lock(ctx, "tas", client.LockOptions{})
+			if err != nil {
+				return 0, err
+			}
+			return time.Since(t0), l.Unlock(ctx)
+		}, []*client.Client{c})
+	})
+	b.Run("native-create", func(b *testing.B) {
+		tc := benchCluster(b)
+		c := tc.client()
+		runLoad(b, 1, func(c *client.Client, i int) (time.Duration, error) {
+			t0 := time.Now()
+			if _, _, err := c.Create(ctx, "/tas", nil, client.CreateOptions{Mode: client.Ephemeral}); err != nil {
+				return 0, err
+			}
+			return time.Since(t0), c.Delete(ctx, "/tas", -1)
+		}, []*client.Client{c})
+	})
+	b.Run("zk-create", func(b *testing.B) {
+		tc := benchCluster(b)
+		conn, _ := zkConnect(b, []string{tc.zkAddrs()[0]})
+		runLoad(b, 1, func(_ *client.Client, i int) (time.Duration, error) {
+			t0 := time.Now()
+			if _, err := conn.Create("/tas", nil, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
+				return 0, err
+			}
+			return time.Since(t0), conn.Delete("/tas", -1)
+		}, []*client.Client{nil})
+	})
+}
