@@ -241,6 +241,12 @@ func (r *Report) Markdown(plotDir string) string {
 			}
 		}
 	}
+	if plotDir != "" {
+		for _, h := range r.seed000Heatmaps() {
+			fmt.Fprintf(&b, "Seed 000's figure 10 here (%s × %s): every system and strategy's average acquire latency, one colour scale (logarithmic) for all tiles.\n\n![%s](%s)\n\n",
+				h.xLabel, h.yLabel, strings.TrimSuffix(h.file, ".png"), filepath.ToSlash(filepath.Join(plotDir, h.file)))
+		}
+	}
 	r.seed000Summary(&b)
 	r.seed002Summary(&b)
 	if len(r.Failures) > 0 {
@@ -554,6 +560,11 @@ func (r *Report) WritePlots(dir string) error {
 			continue
 		}
 		if err := p.Save(9*vg.Inch, 5*vg.Inch, filepath.Join(dir, plotName(g.workload, g.topology))); err != nil {
+			return err
+		}
+	}
+	for _, h := range r.seed000Heatmaps() {
+		if err := r.writeHeatmap(dir, h); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -65,6 +67,37 @@ func TestSeed000SummaryNoise(t *testing.T) {
 		r.seed000Summary(&b)
 		if !strings.Contains(b.String(), tc.want) {
 			t.Errorf("server %v vs %v: want %q in\n%s", tc.server, tc.other, tc.want, b.String())
+		}
+	}
+}
+
+// The grid's heat map needs several client and server RTTs at one hold
+// time; the contention one several hold times. Each is drawn.
+func TestSeed000Heatmaps(t *testing.T) {
+	mk := func(topo string, hold float64) Result {
+		return Result{Workload: "seed000", Topology: topo, Flavor: "ZooKeeper 3.8", Series: S0SyncTAS, ServiceMs: hold,
+			Summary: Summary{Count: 3, Avg: 10 + hold}}
+	}
+	grid := &Report{Results: []Result{mk("seed000-u0-s0", 1), mk("seed000-u100-s0", 1), mk("seed000-u0-s250", 1)}}
+	if h := grid.seed000Heatmaps(); len(h) != 1 || h[0].file != "seed000-grid-heatmap.png" {
+		t.Fatalf("grid: %+v", h)
+	}
+	cont := &Report{Results: []Result{mk("seed000-u0-s0", 1), mk("seed000-u0-s0", 50), mk("seed000-u100-s0", 1)}}
+	if h := cont.seed000Heatmaps(); len(h) != 1 || h[0].file != "seed000-contention-heatmap.png" {
+		t.Fatalf("contention: %+v", h)
+	}
+	if h := (&Report{Results: []Result{mk("seed000-u0-s0", 1)}}).seed000Heatmaps(); len(h) != 0 {
+		t.Fatalf("one cell: %+v", h)
+	}
+	dir := t.TempDir()
+	for _, r := range []*Report{grid, cont} {
+		for _, h := range r.seed000Heatmaps() {
+			if err := r.writeHeatmap(dir, h); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := os.Stat(filepath.Join(dir, h.file)); err != nil || st.Size() == 0 {
+				t.Fatalf("%s not drawn: %v", h.file, err)
+			}
 		}
 	}
 }
