@@ -24,6 +24,9 @@ type Report struct {
 	Started  string
 	Duration string
 	Mode     string // quick or full
+	// Section is the docs/benchmarks.md section this report fills, if any
+	// (set by the writer; it names plot files).
+	Section  string `json:"-"`
 	Links    map[string][]LinkCheck
 	Notes    map[string]string // per system: durability and emulation settings
 	Results  []Result
@@ -182,7 +185,7 @@ func (r *Report) Markdown(plotDir string) string {
 	for _, g := range groups {
 		fmt.Fprintf(&b, "### %s, topology %s\n\n", workloadTitle(g.workload), g.topology)
 		if plotDir != "" {
-			fmt.Fprintf(&b, "![%s %s](%s)\n\n", g.workload, g.topology, filepath.ToSlash(filepath.Join(plotDir, plotName(g.workload, g.topology))))
+			fmt.Fprintf(&b, "![%s %s](%s)\n\n", g.workload, g.topology, filepath.ToSlash(filepath.Join(plotDir, r.plotName(g.workload, g.topology))))
 		}
 		if strings.HasPrefix(g.workload, "throughput") || g.workload == "localfirst" {
 			b.WriteString("| system | clients | ops/s | avg | p50 | p90 | p99 | p99.9 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -476,7 +479,16 @@ func maxHold(rs []Result) float64 {
 	return m
 }
 
-func plotName(workload, topology string) string { return fmt.Sprintf("%s-%s.png", workload, topology) }
+// plotName is the file of one workload's plot on one topology. In a named
+// report section whose name the workload does not start with (seed 000's
+// grid and contention sweep share workload and topologies), the section
+// names the file, so sections do not overwrite each other's plots.
+func (r *Report) plotName(workload, topology string) string {
+	if r.Section != "" && !strings.HasPrefix(workload, r.Section) {
+		return fmt.Sprintf("%s-%s.png", r.Section, topology)
+	}
+	return fmt.Sprintf("%s-%s.png", workload, topology)
+}
 
 var palette = []color.Color{
 	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
@@ -559,7 +571,7 @@ func (r *Report) WritePlots(dir string) error {
 		if n == 0 {
 			continue
 		}
-		if err := p.Save(9*vg.Inch, 5*vg.Inch, filepath.Join(dir, plotName(g.workload, g.topology))); err != nil {
+		if err := p.Save(9*vg.Inch, 5*vg.Inch, filepath.Join(dir, r.plotName(g.workload, g.topology))); err != nil {
 			return err
 		}
 	}

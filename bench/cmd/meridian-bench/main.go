@@ -276,6 +276,7 @@ func main() {
 // report to report (the named section of it), or to stdout.
 func output(rep *bench.Report, out, plotRef, report, section string) error {
 	ref := plotRef
+	rep.Section = section
 	if out != "" {
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
