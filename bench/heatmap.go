@@ -39,6 +39,7 @@ func s0RTTs(topology string) (user, server float64, ok bool) {
 type heatSpec struct {
 	file, title, xLabel, yLabel string
 	cell                        func(Result) (x, y float64, ok bool)
+	row                         func(y float64) string // a row's tick label
 }
 
 // seed000Heatmaps are the heat maps the results allow: the RTT × RTT grid
@@ -68,7 +69,8 @@ func (r *Report) seed000Heatmaps() []heatSpec {
 			cell: func(res Result) (float64, float64, bool) {
 				u, s, ok := s0RTTs(res.Topology)
 				return u, s, ok
-			}})
+			},
+			row: func(y float64) string { return fmt.Sprintf("%g", y) }})
 	}
 	if len(holds) > 1 {
 		out = append(out, heatSpec{file: "seed000-contention-heatmap.png",
@@ -77,7 +79,8 @@ func (r *Report) seed000Heatmaps() []heatSpec {
 			cell: func(res Result) (float64, float64, bool) {
 				u, s, ok := s0RTTs(res.Topology)
 				return res.ServiceMs, u*1000 + s, ok // rows ordered by client RTT, then server RTT
-			}})
+			},
+			row: func(y float64) string { return fmt.Sprintf("%g / %g", math.Floor(y/1000), math.Mod(y, 1000)) }})
 	}
 	return out
 }
@@ -91,12 +94,6 @@ func (g heatGrid) Dims() (int, int)   { return len(g.xs), len(g.ys) }
 func (g heatGrid) Z(c, r int) float64 { return g.z[r][c] }
 func (g heatGrid) X(c int) float64    { return float64(c) }
 func (g heatGrid) Y(r int) float64    { return float64(r) }
-func rowLabel(y float64, contention bool) string {
-	if contention {
-		return fmt.Sprintf("%g / %g", math.Floor(y/1000), math.Mod(y, 1000))
-	}
-	return fmt.Sprintf("%g", y)
-}
 
 // writeHeatmap draws one tile per system and strategy into dir/spec.file.
 func (r *Report) writeHeatmap(dir string, spec heatSpec) error {
@@ -140,7 +137,6 @@ func (r *Report) writeHeatmap(dir string, spec heatSpec) error {
 		hi = lo + 1
 	}
 	pal := moreland.SmoothBlueRed().Palette(255)
-	contention := spec.file == "seed000-contention-heatmap.png"
 	const cols = 3
 	rows := (len(keys) + cols - 1) / cols
 	plots := make([][]*plot.Plot, rows)
@@ -181,7 +177,7 @@ func (r *Report) writeHeatmap(dir string, spec heatSpec) error {
 			xt = append(xt, plot.Tick{Value: float64(xi), Label: fmt.Sprintf("%g", x)})
 		}
 		for yi, y := range ys {
-			yt = append(yt, plot.Tick{Value: float64(yi), Label: rowLabel(y, contention)})
+			yt = append(yt, plot.Tick{Value: float64(yi), Label: spec.row(y)})
 		}
 		p.X.Tick.Marker = plot.ConstantTicks(xt)
 		p.Y.Tick.Marker = plot.ConstantTicks(yt)
