@@ -89,6 +89,9 @@ type Stats struct {
 	Rejected      int64 // closed on accept: over MaxConns, reset mode, or target unreachable
 	BytesForward  int64 // client → target, delivered
 	BytesBackward int64 // target → client, delivered
+	// Chunks are the writes that delivered those bytes (one per read from
+	// the source): how many pieces a protocol's messages travel in.
+	ChunksForward, ChunksBackward int64
 }
 
 // Link is one emulated link. Its methods are safe for concurrent use.
@@ -107,7 +110,8 @@ type Link struct {
 		closed        bool
 	}
 	accepted, rejected atomic.Int64
-	fwd, bwd           atomic.Int64
+	fwd, bwd           atomic.Int64 // bytes
+	fwdN, bwdN         atomic.Int64 // chunks
 
 	wg   sync.WaitGroup
 	done chan struct{}
@@ -218,7 +222,8 @@ func (l *Link) Blocked() BlockMode {
 // Stats returns counters.
 func (l *Link) Stats() Stats {
 	return Stats{Accepted: l.accepted.Load(), Rejected: l.rejected.Load(),
-		BytesForward: l.fwd.Load(), BytesBackward: l.bwd.Load()}
+		BytesForward: l.fwd.Load(), BytesBackward: l.bwd.Load(),
+		ChunksForward: l.fwdN.Load(), ChunksBackward: l.bwdN.Load()}
 }
 
 // Close stops listening and closes every connection; queued bytes are lost.
@@ -353,8 +358,8 @@ func (c *conn) run() {
 	c.out.SetNoDelay(true)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); c.pipe(c.in, c.out, &c.l.fwd) }()
-	go func() { defer wg.Done(); c.pipe(c.out, c.in, &c.l.bwd) }()
+	go func() { defer wg.Done(); c.pipe(c.in, c.out, &c.l.fwd, &c.l.fwdN) }()
+	go func() { defer wg.Done(); c.pipe(c.out, c.in, &c.l.bwd, &c.l.bwdN) }()
 	wg.Wait()
 }
 
@@ -442,7 +447,7 @@ func (q *queue) shut() {
 const readSize = 32 << 10
 
 // pipe forwards src to dst through a timestamped queue.
-func (c *conn) pipe(src, dst *net.TCPConn, counter *atomic.Int64) {
+func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
 	q := &queue{max: c.l.cfg.MaxQueueBytes}
 	q.cond.L = &q.mu
 	go func() { <-c.done; q.shut() }()
@@ -509,6 +514,7 @@ func (c *conn) pipe(src, dst *net.TCPConn, counter *atomic.Int64) {
 			c.close()
 			return
 		}
-		counter.Add(int64(len(ch.b)))
+		bytes.Add(int64(len(ch.b)))
+		chunks.Add(1)
 	}
 }

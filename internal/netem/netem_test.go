@@ -105,6 +105,17 @@ func TestRTTMatchesConfig(t *testing.T) {
 	if med > 60*time.Millisecond {
 		t.Errorf("median RTT %v, want 40–60ms", med)
 	}
+	// Each one-byte ping and its echo travel as one chunk each way. (The
+	// counters move just after a chunk's write, so the last echo's may
+	// trail its arrival.)
+	want := Stats{Accepted: 1, BytesForward: 30, BytesBackward: 30, ChunksForward: 30, ChunksBackward: 30}
+	s := l.Stats()
+	for deadline := time.Now().Add(time.Second); s != want && time.Now().Before(deadline); s = l.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	if s != want {
+		t.Errorf("stats %+v after 30 one-byte pings, want %+v", s, want)
+	}
 }
 
 // Uniform jitter keeps every round trip within delay ± jitter per direction.

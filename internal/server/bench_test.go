@@ -11,6 +11,7 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/netem"
 )
 
 // Benchmarks of a 3-replica cluster on loopback with real Pebble (fsync on).
@@ -218,4 +219,113 @@ func BenchmarkUncontendedAcquire(b *testing.B) {
 			return time.Since(t0), conn.Delete("/tas", -1)
 		}, []*client.Client{nil})
 	})
+	// The same two through a zero-delay userspace link (the benchmark
+	// suite's netem, which carries every client and peer connection of its
+	// runs): what the link itself adds to each API, and the bytes each
+	// cycle puts on it (acquire and release, both directions).
+	link := func(b *testing.B, target string) *netem.Link {
+		l, err := netem.Listen(netem.Config{Target: target})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		return l
+	}
+	perOp := func(b *testing.B, l *netem.Link, before netem.Stats) {
+		st := l.Stats()
+		b.ReportMetric(float64(st.BytesForward-before.BytesForward)/float64(b.N), "B-up/op")
+		b.ReportMetric(float64(st.BytesBackward-before.BytesBackward)/float64(b.N), "B-down/op")
+		b.ReportMetric(float64(st.ChunksForward-before.ChunksForward)/float64(b.N), "chunks-up/op")
+		b.ReportMetric(float64(st.ChunksBackward-before.ChunksBackward)/float64(b.N), "chunks-down/op")
+	}
+	b.Run("native-lock-link", func(b *testing.B) {
+		tc := benchCluster(b)
+		l := link(b, tc.endpoints()[0])
+		c := tc.client(l.Addr())
+		before := l.Stats()
+		runLoad(b, 1, func(c *client.Client, i int) (time.Duration, error) {
+			t0 := time.Now()
+			l, err := c.Lock(ctx, "tas", client.LockOptions{})
+			if err != nil {
+				return 0, err
+			}
+			return time.Since(t0), l.Unlock(ctx)
+		}, []*client.Client{c})
+		perOp(b, l, before)
+	})
+	b.Run("zk-create-link", func(b *testing.B) {
+		tc := benchCluster(b)
+		l := link(b, tc.zkAddrs()[0])
+		conn, _ := zkConnect(b, []string{l.Addr()})
+		before := l.Stats()
+		runLoad(b, 1, func(_ *client.Client, i int) (time.Duration, error) {
+			t0 := time.Now()
+			if _, err := conn.Create("/tas", nil, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
+				return 0, err
+			}
+			return time.Since(t0), conn.Delete("/tas", -1)
+		}, []*client.Client{nil})
+		perOp(b, l, before)
+	})
+}
+
+// BenchmarkIdleGap compares one request through each API on the leader,
+// back to back and after an idle gap (the seed 000 grid's clients ask a few
+// times a second). A process whose threads have parked pays a wake-up per
+// goroutine hand-off on the request's path, so the gap shows how many
+// hand-offs each API makes more than its raw cost does.
+func BenchmarkIdleGap(b *testing.B) {
+	ctx := context.Background()
+	for _, gap := range []time.Duration{0, 20 * time.Millisecond} {
+		wait := func() {
+			if gap > 0 {
+				time.Sleep(gap)
+			}
+		}
+		b.Run(fmt.Sprintf("gap=%v/native-read", gap), func(b *testing.B) {
+			tc := benchCluster(b)
+			c := tc.client(tc.endpoints()[tc.leader()])
+			runLoad(b, 1, func(c *client.Client, i int) (time.Duration, error) {
+				wait()
+				t0 := time.Now()
+				_, _, err := c.Get(ctx, "/", client.WithConsistency(client.Sequential))
+				return time.Since(t0), err
+			}, []*client.Client{c})
+		})
+		b.Run(fmt.Sprintf("gap=%v/zk-read", gap), func(b *testing.B) {
+			tc := benchCluster(b)
+			conn, _ := zkConnect(b, []string{tc.zkAddrs()[tc.leader()]})
+			runLoad(b, 1, func(_ *client.Client, i int) (time.Duration, error) {
+				wait()
+				t0 := time.Now()
+				_, _, err := conn.Get("/")
+				return time.Since(t0), err
+			}, []*client.Client{nil})
+		})
+		b.Run(fmt.Sprintf("gap=%v/native-lock", gap), func(b *testing.B) {
+			tc := benchCluster(b)
+			c := tc.client(tc.endpoints()[tc.leader()])
+			runLoad(b, 1, func(c *client.Client, i int) (time.Duration, error) {
+				wait()
+				t0 := time.Now()
+				l, err := c.Lock(ctx, "tas", client.LockOptions{})
+				if err != nil {
+					return 0, err
+				}
+				return time.Since(t0), l.Unlock(ctx)
+			}, []*client.Client{c})
+		})
+		b.Run(fmt.Sprintf("gap=%v/zk-create", gap), func(b *testing.B) {
+			tc := benchCluster(b)
+			conn, _ := zkConnect(b, []string{tc.zkAddrs()[tc.leader()]})
+			runLoad(b, 1, func(_ *client.Client, i int) (time.Duration, error) {
+				wait()
+				t0 := time.Now()
+				if _, err := conn.Create("/tas", nil, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
+					return 0, err
+				}
+				return time.Since(t0), conn.Delete("/tas", -1)
+			}, []*client.Client{nil})
+		})
+	}
 }
