@@ -237,6 +237,9 @@ func (r *Report) Markdown(plotDir string) string {
 		if g.workload == "locks" {
 			lockTargets(&b, g)
 		}
+		if g.workload == "seed004-mixed-op" {
+			seed004Published(&b, g)
+		}
 		if g.workload == "followsun" {
 			r.followSunTargets(&b, g)
 			if rows := r.Probes[g.topology]; len(rows) > 0 {
@@ -650,6 +653,66 @@ func (r *Report) followSunTargets(b *strings.Builder, g group) {
 
 // topology returns a topology the run used, by name (nil: not recorded).
 func (r *Report) topology(name string) *Topology { return r.Topologies[name] }
+
+// seed004Figure7 is seed 004's published mixed-task figures (its figure 7,
+// ms per operation; ../shared/REFERENCE.md) by the shipped topology that
+// reproduces each setting: ZooKeeper 3.4, and Safari, which skips consensus
+// and which the seed calls a lower bound for any ZooKeeper-like system.
+var seed004Figure7 = map[string]struct {
+	setting           string
+	zookeeper, safari [3]float64 // avg, p99, p99.9
+}{
+	"loopback": {"one machine", [3]float64{13.414, 26.090, 33.073}, [3]float64{0.307, 0.441, 1.341}},
+	"2dc":      {"2 DCs: 2 servers west, 1 east, client west", [3]float64{148.230, 272.393, 279.877}, [3]float64{0.728, 1.052, 1.439}},
+	"3dc":      {"3 DCs: N. California, Oregon, Virginia, client in N. California", [3]float64{76.873, 93.481, 94.716}, [3]float64{45.981, 46.391, 47.748}},
+}
+
+// seed004Published puts seed 004's published mixed-task figures for the
+// group's setting beside this run's, each as a ratio to the ZooKeeper of
+// its own run: the seed's hardware and ZooKeeper version differ from
+// ours, so the ratios compare, the absolute figures do not.
+func seed004Published(b *strings.Builder, g group) {
+	pub, ok := seed004Figure7[g.topology]
+	if !ok {
+		return
+	}
+	var zk *Result
+	for i, res := range g.results {
+		if strings.HasPrefix(res.Flavor, "ZooKeeper") && res.Summary.Count > 0 {
+			zk = &g.results[i]
+		}
+	}
+	ratio := func(avg, zkAvg float64) string {
+		switch r := avg / zkAvg; {
+		case zkAvg <= 0:
+			return "—"
+		case r < 0.1:
+			return fmt.Sprintf("%.3f×", r)
+		default:
+			return fmt.Sprintf("%.2f×", r)
+		}
+	}
+	fmt.Fprintf(b, "Beside seed 004's published figures for this setting (its figure 7, %s; ms per operation). Its hardware and ZooKeeper version are not ours: compare each row's ratio to the ZooKeeper of its own run.\n\n", pub.setting)
+	b.WriteString("| system | source | avg | p99 | p99.9 | avg ÷ ZooKeeper's avg |\n|---|---|---|---|---|---|\n")
+	for _, row := range []struct {
+		name string
+		f    [3]float64
+	}{{"ZooKeeper 3.4", pub.zookeeper}, {"Safari (no consensus)", pub.safari}} {
+		fmt.Fprintf(b, "| %s | seed 004 (published) | %s | %s | %s | %s |\n", row.name, fmtMs(row.f[0]), fmtMs(row.f[1]), fmtMs(row.f[2]), ratio(row.f[0], pub.zookeeper[0]))
+	}
+	for _, res := range g.results {
+		if res.Summary.Count == 0 {
+			continue
+		}
+		zkAvg := 0.0
+		if zk != nil {
+			zkAvg = zk.Summary.Avg
+		}
+		s := res.Summary
+		fmt.Fprintf(b, "| %s | this run | %s | %s | %s | %s |\n", res.Flavor, fmtMs(s.Avg), fmtMs(s.P99), fmtMs(s.P999), ratio(s.Avg, zkAvg))
+	}
+	b.WriteString("\n")
+}
 
 // lockTargets compares Meridian's native lock with ZooKeeper's recipe and
 // etcd's mutex in one topology against issue 4's targets: uncontended p99

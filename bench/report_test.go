@@ -99,3 +99,42 @@ func TestMergeParts(t *testing.T) {
 		t.Errorf("merging a merged report: %d parts, %d results", len(again.Parts), len(again.Results))
 	}
 }
+
+// The mixed task's table on a setting seed 004 published is followed by the
+// seed's figures, every row as a ratio to its own run's ZooKeeper; other
+// topologies get none.
+func TestSeed004Published(t *testing.T) {
+	res := func(flavor string, avg float64) Result {
+		return Result{Workload: "seed004-mixed-op", Flavor: flavor, Summary: Summary{Count: 1000, Avg: avg, P99: 2 * avg, P999: 3 * avg}}
+	}
+	g := group{workload: "seed004-mixed-op", topology: "3dc", results: []Result{
+		res("Meridian (native)", 13), res("ZooKeeper 3.8", 65), res("etcd 3.4", 34), {Workload: "seed004-mixed-op", Flavor: "Redis"},
+	}}
+	var b strings.Builder
+	seed004Published(&b, g)
+	out := b.String()
+	for _, want := range []string{
+		"3 DCs: N. California, Oregon, Virginia, client in N. California",
+		"| ZooKeeper 3.4 | seed 004 (published) | 76.9 | 93.5 | 94.7 | 1.00× |",
+		"| Safari (no consensus) | seed 004 (published) | 46.0 | 46.4 | 47.7 | 0.60× |",
+		"| Meridian (native) | this run | 13.0 | 26.0 | 39.0 | 0.20× |",
+		"| ZooKeeper 3.8 | this run | 65.0 | 130 | 195 | 1.00× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Redis") {
+		t.Errorf("a series without operations is listed:\n%s", out)
+	}
+	b.Reset()
+	seed004Published(&b, group{workload: "seed004-mixed-op", topology: "2dc", results: g.results})
+	if want := "| Safari (no consensus) | seed 004 (published) | 0.73 | 1.05 | 1.44 | 0.005× |"; !strings.Contains(b.String(), want) {
+		t.Errorf("missing %q (a small ratio keeps its digits) in:\n%s", want, b.String())
+	}
+	b.Reset()
+	seed004Published(&b, group{workload: "seed004-mixed-op", topology: "1dc", results: g.results})
+	if b.Len() != 0 {
+		t.Errorf("seed 004 published nothing for 1dc, got:\n%s", b.String())
+	}
+}
