@@ -252,6 +252,10 @@ func (r *Report) Markdown(plotDir string) string {
 			fmt.Fprintf(&b, "Seed 000's figure 10 here (%s × %s): every system and strategy's average acquire latency, one colour scale (logarithmic) for all tiles.\n\n![%s](%s)\n\n",
 				h.xLabel, h.yLabel, strings.TrimSuffix(h.file, ".png"), filepath.ToSlash(filepath.Join(plotDir, h.file)))
 		}
+		for _, l := range r.seed000Lines() {
+			fmt.Fprintf(&b, "Every system and strategy's average acquire latency %s.\n\n![%s](%s)\n\n",
+				l.caption, strings.TrimSuffix(l.file, ".png"), filepath.ToSlash(filepath.Join(plotDir, l.file)))
+		}
 	}
 	r.seed000Summary(&b)
 	r.seed002Summary(&b)
@@ -580,6 +584,11 @@ func (r *Report) WritePlots(dir string) error {
 	}
 	for _, h := range r.seed000Heatmaps() {
 		if err := r.writeHeatmap(dir, h); err != nil {
+			return err
+		}
+	}
+	for _, l := range r.seed000Lines() {
+		if err := r.writeLines(dir, l); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -97,6 +98,64 @@ func TestSeed000Heatmaps(t *testing.T) {
 			}
 			if st, err := os.Stat(filepath.Join(dir, h.file)); err != nil || st.Size() == 0 {
 				t.Fatalf("%s not drawn: %v", h.file, err)
+			}
+		}
+	}
+}
+
+// Seed 000's line plots follow from the cells run: against the server RTT
+// per client RTT (figure 11), against the client RTT without server RTT at
+// each arrival rate's longest hold (15, 16), against the hold per round
+// trips (13, 14); a variable with one value gets no plot.
+func TestSeed000Lines(t *testing.T) {
+	mk := func(topo string, hold, every float64) Result {
+		return Result{Workload: "seed000", Topology: topo, Flavor: "ZooKeeper 3.8", Series: S0SyncTAS, ServiceMs: hold, InterarrivalMs: every,
+			Summary: Summary{Count: 3, Avg: 10 + hold}}
+	}
+	grid := &Report{Results: []Result{mk("seed000-u100-s0", 1, 500), mk("seed000-u0-s0", 1, 500), mk("seed000-u0-s250", 1, 500), mk("seed000-u100-s250", 1, 500),
+		mk("seed000-u250-s0", 1, 500)}}
+	cont := &Report{Results: []Result{mk("seed000-u0-s0", 1, 200), mk("seed000-u0-s0", 150, 200), mk("seed000-u100-s0", 1, 200), mk("seed000-u100-s0", 150, 200)}}
+	files := func(r *Report) []string {
+		var out []string
+		for _, l := range r.seed000Lines() {
+			out = append(out, l.file)
+		}
+		return out
+	}
+	if got, want := files(grid), []string{"seed000-vs-server-rtt-u0-hold1-every500.png", "seed000-vs-server-rtt-u100-hold1-every500.png",
+		"seed000-vs-client-rtt-hold1-every500.png"}; !slices.Equal(got, want) {
+		t.Errorf("grid plots %q, want %q", got, want)
+	}
+	if got, want := files(cont), []string{"seed000-vs-client-rtt-hold150-every200.png",
+		"seed000-vs-hold-u0-s0-every200.png", "seed000-vs-hold-u100-s0-every200.png"}; !slices.Equal(got, want) {
+		t.Errorf("contention plots %q, want %q", got, want)
+	}
+	// Each plot holds exactly its cells.
+	l := grid.seed000Lines()[0]
+	var xs []float64
+	for _, res := range grid.Results {
+		if x, ok := l.x(res); ok {
+			xs = append(xs, x)
+		}
+	}
+	if !slices.Equal(xs, []float64{0, 250}) {
+		t.Errorf("%s has x %v, want the server RTTs 0 and 250 at client RTT 0", l.file, xs)
+	}
+	if got := files(&Report{Results: []Result{mk("seed000-u0-s0", 1, 500)}}); len(got) != 0 {
+		t.Errorf("one cell: %q", got)
+	}
+	dir := t.TempDir()
+	for _, r := range []*Report{grid, cont} {
+		if err := r.WritePlots(dir); err != nil {
+			t.Fatal(err)
+		}
+		md := r.Markdown("bench")
+		for _, f := range files(r) {
+			if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+				t.Errorf("%s not drawn: %v", f, err)
+			}
+			if !strings.Contains(md, "(bench/"+f+")") {
+				t.Errorf("the report does not show %s", f)
 			}
 		}
 	}
