@@ -195,6 +195,7 @@ func (r *Report) Markdown(plotDir string) string {
 					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P90), fmtMs(s.P99), fmtMs(s.P999), fmtMs(s.Max), res.Errors, res.Leader)
 			}
 			b.WriteString("\n")
+			r.xyMarkdown(&b, plotDir, g.workload, g.topology)
 			continue
 		}
 		if g.workload == "seed000" {
@@ -216,6 +217,7 @@ func (r *Report) Markdown(plotDir string) string {
 			}
 			b.WriteString("\n")
 			firstErrors(&b, g.results)
+			r.xyMarkdown(&b, plotDir, g.workload, g.topology)
 			continue
 		}
 		if g.workload == "locks" {
@@ -259,6 +261,7 @@ func (r *Report) Markdown(plotDir string) string {
 	}
 	r.seed000Summary(&b)
 	r.seed002Summary(&b)
+	r.xyMarkdown(&b, plotDir, "seed002-same", "")
 	if len(r.Failures) > 0 {
 		b.WriteString("Could not run:\n\n")
 		for _, f := range r.Failures {
@@ -589,6 +592,11 @@ func (r *Report) WritePlots(dir string) error {
 	}
 	for _, l := range r.seed000Lines() {
 		if err := r.writeLines(dir, l); err != nil {
+			return err
+		}
+	}
+	for _, p := range r.xyPlots() {
+		if err := r.writeXY(dir, p); err != nil {
 			return err
 		}
 	}
