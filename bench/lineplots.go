@@ -159,11 +159,7 @@ func (r *Report) writeLines(dir string, spec lineSpec) error {
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	span := math.Log10(hi) - math.Log10(lo)
 	p.Y.Min, p.Y.Max = lo/math.Pow(10, 0.05*span+0.05), hi*math.Pow(10, 0.6*span+0.3)
-	var xt []plot.Tick
-	for _, x := range xs {
-		xt = append(xt, plot.Tick{Value: x, Label: fmt.Sprintf("%g", x)})
-	}
-	p.X.Tick.Marker = plot.ConstantTicks(xt)
+	p.X.Tick.Marker = valueTicks(xs)
 	pad := 0.04 * (xs[len(xs)-1] - xs[0])
 	p.X.Min, p.X.Max = xs[0]-pad, xs[len(xs)-1]+pad
 	p.Legend.Top = true
@@ -175,8 +171,7 @@ func (r *Report) writeLines(dir string, spec lineSpec) error {
 	hollow := []draw.GlyphDrawer{draw.RingGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.PlusGlyph{}, draw.CrossGlyph{}}
 	for _, k := range keys {
 		xy := pts[k]
-		slices.SortFunc(xy, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
-		l, sc, err := plotter.NewLinePoints(xy)
+		l, sc, err := sortedLine(xy)
 		if err != nil {
 			return err
 		}

@@ -25,14 +25,9 @@ func TestLockTargets(t *testing.T) {
 	var b strings.Builder
 	lockTargets(&b, g)
 	out := b.String()
-	for _, want := range []string{
+	wantAll(t, out,
 		"| 1, own | p99 ms | 4.00 | 30.0 | 10.0 | ZooKeeper's is 7.5× (≥5×) | etcd's is 2.5× (≥3×) |",
-		"| 5, one | hand-offs/s | 40.0 | 8.0 | not run | Meridian's is 5.0× (≥3×) | Meridian's is — |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing row %q in:\n%s", want, out)
-		}
-	}
+		"| 5, one | hand-offs/s | 40.0 | 8.0 | not run | Meridian's is 5.0× (≥3×) | Meridian's is — |")
 	if strings.Contains(out, "| 3, one |") {
 		t.Errorf("a row without any peer:\n%s", out)
 	}
@@ -113,28 +108,31 @@ func TestSeed004Published(t *testing.T) {
 	var b strings.Builder
 	seed004Published(&b, g)
 	out := b.String()
-	for _, want := range []string{
+	wantAll(t, out,
 		"3 DCs: N. California, Oregon, Virginia, client in N. California",
 		"| ZooKeeper 3.4 | seed 004 (published) | 76.9 | 93.5 | 94.7 | 1.00× |",
 		"| Safari (no consensus) | seed 004 (published) | 46.0 | 46.4 | 47.7 | 0.60× |",
 		"| Meridian (native) | this run | 13.0 | 26.0 | 39.0 | 0.20× |",
-		"| ZooKeeper 3.8 | this run | 65.0 | 130 | 195 | 1.00× |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q in:\n%s", want, out)
-		}
-	}
+		"| ZooKeeper 3.8 | this run | 65.0 | 130 | 195 | 1.00× |")
 	if strings.Contains(out, "Redis") {
 		t.Errorf("a series without operations is listed:\n%s", out)
 	}
 	b.Reset()
 	seed004Published(&b, group{workload: "seed004-mixed-op", topology: "2dc", results: g.results})
-	if want := "| Safari (no consensus) | seed 004 (published) | 0.73 | 1.05 | 1.44 | 0.005× |"; !strings.Contains(b.String(), want) {
-		t.Errorf("missing %q (a small ratio keeps its digits) in:\n%s", want, b.String())
-	}
+	wantAll(t, b.String(), "| Safari (no consensus) | seed 004 (published) | 0.73 | 1.05 | 1.44 | 0.005× |") // a small ratio keeps its digits
 	b.Reset()
 	seed004Published(&b, group{workload: "seed004-mixed-op", topology: "1dc", results: g.results})
 	if b.Len() != 0 {
 		t.Errorf("seed 004 published nothing for 1dc, got:\n%s", b.String())
+	}
+}
+
+// wantAll fails t for every line of want that out does not contain.
+func wantAll(t *testing.T, out string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("missing %q in:\n%s", w, out)
+		}
 	}
 }

@@ -143,19 +143,14 @@ func (r *Report) writeXY(dir string, spec xyPlot) error {
 	} else {
 		p.Y.Min = 0
 	}
-	var xt []plot.Tick
-	for _, x := range xs {
-		xt = append(xt, plot.Tick{Value: x, Label: fmt.Sprintf("%g", x)})
-	}
-	p.X.Tick.Marker = plot.ConstantTicks(xt)
+	p.X.Tick.Marker = valueTicks(xs)
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
 	shapes := []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.PyramidGlyph{}, draw.BoxGlyph{}, draw.RingGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
 	for i, f := range flavors {
 		xy := pts[f]
-		slices.SortFunc(xy, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
-		l, sc, err := plotter.NewLinePoints(xy)
+		l, sc, err := sortedLine(xy)
 		if err != nil {
 			return err
 		}
@@ -166,4 +161,19 @@ func (r *Report) writeXY(dir string, spec xyPlot) error {
 		p.Legend.Add(f, l, sc)
 	}
 	return p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, spec.file))
+}
+
+// sortedLine is a line with its points marked, through xy in x order.
+func sortedLine(xy plotter.XYs) (*plotter.Line, *plotter.Scatter, error) {
+	slices.SortFunc(xy, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+	return plotter.NewLinePoints(xy)
+}
+
+// valueTicks marks the x values that were run, and only those.
+func valueTicks(xs []float64) plot.Ticker {
+	var t []plot.Tick
+	for _, x := range xs {
+		t = append(t, plot.Tick{Value: x, Label: fmt.Sprintf("%g", x)})
+	}
+	return plot.ConstantTicks(t)
 }

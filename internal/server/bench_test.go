@@ -178,6 +178,38 @@ func BenchmarkZKGetData(b *testing.B) {
 	}, []*client.Client{nil})
 }
 
+// lockOp times a native uncontended acquire of one lock (then releases
+// it, untimed), after before when it is not nil.
+func lockOp(ctx context.Context, before func()) func(*client.Client, int) (time.Duration, error) {
+	return func(c *client.Client, _ int) (time.Duration, error) {
+		if before != nil {
+			before()
+		}
+		t0 := time.Now()
+		l, err := c.Lock(ctx, "tas", client.LockOptions{})
+		if err != nil {
+			return 0, err
+		}
+		return time.Since(t0), l.Unlock(ctx)
+	}
+}
+
+// zkCreateOp times seed 000's test-and-set through the ZooKeeper port, an
+// ephemeral create (then deletes it, untimed), after before when it is
+// not nil.
+func zkCreateOp(conn *gozk.Conn, before func()) func(*client.Client, int) (time.Duration, error) {
+	return func(*client.Client, int) (time.Duration, error) {
+		if before != nil {
+			before()
+		}
+		t0 := time.Now()
+		if _, err := conn.Create("/tas", nil, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
+			return 0, err
+		}
+		return time.Since(t0), conn.Delete("/tas", -1)
+	}
+}
+
 // BenchmarkUncontendedAcquire compares one client's uncontended acquire on
 // one member three ways: the native API's server-side lock, the native
 // API's ephemeral create (a test-and-set), and an ephemeral create through
@@ -188,14 +220,7 @@ func BenchmarkUncontendedAcquire(b *testing.B) {
 	b.Run("native-lock", func(b *testing.B) {
 		tc := benchCluster(b)
 		c := tc.client()
-		runLoad(b, 1, func(c *client.Client, i int) (time.Duration, error) {
-			t0 := time.Now()
-			l, err := c.Lock(ctx, "tas", client.LockOptions{})
-			if err != nil {
-				return 0, err
-			}
-			return time.Since(t0), l.Unlock(ctx)
-		}, []*client.Client{c})
+		runLoad(b, 1, lockOp(ctx, nil), []*client.Client{c})
 	})
 	b.Run("native-create", func(b *testing.B) {
 		tc := benchCluster(b)
@@ -211,13 +236,7 @@ func BenchmarkUncontendedAcquire(b *testing.B) {
 	b.Run("zk-create", func(b *testing.B) {
 		tc := benchCluster(b)
 		conn, _ := zkConnect(b, []string{tc.zkAddrs()[0]})
-		runLoad(b, 1, func(_ *client.Client, i int) (time.Duration, error) {
-			t0 := time.Now()
-			if _, err := conn.Create("/tas", nil, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
-				return 0, err
-			}
-			return time.Since(t0), conn.Delete("/tas", -1)
-		}, []*client.Client{nil})
+		runLoad(b, 1, zkCreateOp(conn, nil), []*client.Client{nil})
 	})
 	// The same two through a zero-delay userspace link (the benchmark
 	// suite's netem, which carries every client and peer connection of its
@@ -243,14 +262,7 @@ func BenchmarkUncontendedAcquire(b *testing.B) {
 		l := link(b, tc.endpoints()[0])
 		c := tc.client(l.Addr())
 		before := l.Stats()
-		runLoad(b, 1, func(c *client.Client, i int) (time.Duration, error) {
-			t0 := time.Now()
-			l, err := c.Lock(ctx, "tas", client.LockOptions{})
-			if err != nil {
-				return 0, err
-			}
-			return time.Since(t0), l.Unlock(ctx)
-		}, []*client.Client{c})
+		runLoad(b, 1, lockOp(ctx, nil), []*client.Client{c})
 		perOp(b, l, before)
 	})
 	b.Run("zk-create-link", func(b *testing.B) {
@@ -258,13 +270,7 @@ func BenchmarkUncontendedAcquire(b *testing.B) {
 		l := link(b, tc.zkAddrs()[0])
 		conn, _ := zkConnect(b, []string{l.Addr()})
 		before := l.Stats()
-		runLoad(b, 1, func(_ *client.Client, i int) (time.Duration, error) {
-			t0 := time.Now()
-			if _, err := conn.Create("/tas", nil, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
-				return 0, err
-			}
-			return time.Since(t0), conn.Delete("/tas", -1)
-		}, []*client.Client{nil})
+		runLoad(b, 1, zkCreateOp(conn, nil), []*client.Client{nil})
 		perOp(b, l, before)
 	})
 }
@@ -305,27 +311,12 @@ func BenchmarkIdleGap(b *testing.B) {
 		b.Run(fmt.Sprintf("gap=%v/native-lock", gap), func(b *testing.B) {
 			tc := benchCluster(b)
 			c := tc.client(tc.endpoints()[tc.leader()])
-			runLoad(b, 1, func(c *client.Client, i int) (time.Duration, error) {
-				wait()
-				t0 := time.Now()
-				l, err := c.Lock(ctx, "tas", client.LockOptions{})
-				if err != nil {
-					return 0, err
-				}
-				return time.Since(t0), l.Unlock(ctx)
-			}, []*client.Client{c})
+			runLoad(b, 1, lockOp(ctx, wait), []*client.Client{c})
 		})
 		b.Run(fmt.Sprintf("gap=%v/zk-create", gap), func(b *testing.B) {
 			tc := benchCluster(b)
 			conn, _ := zkConnect(b, []string{tc.zkAddrs()[tc.leader()]})
-			runLoad(b, 1, func(_ *client.Client, i int) (time.Duration, error) {
-				wait()
-				t0 := time.Now()
-				if _, err := conn.Create("/tas", nil, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
-					return 0, err
-				}
-				return time.Since(t0), conn.Delete("/tas", -1)
-			}, []*client.Client{nil})
+			runLoad(b, 1, zkCreateOp(conn, wait), []*client.Client{nil})
 		})
 	}
 }
