@@ -164,7 +164,8 @@ func main() {
 		if *workloads == "georead" {
 			continue // georead has its own cluster (above)
 		}
-		for _, sys := range want {
+		for _, run := range systemRuns(want, strings.Split(*workloads, ","), topo) {
+			sys := run.sys
 			env, err := bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1))
 			if err != nil {
 				fail(err)
@@ -174,13 +175,7 @@ func main() {
 			case "meridian":
 				c, err = bench.StartMeridianWith(env, *bin, bench.MeridianOptions{PlacementPolicy: *policy})
 			case "zookeeper":
-				// followsun compares with ZooKeeper's leader as far from
-				// the load as it can be.
-				var o bench.ZKOptions
-				if slices.Contains(strings.Split(*workloads, ","), "followsun") {
-					o.LeaderRegion = bench.FollowSunZKLeader(topo)
-				}
-				c, err = bench.StartZooKeeperWith(env, o)
+				c, err = bench.StartZooKeeperWith(env, run.zk)
 			case "etcd":
 				c, err = bench.StartEtcd(env)
 			case "redis":
@@ -194,7 +189,11 @@ func main() {
 				env.Close(*keep)
 				continue
 			}
-			rep.Notes[sys] = c.Notes
+			if prev, ok := rep.Notes[sys]; ok && prev != c.Notes {
+				rep.Notes[sys] = prev + "; followsun on a cluster of its own: " + strings.TrimPrefix(strings.TrimPrefix(c.Notes, prev), "; ")
+			} else {
+				rep.Notes[sys] = c.Notes
+			}
 			for _, f := range bench.Flavors {
 				if f.System == sys && f.CanKV() {
 					if err := bench.Warmup(c, topo, f, *warmup); err != nil {
@@ -208,7 +207,7 @@ func main() {
 				if f.System != sys {
 					continue
 				}
-				for _, w := range strings.Split(*workloads, ",") {
+				for _, w := range run.workloads {
 					switch w {
 					case "locks":
 						if f.CanLock() {
@@ -270,6 +269,35 @@ func main() {
 		fmt.Fprintln(os.Stderr, "meridian-bench: some systems or workloads could not run (see the report)")
 		os.Exit(2)
 	}
+}
+
+// systemRun is one cluster of one system and the workloads run on it.
+type systemRun struct {
+	sys       string
+	workloads []string
+	zk        bench.ZKOptions
+}
+
+// systemRuns gives each system one cluster for all workloads, except
+// ZooKeeper when followsun has somewhere to move: followsun compares with
+// ZooKeeper's leader placed as far from the load as it can be, so it gets
+// a cluster of its own, and every other workload runs on a cluster whose
+// leader ZooKeeper's election chose (before, that placement set every
+// ZooKeeper figure of the topology).
+func systemRuns(systems, workloads []string, topo *bench.Topology) []systemRun {
+	var out []systemRun
+	for _, sys := range systems {
+		far := bench.FollowSunZKLeader(topo)
+		if sys != "zookeeper" || !slices.Contains(workloads, "followsun") || far == "" {
+			out = append(out, systemRun{sys: sys, workloads: workloads})
+			continue
+		}
+		if rest := slices.DeleteFunc(slices.Clone(workloads), func(w string) bool { return w == "followsun" }); len(rest) > 0 {
+			out = append(out, systemRun{sys: sys, workloads: rest})
+		}
+		out = append(out, systemRun{sys: sys, workloads: []string{"followsun"}, zk: bench.ZKOptions{LeaderRegion: far}})
+	}
+	return out
 }
 
 // output writes rep's plots and raw JSON into out (if set) and its Markdown
