@@ -58,6 +58,13 @@ type Part struct {
 // and each run's time, commit and machine listed in Parts.
 func Merge(reps ...*Report) *Report {
 	m := &Report{Links: map[string][]LinkCheck{}, Notes: map[string]string{}, Topologies: map[string]*Topology{}, Probes: map[string][]ProbeRow{}}
+	// A system's note can differ between runs (its settings follow the
+	// topology): each distinct note is kept with the topologies it is for.
+	type noted struct {
+		note  string
+		topos []string
+	}
+	notes := map[string][]noted{}
 	for _, r := range reps {
 		parts := r.Parts
 		if len(parts) == 0 {
@@ -72,12 +79,35 @@ func Merge(reps ...*Report) *Report {
 		m.Results = append(m.Results, r.Results...)
 		m.Failures = append(m.Failures, r.Failures...)
 		maps.Copy(m.Links, r.Links)
-		maps.Copy(m.Notes, r.Notes)
+		var topos []string
+		for _, p := range parts {
+			topos = append(topos, p.Topologies...)
+		}
+		for sys, n := range r.Notes {
+			i := slices.IndexFunc(notes[sys], func(x noted) bool { return x.note == n })
+			if i < 0 {
+				notes[sys] = append(notes[sys], noted{note: n})
+				i = len(notes[sys]) - 1
+			}
+			notes[sys][i].topos = append(notes[sys][i].topos, topos...)
+		}
 		maps.Copy(m.Topologies, r.Topologies)
 		maps.Copy(m.Probes, r.Probes)
 		if m.Fsync == 0 {
 			m.Fsync = r.Fsync
 		}
+	}
+	for sys, ns := range notes {
+		if len(ns) == 1 {
+			m.Notes[sys] = ns[0].note
+			continue
+		}
+		var each []string
+		for _, n := range ns {
+			slices.Sort(n.topos)
+			each = append(each, fmt.Sprintf("on %s: %s", strings.Join(slices.Compact(n.topos), ", "), n.note))
+		}
+		m.Notes[sys] = strings.Join(each, "; ")
 	}
 	var total time.Duration
 	for _, p := range m.Parts {

@@ -136,3 +136,22 @@ func wantAll(t *testing.T, out string, want ...string) {
 		}
 	}
 }
+
+// A system's note that differs between parts (its settings follow the
+// topology) is kept for each topology, not overwritten by the last part.
+func TestMergeNotes(t *testing.T) {
+	part := func(topo, etcd string) *Report {
+		return &Report{Started: "x", Duration: "1m0s", Links: map[string][]LinkCheck{topo: nil},
+			Notes: map[string]string{"meridian": "fsync on", "etcd": etcd}}
+	}
+	m := Merge(part("1dc", "heartbeat 100ms"), part("3dc", "heartbeat 300ms"), part("2dc", "heartbeat 100ms"))
+	if got, want := m.Notes["etcd"], "on 1dc, 2dc: heartbeat 100ms; on 3dc: heartbeat 300ms"; got != want {
+		t.Errorf("etcd's note %q, want %q", got, want)
+	}
+	if got := m.Notes["meridian"]; got != "fsync on" {
+		t.Errorf("meridian's note %q, want it once", got)
+	}
+	if again := Merge(m); again.Notes["etcd"] != m.Notes["etcd"] {
+		t.Errorf("merged again: %q", again.Notes["etcd"])
+	}
+}
