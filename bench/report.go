@@ -51,6 +51,9 @@ type Report struct {
 type Part struct {
 	Started, Duration, Mode, Commit, Machine string
 	Topologies                               []string
+	// Rerun: for a run whose results replaced some of another part's
+	// (Replace), what it reran; "" for a whole part.
+	Rerun string `json:",omitempty"`
 }
 
 // Merge combines reports of separate runs (each a results JSON) into one:
@@ -121,6 +124,58 @@ func Merge(reps ...*Report) *Report {
 	return m
 }
 
+// Replace returns base with over's results in place of base's results of
+// the same workload, topology and flavor, so that some systems of a part
+// can be rerun (after a fix to how they ran) without rerunning the whole
+// part. over is listed as a part of its own, saying what it reran; a
+// system's note keeps base's note for the results of base that remain.
+func Replace(base, over *Report) *Report {
+	type key struct{ workload, topology, flavor string }
+	rerun := map[key]bool{}
+	var workloads []string
+	for _, res := range over.Results {
+		rerun[key{res.Workload, res.Topology, res.Flavor}] = true
+		if w, _, _ := strings.Cut(res.Workload, "-"); !slices.Contains(workloads, w) {
+			workloads = append(workloads, w)
+		}
+	}
+	m := Merge(base)
+	m.Results = slices.DeleteFunc(m.Results, func(res Result) bool { return rerun[key{res.Workload, res.Topology, res.Flavor}] })
+	var systems []string
+	for sys, note := range over.Notes {
+		systems = append(systems, sys)
+		var left []string // base's workloads of sys that remain
+		for _, res := range m.Results {
+			if flavorSystem(res.Flavor) == sys && !slices.Contains(left, res.Workload) {
+				left = append(left, res.Workload)
+			}
+		}
+		if prev := m.Notes[sys]; prev != "" && prev != note && len(left) > 0 {
+			note = fmt.Sprintf("%s; %s from the run of %s: %s", note, strings.Join(left, ", "), m.Started, prev)
+		}
+		m.Notes[sys] = note
+	}
+	slices.Sort(systems)
+	m.Results = append(m.Results, over.Results...)
+	m.Failures = append(m.Failures, over.Failures...)
+	for _, p := range Merge(over).Parts {
+		p.Rerun = fmt.Sprintf("%s: %s", strings.Join(systems, ", "), strings.Join(workloads, ", "))
+		m.Parts = append(m.Parts, p)
+	}
+	return Merge(m)
+}
+
+// flavorSystem is the system a result's flavor ran on ("" if none is
+// named, as in Meridian's georead series).
+func flavorSystem(flavor string) string {
+	for _, f := range Flavors {
+		if strings.HasPrefix(flavor, f.Name) {
+			return f.System
+		}
+	}
+	return ""
+}
+
 // WriteJSON writes the report with every series' full histogram
 // (non-empty buckets, microseconds) as results.json, or as
 // results-SECTION.json for a run that fills one section of the report (so
@@ -179,7 +234,11 @@ func (r *Report) Markdown(plotDir string) string {
 	if len(r.Parts) > 1 {
 		fmt.Fprintf(&b, "Run in %d parts, one after another on the same machine unless said:\n\n", len(r.Parts))
 		for _, p := range r.Parts {
-			fmt.Fprintf(&b, "- %s: %s, %s mode, %s%s, on %s.\n", strings.Join(p.Topologies, ", "), p.Started, p.Mode, p.Duration, commit(p.Commit), p.Machine)
+			rerun := ""
+			if p.Rerun != "" {
+				rerun = " (rerun of " + p.Rerun + ")"
+			}
+			fmt.Fprintf(&b, "- %s%s: %s, %s mode, %s%s, on %s.\n", strings.Join(p.Topologies, ", "), rerun, p.Started, p.Mode, p.Duration, commit(p.Commit), p.Machine)
 		}
 		b.WriteString("\n")
 	} else {
@@ -203,6 +262,9 @@ func (r *Report) Markdown(plotDir string) string {
 	}
 	sort.Strings(topos)
 	for _, t := range topos {
+		if len(r.Links[t]) == 0 {
+			continue // no link verified (a hand-built report)
+		}
 		fmt.Fprintf(&b, "Emulated round trips, topology %s (configured vs measured through a link built like the benchmark's, proxy overhead included; %d pings each):\n\n", t, r.Links[t][0].Samples)
 		b.WriteString("| regions | configured ms | jitter | min | p50 | p99 | max |\n|---|---|---|---|---|---|---|\n")
 		for _, l := range r.Links[t] {

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -153,5 +155,68 @@ func TestMergeNotes(t *testing.T) {
 	}
 	if again := Merge(m); again.Notes["etcd"] != m.Notes["etcd"] {
 		t.Errorf("merged again: %q", again.Notes["etcd"])
+	}
+}
+
+// A rerun of one system replaces that system's results and only those: the
+// other systems' results and the system's results of workloads not rerun
+// stay, its note says which settings each came from, and the rerun is
+// listed as a part of its own.
+func TestReplace(t *testing.T) {
+	res := func(workload, flavor string, clients int, avg float64) Result {
+		return Result{Workload: workload, Topology: "5region", Flavor: flavor, Clients: clients, Summary: Summary{Count: 10, Avg: avg}}
+	}
+	base := &Report{Started: "2026-11-25 15:44 UTC", Duration: "1h34m0s", Mode: "full", Commit: "cda44ba", Machine: "m",
+		Links: map[string][]LinkCheck{"5region": nil},
+		Notes: map[string]string{"meridian": "fsync on", "zookeeper": "forceSync; leader placed in IR"},
+		Results: []Result{
+			res("locks", "Meridian (native)", 1, 10),
+			res("locks", "ZooKeeper 3.8", 1, 300),
+			res("locks", "ZooKeeper 3.8", 3, 900),
+			res("followsun", "ZooKeeper 3.8, phase 1, load in OR: lock acquire", 1, 400),
+		}}
+	over := &Report{Started: "2026-11-25 19:03 UTC", Duration: "25m0s", Mode: "full", Commit: "060871a", Machine: "m",
+		Links: map[string][]LinkCheck{"5region": nil},
+		Notes: map[string]string{"zookeeper": "forceSync"},
+		Results: []Result{
+			res("locks", "ZooKeeper 3.8", 1, 200),
+			res("locks", "ZooKeeper 3.8", 3, 600),
+		}}
+	path := filepath.Join(t.TempDir(), "replaced.json")
+	if err := Replace(base, over).WriteJSONFile(path); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, r := range m.Results {
+		got[fmt.Sprintf("%s/%s/%d", r.Workload, r.Flavor, r.Clients)] = r.Summary.Avg
+	}
+	want := map[string]float64{
+		"locks/Meridian (native)/1": 10,
+		"locks/ZooKeeper 3.8/1":     200,
+		"locks/ZooKeeper 3.8/3":     600,
+		"followsun/ZooKeeper 3.8, phase 1, load in OR: lock acquire/1": 400,
+	}
+	if len(m.Results) != len(want) || !maps.Equal(got, want) {
+		t.Errorf("results %v, want %v", got, want)
+	}
+	if got, want := m.Notes["zookeeper"], "forceSync; followsun from the run of 2026-11-25 15:44 UTC: forceSync; leader placed in IR"; got != want {
+		t.Errorf("zookeeper's note %q, want %q", got, want)
+	}
+	if m.Notes["meridian"] != "fsync on" {
+		t.Errorf("meridian's note %q, want base's", m.Notes["meridian"])
+	}
+	if len(m.Parts) != 2 || m.Parts[1].Rerun != "zookeeper: locks" || m.Duration != "1h59m0s" {
+		t.Fatalf("parts %+v, duration %s; want base and the rerun of zookeeper: locks, 1h59m0s", m.Parts, m.Duration)
+	}
+	if md := m.Markdown(""); !strings.Contains(md, "- 5region (rerun of zookeeper: locks): 2026-11-25 19:03 UTC, full mode, 25m0s, commit 060871a, on m.") {
+		t.Errorf("report does not list the rerun:\n%s", md)
+	}
+	// Merged with other topologies' parts, the rerun stays listed.
+	if again := Merge(m, &Report{Started: "x", Duration: "1m0s", Links: map[string][]LinkCheck{"1dc": nil}}); len(again.Parts) != 3 || again.Parts[1].Rerun == "" {
+		t.Errorf("merged again: parts %+v", again.Parts)
 	}
 }

@@ -36,6 +36,7 @@ func main() {
 	replot := flag.String("replot", "", "redraw the plots of a results.json into -out, and stop")
 	part := flag.String("part", "", "write this run's raw results to this JSON file only (no plots, no report), for --merge")
 	merge := flag.String("merge", "", "comma-separated results JSON files of separate runs (--part): write their combined plots, results JSON and report as one run's, and stop")
+	replace := flag.String("replace", "", "BASE,RERUN: with --part, write BASE's results with RERUN's in place of the same workload, topology and flavor (a rerun of some systems of a part), and stop")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
 	if *replot != "" {
@@ -53,6 +54,24 @@ func main() {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "meridian-bench:", err)
 		os.Exit(1)
+	}
+	if *replace != "" {
+		paths := strings.Split(*replace, ",")
+		if len(paths) != 2 || *part == "" {
+			fail(fmt.Errorf("--replace takes BASE,RERUN and needs --part"))
+		}
+		var reps []*bench.Report
+		for _, path := range paths {
+			rep, err := bench.LoadReport(path)
+			if err != nil {
+				fail(err)
+			}
+			reps = append(reps, rep)
+		}
+		if err := bench.Replace(reps[0], reps[1]).WriteJSONFile(*part); err != nil {
+			fail(err)
+		}
+		return
 	}
 	if *merge != "" {
 		var reps []*bench.Report
