@@ -37,6 +37,7 @@ func main() {
 	part := flag.String("part", "", "write this run's raw results to this JSON file only (no plots, no report), for --merge")
 	merge := flag.String("merge", "", "comma-separated results JSON files of separate runs (--part): write their combined plots, results JSON and report as one run's, and stop")
 	replace := flag.String("replace", "", "BASE,RERUN: with --part, write BASE's results with RERUN's in place of the same workload, topology and flavor (a rerun of some systems of a part), and stop")
+	zkLeader := flag.String("zk-leader", "", "place ZooKeeper's first leader in this server region for every workload but followsun (default: where its election puts it; ZooKeeper's best case for a client region is its nearest server)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
 	if *replot != "" {
@@ -183,7 +184,7 @@ func main() {
 		if *workloads == "georead" {
 			continue // georead has its own cluster (above)
 		}
-		for _, run := range systemRuns(want, strings.Split(*workloads, ","), topo) {
+		for _, run := range systemRuns(want, strings.Split(*workloads, ","), topo, *zkLeader) {
 			sys := run.sys
 			env, err := bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1))
 			if err != nil {
@@ -301,18 +302,22 @@ type systemRun struct {
 // ZooKeeper when followsun has somewhere to move: followsun compares with
 // ZooKeeper's leader placed as far from the load as it can be, so it gets
 // a cluster of its own, and every other workload runs on a cluster whose
-// leader ZooKeeper's election chose (before, that placement set every
-// ZooKeeper figure of the topology).
-func systemRuns(systems, workloads []string, topo *bench.Topology) []systemRun {
+// leader ZooKeeper's election chose, or zkLeader's region if set (before,
+// that placement set every ZooKeeper figure of the topology).
+func systemRuns(systems, workloads []string, topo *bench.Topology, zkLeader string) []systemRun {
 	var out []systemRun
 	for _, sys := range systems {
+		var zk bench.ZKOptions
+		if sys == "zookeeper" {
+			zk.LeaderRegion = zkLeader
+		}
 		far := bench.FollowSunZKLeader(topo)
 		if sys != "zookeeper" || !slices.Contains(workloads, "followsun") || far == "" {
-			out = append(out, systemRun{sys: sys, workloads: workloads})
+			out = append(out, systemRun{sys: sys, workloads: workloads, zk: zk})
 			continue
 		}
 		if rest := slices.DeleteFunc(slices.Clone(workloads), func(w string) bool { return w == "followsun" }); len(rest) > 0 {
-			out = append(out, systemRun{sys: sys, workloads: rest})
+			out = append(out, systemRun{sys: sys, workloads: rest, zk: zk})
 		}
 		out = append(out, systemRun{sys: sys, workloads: []string{"followsun"}, zk: bench.ZKOptions{LeaderRegion: far}})
 	}
