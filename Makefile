@@ -76,7 +76,7 @@ bench-deps:
 BENCH_TOPOLOGIES ?= topologies/loopback.yaml,topologies/1dc.yaml,topologies/2dc.yaml,topologies/3dc.yaml,topologies/5region.yaml
 BENCH_SYSTEMS ?= meridian,zookeeper,etcd,redis
 SEED000_GRID ?= topologies/seed000-u0-s0.yaml,topologies/seed000-u0-s100.yaml,topologies/seed000-u0-s250.yaml,topologies/seed000-u100-s0.yaml,topologies/seed000-u100-s100.yaml,topologies/seed000-u100-s250.yaml,topologies/seed000-u250-s0.yaml,topologies/seed000-u250-s100.yaml,topologies/seed000-u250-s250.yaml
-SEED000_CONTENTION ?= topologies/seed000-u0-s0.yaml,topologies/seed000-u100-s0.yaml
+SEED000_CONTENTION ?= topologies/seed000-u0-s0.yaml,topologies/seed000-u100-s0.yaml,topologies/seed000-u250-s0.yaml
 SEED002_TOPOLOGIES ?= topologies/seed002-rtt0.yaml,topologies/seed002-rtt10.yaml,topologies/seed002-rtt30.yaml,topologies/seed002-rtt60.yaml,topologies/seed002-rtt100.yaml
 BENCH_PARTS ?= $(CURDIR)/.bench-parts
 comma := ,
