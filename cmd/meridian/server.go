@@ -129,6 +129,7 @@ ZooKeeper can start Meridian in its place.`,
 func devCmd() *cobra.Command {
 	var nodes, base int
 	var dir, logLevel string
+	var pprof bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local cluster of real server processes (Ctrl-C stops it)",
@@ -167,6 +168,7 @@ Data persists across runs; delete the directory to start afresh.`,
 			var endpoints []string
 			for _, c := range cfgs {
 				c.LogLevel = logLevel
+				c.EnablePprof = pprof
 				path := filepath.Join(dir, fmt.Sprintf("n%d.yaml", c.ID))
 				if err := c.WriteFile(path); err != nil {
 					stopAll()
@@ -216,5 +218,6 @@ Data persists across runs; delete the directory to start afresh.`,
 	cmd.Flags().IntVar(&base, "base-port", 0, "shift every port by this much")
 	cmd.Flags().StringVar(&dir, "data", "data/dev", "directory for data, configs and logs")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "server log level")
+	cmd.Flags().BoolVar(&pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on each node's HTTP port (enable_pprof)")
 	return cmd
 }

@@ -515,20 +515,29 @@ func TestHealthAndMetrics(t *testing.T) {
 	ports := freePorts(t, 3)
 	tc := newTestCluster(t, 3, func(c *Config) {
 		c.ListenHTTP = fmt.Sprintf("127.0.0.1:%d", ports[c.ID-1])
+		c.EnablePprof = c.ID == 1
 	})
 	tc.leader()
 	c := tc.client()
 	if _, _, err := c.Create(ctx(t), "/m", nil, client.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	get := func(path string) (int, string) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", ports[0], path))
+	getFrom := func(server int, path string) (int, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", ports[server-1], path))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	get := func(path string) (int, string) { return getFrom(1, path) }
+	// Profiles only where enable_pprof is set.
+	if code, body := get("/debug/pprof/goroutine?debug=1"); code != 200 || !strings.Contains(body, "goroutine profile") {
+		t.Errorf("pprof enabled: goroutine profile %d %.80q", code, body)
+	}
+	if code, _ := getFrom(2, "/debug/pprof/goroutine?debug=1"); code != 404 {
+		t.Errorf("pprof not enabled: goroutine profile answered %d, want 404", code)
 	}
 	if code, _ := get("/livez"); code != 200 {
 		t.Fatalf("livez %d", code)

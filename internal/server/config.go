@@ -67,6 +67,10 @@ type Config struct {
 	MaxClientConnections int `yaml:"max_client_connections"`
 
 	LogLevel string `yaml:"log_level"` // debug, info, warn, error
+	// EnablePprof serves Go's profiles under /debug/pprof/ on the HTTP
+	// listener (etcd's --enable-pprof). Off by default: a profile costs
+	// the server CPU while it runs, and the endpoint has no access control.
+	EnablePprof bool `yaml:"enable_pprof,omitempty"`
 
 	// SuperDigest is ZooKeeper's superDigest: "user:base64(sha1(user:password))".
 	// A client that authenticates (addauth digest) as it bypasses every ACL.
