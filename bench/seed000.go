@@ -30,7 +30,7 @@ type Seed000Params struct {
 	Interarrival time.Duration   // mean time between lock requests
 	Service      []time.Duration // mean critical-section times to run (one point each)
 	Duration     time.Duration   // of arrivals per strategy and point
-	Sessions     int             // client sessions requests are spread over
+	Sessions     int             // client sessions opened before the requests start (more open as needed: one per outstanding request)
 	Poll         time.Duration   // period of the asynchronous strategies' requests
 }
 
@@ -42,6 +42,61 @@ const (
 	S0AsyncQueue = "async queue lock"
 	S0Server     = "Meridian server-side lock"
 )
+
+// s0MaxSessions bounds a run's sessions (one per outstanding request): a
+// request that finds every one busy past it fails, counted as an error.
+const s0MaxSessions = 256
+
+var errS0Sessions = fmt.Errorf("more than %d requests outstanding: no session left", s0MaxSessions)
+
+// s0Pool hands each request a session no other request is using, idle ones
+// first in the order they were freed (so requests keep spreading over the
+// servers the sessions sit on), else a new one.
+type s0Pool struct {
+	open    func(i int) (s0Lock, func(), error)
+	mu      sync.Mutex
+	idle    []s0Lock
+	n       int // sessions opened or being opened
+	closers []func()
+}
+
+func (p *s0Pool) take() (s0Lock, error) {
+	p.mu.Lock()
+	if len(p.idle) > 0 {
+		l := p.idle[0]
+		p.idle = p.idle[1:]
+		p.mu.Unlock()
+		return l, nil
+	}
+	if p.n >= s0MaxSessions {
+		p.mu.Unlock()
+		return nil, errS0Sessions
+	}
+	i := p.n
+	p.n++
+	p.mu.Unlock()
+	l, cl, err := p.open(i)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.n--
+		return nil, err
+	}
+	p.closers = append(p.closers, cl)
+	return l, nil
+}
+
+func (p *s0Pool) put(l s0Lock) {
+	p.mu.Lock()
+	p.idle = append(p.idle, l)
+	p.mu.Unlock()
+}
+
+func (p *s0Pool) close() {
+	for _, cl := range p.closers {
+		cl()
+	}
+}
 
 // s0MaxInflight bounds an asynchronous strategy's requests in flight (per
 // lock request): past it, it waits for answers before sending more.
@@ -348,48 +403,66 @@ func RunSeed000(c *Cluster, t *Topology, f Flavor, p Seed000Params, progress fun
 }
 
 // s0Run is one strategy at one contention level: requests arrive at random
-// for p.Duration, each on the next session in turn; then the ones still
-// waiting are let finish (bounded).
+// for p.Duration, each on a session no other request is using (then the
+// ones still waiting are let finish, bounded). Seed 000 models every
+// request as its own client; sharing a session between outstanding
+// requests would also be wrong for Meridian's server-side lock, whose
+// session is the owner: a second acquire from a session that holds the
+// lock is granted at once (acquires are idempotent per session) and one
+// from a session already waiting is refused. The pool starts at
+// p.Sessions, opened beforehand; a request that finds none idle opens one
+// before its clock starts (a new client arriving ready), up to
+// s0MaxSessions.
 func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int) (s0Lock, func(), error), p Seed000Params, svc time.Duration, progress func(string)) Result {
 	res := Result{Workload: "seed000", Topology: t.Name, Flavor: f.Name, Series: name, Clients: p.Sessions, Hist: newHist(),
 		Leader: leaderRegion(c, t), ServiceMs: float64(svc) / float64(time.Millisecond), InterarrivalMs: float64(p.Interarrival) / float64(time.Millisecond)}
-	var locks []s0Lock
-	var closers []func()
+	var mu sync.Mutex // guards res, pool
+	fail := func(err error) {
+		if res.Errors == 0 {
+			res.FirstError = err.Error()
+		}
+		res.Errors++
+	}
+	pool := &s0Pool{open: func(i int) (s0Lock, func(), error) { r, s := serverFor(t, i); return open(r, s) }}
+	defer pool.close()
+	var first []s0Lock
 	for i := 0; i < p.Sessions; i++ {
-		r, s := serverFor(t, i)
-		l, cl, err := open(r, s)
+		l, err := pool.take()
 		if err != nil {
-			res.Errors++
+			fail(err)
 			continue
 		}
-		locks = append(locks, l)
-		closers = append(closers, cl)
+		first = append(first, l)
 	}
-	defer func() {
-		for _, cl := range closers {
-			cl()
-		}
-	}()
-	if len(locks) == 0 {
+	if len(first) == 0 {
 		return res
 	}
-	var mu sync.Mutex
+	for _, l := range first {
+		pool.put(l)
+	}
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), p.Duration+2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	for i := 0; time.Since(start) < p.Duration; i++ {
-		l := locks[i%len(locks)]
+	for time.Since(start) < p.Duration {
 		hold := time.Duration(mrand.ExpFloat64() * float64(svc))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			l, err := pool.take()
+			if err != nil {
+				mu.Lock()
+				fail(err)
+				mu.Unlock()
+				return
+			}
+			defer pool.put(l)
 			t0 := time.Now()
 			release, err := l(ctx)
 			el := time.Since(t0)
 			mu.Lock()
 			if err != nil {
-				res.Errors++
+				fail(err)
 			} else {
 				res.Hist.RecordValue(el.Microseconds())
 			}

@@ -1,11 +1,16 @@
 package bench
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // The queue recipe's decision: the smallest sequence number holds the lock;
@@ -158,5 +163,78 @@ func TestSeed000Lines(t *testing.T) {
 				t.Errorf("the report does not show %s", f)
 			}
 		}
+	}
+}
+
+// Every request gets a session no other outstanding request holds: idle
+// ones first, in the order they were freed, else a new one, up to
+// s0MaxSessions; past that a request fails instead of sharing.
+func TestS0Pool(t *testing.T) {
+	var mu sync.Mutex
+	busy := map[int]bool{}
+	p := &s0Pool{open: func(i int) (s0Lock, func(), error) {
+		lock := func(context.Context) (func(), error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if busy[i] {
+				return nil, fmt.Errorf("session %d handed out twice", i)
+			}
+			busy[i] = true
+			return func() { mu.Lock(); busy[i] = false; mu.Unlock() }, nil
+		}
+		return lock, func() {}, nil
+	}}
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for k := 0; k < 1000; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := p.take()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer p.put(l)
+			release, err := l(context.Background())
+			if err != nil {
+				errs <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+			release()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, errS0Sessions) {
+			t.Fatal(err)
+		}
+	}
+	if p.n > s0MaxSessions || p.n < 2 {
+		t.Errorf("%d sessions opened for 1000 overlapping requests, want 2..%d", p.n, s0MaxSessions)
+	}
+	// Idle sessions go out in the order they were freed.
+	q := &s0Pool{open: func(i int) (s0Lock, func(), error) {
+		return func(context.Context) (func(), error) { return nil, fmt.Errorf("%d", i) }, func() {}, nil
+	}}
+	var ls []s0Lock
+	for k := 0; k < 3; k++ {
+		l, _ := q.take()
+		ls = append(ls, l)
+	}
+	q.put(ls[1])
+	q.put(ls[0])
+	for _, want := range []string{"1", "0", "3"} {
+		l, _ := q.take()
+		if _, err := l(context.Background()); err.Error() != want {
+			t.Errorf("took session %v, want %s", err, want)
+		}
+	}
+	// At the bound, a request fails rather than share a session.
+	full := &s0Pool{open: q.open, n: s0MaxSessions}
+	if _, err := full.take(); !errors.Is(err, errS0Sessions) {
+		t.Errorf("at the bound: %v", err)
 	}
 }
