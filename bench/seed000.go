@@ -49,6 +49,29 @@ const s0MaxSessions = 256
 
 var errS0Sessions = fmt.Errorf("more than %d requests outstanding: no session left", s0MaxSessions)
 
+// s0Arrival is one lock request: when it arrives (after the run's start)
+// and how long it holds the lock.
+type s0Arrival struct{ at, hold time.Duration }
+
+// s0Schedule draws a run's arrivals (exponential inter-arrival times of
+// mean p.Interarrival over p.Duration) and holds (exponential, mean svc)
+// from a generator seeded by the inter-arrival mean alone, so every
+// strategy and system gets the same requests (common random numbers), and
+// every mean hold the same arrivals with holds in proportion: where the
+// mean hold nears the inter-arrival time, one long busy period decides a
+// series' average, and independent draws would compare sample paths more
+// than strategies.
+func s0Schedule(p Seed000Params, svc time.Duration) []s0Arrival {
+	rng := mrand.New(mrand.NewPCG(uint64(p.Interarrival), 0))
+	var out []s0Arrival
+	var at time.Duration
+	for at < p.Duration {
+		out = append(out, s0Arrival{at: at, hold: time.Duration(rng.ExpFloat64() * float64(svc))})
+		at += time.Duration(rng.ExpFloat64() * float64(p.Interarrival))
+	}
+	return out
+}
+
 // s0Pool hands each request a session no other request is using, idle ones
 // first in the order they were freed (so requests keep spreading over the
 // servers the sessions sit on), else a new one.
@@ -403,7 +426,8 @@ func RunSeed000(c *Cluster, t *Topology, f Flavor, p Seed000Params, progress fun
 }
 
 // s0Run is one strategy at one contention level: requests arrive at random
-// for p.Duration, each on a session no other request is using (then the
+// for p.Duration (s0Schedule: the same requests for every strategy at this
+// point), each on a session no other request is using (then the
 // ones still waiting are let finish, bounded). Seed 000 models every
 // request as its own client; sharing a session between outstanding
 // requests would also be wrong for Meridian's server-side lock, whose
@@ -416,7 +440,7 @@ func RunSeed000(c *Cluster, t *Topology, f Flavor, p Seed000Params, progress fun
 func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int) (s0Lock, func(), error), p Seed000Params, svc time.Duration, progress func(string)) Result {
 	res := Result{Workload: "seed000", Topology: t.Name, Flavor: f.Name, Series: name, Clients: p.Sessions, Hist: newHist(),
 		Leader: leaderRegion(c, t), ServiceMs: float64(svc) / float64(time.Millisecond), InterarrivalMs: float64(p.Interarrival) / float64(time.Millisecond)}
-	var mu sync.Mutex // guards res, pool
+	var mu sync.Mutex // guards res
 	fail := func(err error) {
 		if res.Errors == 0 {
 			res.FirstError = err.Error()
@@ -444,8 +468,9 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 	ctx, cancel := context.WithTimeout(context.Background(), p.Duration+2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	for time.Since(start) < p.Duration {
-		hold := time.Duration(mrand.ExpFloat64() * float64(svc))
+	for _, a := range s0Schedule(p, svc) {
+		time.Sleep(time.Until(start.Add(a.at)))
+		hold := a.hold
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -472,7 +497,6 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 				release()
 			}
 		}()
-		time.Sleep(time.Duration(mrand.ExpFloat64() * float64(p.Interarrival)))
 	}
 	wg.Wait()
 	res.Summary = summarize(res.Hist)

@@ -238,3 +238,36 @@ func TestS0Pool(t *testing.T) {
 		t.Errorf("at the bound: %v", err)
 	}
 }
+
+// Every strategy gets the same requests: the schedule depends on the point
+// alone, its arrivals stay within the run at the mean rate asked, and
+// another mean hold keeps the arrivals with holds in proportion.
+func TestS0Schedule(t *testing.T) {
+	p := Seed000Params{Interarrival: 200 * time.Millisecond, Duration: time.Hour}
+	a, b := s0Schedule(p, 150*time.Millisecond), s0Schedule(p, 150*time.Millisecond)
+	if !slices.Equal(a, b) {
+		t.Fatal("two schedules of one point differ")
+	}
+	var holds time.Duration
+	for i, x := range a {
+		if x.at >= p.Duration || (i > 0 && x.at < a[i-1].at) {
+			t.Fatalf("arrival %d at %v (previous %v, run %v)", i, x.at, a[i-1].at, p.Duration)
+		}
+		holds += x.hold
+	}
+	if mean := p.Duration / time.Duration(len(a)); mean < 190*time.Millisecond || mean > 210*time.Millisecond {
+		t.Errorf("mean inter-arrival %v over %d arrivals, want about 200ms", mean, len(a))
+	}
+	if mean := holds / time.Duration(len(a)); mean < 142*time.Millisecond || mean > 158*time.Millisecond {
+		t.Errorf("mean hold %v, want about 150ms", mean)
+	}
+	c := s0Schedule(p, 50*time.Millisecond)
+	if len(c) != len(a) {
+		t.Fatalf("%d arrivals at hold 50ms, %d at 150ms", len(c), len(a))
+	}
+	for i := range c {
+		if c[i].at != a[i].at || (3*c[i].hold-a[i].hold).Abs() > 3 {
+			t.Fatalf("request %d: %+v at hold 50ms, %+v at 150ms", i, c[i], a[i])
+		}
+	}
+}
