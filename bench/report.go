@@ -158,8 +158,9 @@ func Replace(base, over *Report) *Report {
 	slices.Sort(systems)
 	m.Results = append(m.Results, over.Results...)
 	m.Failures = append(m.Failures, over.Failures...)
+	rerunOf := fmt.Sprintf("%s: %s", strings.Join(systems, ", "), strings.Join(workloads, ", "))
 	for _, p := range Merge(over).Parts {
-		p.Rerun = fmt.Sprintf("%s: %s", strings.Join(systems, ", "), strings.Join(workloads, ", "))
+		p.Rerun = rerunOf
 		m.Parts = append(m.Parts, p)
 	}
 	return Merge(m)

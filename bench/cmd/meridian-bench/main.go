@@ -61,13 +61,9 @@ func main() {
 		if len(paths) != 2 || *part == "" {
 			fail(fmt.Errorf("--replace takes BASE,RERUN and needs --part"))
 		}
-		var reps []*bench.Report
-		for _, path := range paths {
-			rep, err := bench.LoadReport(path)
-			if err != nil {
-				fail(err)
-			}
-			reps = append(reps, rep)
+		reps, err := loadReports(paths)
+		if err != nil {
+			fail(err)
 		}
 		if err := bench.Replace(reps[0], reps[1]).WriteJSONFile(*part); err != nil {
 			fail(err)
@@ -75,13 +71,9 @@ func main() {
 		return
 	}
 	if *merge != "" {
-		var reps []*bench.Report
-		for _, path := range strings.Split(*merge, ",") {
-			rep, err := bench.LoadReport(path)
-			if err != nil {
-				fail(err)
-			}
-			reps = append(reps, rep)
+		reps, err := loadReports(strings.Split(*merge, ","))
+		if err != nil {
+			fail(err)
 		}
 		rep := bench.Merge(reps...)
 		if err := output(rep, *out, *plotRef, *report, *section); err != nil {
@@ -289,6 +281,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "meridian-bench: some systems or workloads could not run (see the report)")
 		os.Exit(2)
 	}
+}
+
+// loadReports reads the results JSON files of separate runs.
+func loadReports(paths []string) ([]*bench.Report, error) {
+	var reps []*bench.Report
+	for _, path := range paths {
+		rep, err := bench.LoadReport(path)
+		if err != nil {
+			return nil, err
+		}
+		reps = append(reps, rep)
+	}
+	return reps, nil
 }
 
 // systemRun is one cluster of one system and the workloads run on it.
