@@ -378,11 +378,13 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		avg  float64
 		name string
 		se   float64 // standard error of avg, ms
+		res  Result
 	}
 	var cells []cell
 	server := map[cell]float64{}
 	onZK, onMer := map[cell]best{}, map[cell]best{}
 	serverSE := map[cell]float64{}
+	serverRes := map[cell]Result{}
 	for _, res := range r.Results {
 		if res.Workload != "seed000" || res.Summary.Count == 0 {
 			continue
@@ -398,14 +400,14 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		avg, se := res.Summary.Avg, stdErrMs(raw)
 		switch {
 		case res.Series == "Meridian server-side lock":
-			server[k], serverSE[k] = avg, se
+			server[k], serverSE[k], serverRes[k] = avg, se, res
 		case res.Flavor == "ZooKeeper 3.8":
 			if bz, ok := onZK[k]; !ok || avg < bz.avg {
-				onZK[k] = best{avg, res.Series, se}
+				onZK[k] = best{avg, res.Series, se, res}
 			}
 		default:
 			if bm, ok := onMer[k]; !ok || avg < bm.avg {
-				onMer[k] = best{avg, res.Series, se}
+				onMer[k] = best{avg, res.Series, se, res}
 			}
 		}
 	}
@@ -414,6 +416,8 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 	}
 	b.WriteString("### Seed 000: Meridian's server-side lock against the best ZooKeeper-API strategy, cell by cell (average acquire ms)\n\n")
 	b.WriteString("| topology | mean hold ms | inter-arrival ms | server-side lock | best on ZooKeeper 3.8 | best on Meridian's ZooKeeper port | server-side lock at least as fast? |\n|---|---|---|---|---|---|---|\n")
+	var queued []cell // cells where requests queued: the hand-off table's rows
+	fastest := map[cell]best{}
 	for _, k := range cells {
 		sv, sok := server[k]
 		bz, zok := onZK[k]
@@ -423,6 +427,10 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 			lo := bz
 			if !zok || (mok && bm.avg < lo.avg) {
 				lo = bm
+			}
+			fastest[k] = lo
+			if serverRes[k].Handoffs >= 10 {
+				queued = append(queued, k)
 			}
 			verdict = fmt.Sprintf("no (%.2f×)", sv/lo.avg)
 			if sv <= lo.avg {
@@ -447,6 +455,22 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %g | %g | %s | %s | %s | %s |\n", k.topo, k.svc, k.arr, sval, show(zok, bz), show(mok, bm), verdict)
 	}
 	b.WriteString("\n\"Within noise\": the two averages differ by less than two standard errors of their difference (± shown), so this run does not resolve which is faster.\n\n")
+	if len(queued) == 0 {
+		return
+	}
+	// Once requests queue, a strategy's average is decided by how fast the
+	// lock passes from holder to holder, and by whom it passes to.
+	b.WriteString("#### Seed 000: hand-offs where requests queued (the server-side lock against the fastest strategy of the cell)\n\n")
+	b.WriteString("A hand-off is a grant to a request already waiting when the previous holder began to release; its time runs from that release to the grant, as the clients saw them. \"On the leader\": the share of all grants that went to sessions on the leading server. Grants seen before the previous holder released (a broken lock) would be counted as overlaps.\n\n")
+	b.WriteString("| topology | mean hold ms | server-side lock: hand-offs, mean ms, on the leader | fastest strategy | its hand-offs, mean ms, on the leader | overlaps |\n|---|---|---|---|---|---|\n")
+	ho := func(r Result) string {
+		return fmt.Sprintf("%d, %s, %.0f%%", r.Handoffs, fmtMs(r.HandoffMs), 100*r.LeaderGrants)
+	}
+	for _, k := range queued {
+		sr, lo := serverRes[k], fastest[k]
+		fmt.Fprintf(b, "| %s | %g | %s | %s on %s | %s | %d |\n", k.topo, k.svc, ho(sr), lo.name, lo.res.Flavor, ho(lo.res), sr.Overlaps+lo.res.Overlaps)
+	}
+	b.WriteString("\n")
 }
 
 // stdErrMs is the standard error of the mean (ms) of a raw histogram of

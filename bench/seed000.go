@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -447,7 +448,25 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 		}
 		res.Errors++
 	}
-	pool := &s0Pool{open: func(i int) (s0Lock, func(), error) { r, s := serverFor(t, i); return open(r, s) }}
+	pool := &s0Pool{open: func(i int) (s0Lock, func(), error) {
+		r, s := serverFor(t, i)
+		l, cl, err := open(r, s)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Tag the request's event with the server its session sits on.
+		return func(ctx context.Context) (func(), error) {
+			if ev, ok := ctx.Value(s0EventKey{}).(*s0Event); ok {
+				ev.server = s
+			}
+			return l(ctx)
+		}, cl, nil
+	}}
+	leader := -1
+	if c.Leader != nil {
+		leader = c.Leader()
+	}
+	var events []s0Event
 	defer pool.close()
 	var first []s0Lock
 	for i := 0; i < p.Sessions; i++ {
@@ -483,8 +502,10 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 			}
 			defer pool.put(l)
 			t0 := time.Now()
-			release, err := l(ctx)
+			ev := &s0Event{wait: t0.Sub(start), server: -1}
+			release, err := l(context.WithValue(ctx, s0EventKey{}, ev))
 			el := time.Since(t0)
+			ev.grant = ev.wait + el
 			mu.Lock()
 			if err != nil {
 				fail(err)
@@ -494,13 +515,68 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 			mu.Unlock()
 			if err == nil {
 				time.Sleep(hold)
+				ev.release = time.Since(start)
+				mu.Lock()
+				events = append(events, *ev)
+				mu.Unlock()
 				release()
 			}
 		}()
 	}
 	wg.Wait()
+	res.Handoffs, res.HandoffMs, res.LeaderGrants, res.Overlaps = s0Handoffs(events, leader)
 	res.Summary = summarize(res.Hist)
-	progress(fmt.Sprintf("seed000 %s %s %s: service %v: %d acquires, avg %.2f ms p99 %.2f ms (%d errors)", t.Name, f.Name, name, svc,
-		res.Hist.TotalCount(), res.Summary.Avg, res.Summary.P99, res.Errors))
+	progress(fmt.Sprintf("seed000 %s %s %s: service %v: %d acquires, avg %.2f ms p99 %.2f ms (%d errors); %d hand-offs, mean %.1f ms, %.0f%% of grants on the leader's server",
+		t.Name, f.Name, name, svc, res.Hist.TotalCount(), res.Summary.Avg, res.Summary.P99, res.Errors, res.Handoffs, res.HandoffMs, 100*res.LeaderGrants))
 	return res
+}
+
+// s0Event is one granted request, in times after the run's start as the
+// clients saw them (one process, one clock): when it began to wait, when it
+// was granted, when its holder began to release, and the index of the
+// server its session sits on.
+type s0Event struct {
+	wait, grant, release time.Duration
+	server               int
+}
+
+type s0EventKey struct{}
+
+// s0Handoffs measures how a lock passes from holder to holder, the figure
+// that decides a strategy's average once requests queue: a hand-off is a
+// grant to a request that was already waiting when the previous holder
+// began to release, and its length is the time from that release to the
+// grant (the lock's dead time: release, commit, notice, acquire). It
+// returns the number of hand-offs, their mean in ms, the share of all
+// grants made to sessions on the leader's server (leader < 0: unknown, 0),
+// and overlaps: grants seen before the previous holder began to release,
+// which a correct lock never shows.
+func s0Handoffs(events []s0Event, leader int) (n int, meanMs, leaderShare float64, overlaps int) {
+	ev := slices.Clone(events)
+	slices.SortFunc(ev, func(a, b s0Event) int { return cmp.Compare(a.grant, b.grant) })
+	var sum time.Duration
+	onLeader := 0
+	for i, e := range ev {
+		if leader >= 0 && e.server == leader {
+			onLeader++
+		}
+		if i == 0 {
+			continue
+		}
+		prev := ev[i-1]
+		switch {
+		case e.grant < prev.release:
+			overlaps++
+		case e.wait < prev.release:
+			n++
+			sum += e.grant - prev.release
+		}
+	}
+	if n > 0 {
+		meanMs = float64(sum) / float64(n) / float64(time.Millisecond)
+	}
+	if len(ev) > 0 && leader >= 0 {
+		leaderShare = float64(onLeader) / float64(len(ev))
+	}
+	return n, meanMs, leaderShare, overlaps
 }

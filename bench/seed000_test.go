@@ -47,6 +47,32 @@ func TestSeed000Summary(t *testing.T) {
 	}
 }
 
+// Where requests queued behind the server-side lock, the hand-off table
+// sets its hand-offs beside the fastest strategy's; where they did not,
+// there is no table.
+func TestSeed000SummaryHandoffs(t *testing.T) {
+	mk := func(flavor, series string, avg float64, handoffs int, ms, share float64) Result {
+		return Result{Workload: "seed000", Topology: "g", Flavor: flavor, Series: series, ServiceMs: 1, InterarrivalMs: 500,
+			Summary: Summary{Count: 40, Avg: avg}, Handoffs: handoffs, HandoffMs: ms, LeaderGrants: share}
+	}
+	r := &Report{Results: []Result{
+		mk("Meridian (native)", S0Server, 4000, 30, 650, 0.33),
+		mk("ZooKeeper 3.8", S0SyncTAS, 2500, 25, 480, 0.8),
+		mk("ZooKeeper 3.8", S0SyncQueue, 3000, 31, 600, 0.33),
+	}}
+	var b strings.Builder
+	r.seed000Summary(&b)
+	if want := "| g | 1 | 30, 650, 33% | sync test-and-set on ZooKeeper 3.8 | 25, 480, 80% | 0 |"; !strings.Contains(b.String(), want) {
+		t.Fatalf("want %q in:\n%s", want, b.String())
+	}
+	r.Results[0].Handoffs = 9
+	b.Reset()
+	r.seed000Summary(&b)
+	if strings.Contains(b.String(), "hand-offs where requests queued") {
+		t.Fatalf("a table with fewer than 10 hand-offs:\n%s", b.String())
+	}
+}
+
 // A difference within two standard errors of the averages is marked as
 // not resolved by the run; a clear one is not.
 func TestSeed000SummaryNoise(t *testing.T) {
@@ -269,5 +295,31 @@ func TestS0Schedule(t *testing.T) {
 		if c[i].at != a[i].at || (3*c[i].hold-a[i].hold).Abs() > 3 {
 			t.Fatalf("request %d: %+v at hold 50ms, %+v at 150ms", i, c[i], a[i])
 		}
+	}
+}
+
+// A hand-off is a grant to a request already waiting when the previous
+// holder began to release, measured from that release; a request that
+// arrives to a free lock is not one, and a grant before the previous
+// holder's release is an overlap.
+func TestS0Handoffs(t *testing.T) {
+	ms := func(x int) time.Duration { return time.Duration(x) * time.Millisecond }
+	ev := []s0Event{
+		{wait: ms(50), grant: ms(400), release: ms(420), server: 1},  // waited for the first: hand-off 300
+		{wait: ms(0), grant: ms(10), release: ms(100), server: 0},    // free lock: not a hand-off
+		{wait: ms(500), grant: ms(510), release: ms(600), server: 0}, // arrived after the release: not one
+		{wait: ms(550), grant: ms(700), release: ms(710), server: 2}, // hand-off 100
+	}
+	n, mean, share, overlaps := s0Handoffs(ev, 0)
+	if n != 2 || mean != 200 || share != 0.5 || overlaps != 0 {
+		t.Errorf("got %d hand-offs, mean %v ms, leader share %v, %d overlaps; want 2, 200, 0.5, 0", n, mean, share, overlaps)
+	}
+	// Granted while the holder had not begun to release.
+	ev = append(ev, s0Event{wait: ms(560), grant: ms(705), release: ms(800), server: 1})
+	if _, _, _, overlaps = s0Handoffs(ev, 0); overlaps != 1 {
+		t.Errorf("%d overlaps, want 1", overlaps)
+	}
+	if _, _, share, _ = s0Handoffs(ev, -1); share != 0 {
+		t.Errorf("leader unknown: share %v, want 0", share)
 	}
 }

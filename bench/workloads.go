@@ -42,6 +42,14 @@ type Result struct {
 	// lock requests (the contention); Series is the lock strategy.
 	ServiceMs      float64 `json:",omitempty"`
 	InterarrivalMs float64 `json:",omitempty"`
+	// Seed 000 (s0Handoffs): grants to a request already waiting when the
+	// holder began to release, their mean time from that release, the
+	// share of grants to sessions on the leader's server, and grants seen
+	// before the previous holder released (a correct lock has none).
+	Handoffs     int     `json:",omitempty"`
+	HandoffMs    float64 `json:",omitempty"`
+	LeaderGrants float64 `json:",omitempty"`
+	Overlaps     int     `json:",omitempty"`
 }
 
 // Summary is a histogram's figures in milliseconds.
