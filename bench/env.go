@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -95,6 +97,47 @@ func (e *Env) Start(name string, argv ...string) error {
 	e.procs = append(e.procs, p)
 	e.mu.Unlock()
 	return nil
+}
+
+// CPU is the CPU time (user and system) the processes started so far have
+// used, from /proc (zero where it cannot be read: not Linux, or exited).
+// Clock ticks are taken as 100 Hz, Linux's USER_HZ on every architecture.
+func (e *Env) CPU() time.Duration {
+	e.mu.Lock()
+	procs := slices.Clone(e.procs)
+	e.mu.Unlock()
+	var total time.Duration
+	for _, p := range procs {
+		if p.cmd.Process == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		total += statCPU(string(b))
+	}
+	return total
+}
+
+// statCPU reads utime and stime (fields 14 and 15) from a /proc/PID/stat
+// line; the command name (field 2) may hold spaces, so fields count from
+// its closing parenthesis.
+func statCPU(stat string) time.Duration {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
 // Restart kills the process started as name (SIGKILL, a crash) and starts

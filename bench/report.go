@@ -212,6 +212,14 @@ func fmtOps(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
+// fmtCPU is a CPU cost in µs per operation; "—" where not measured.
+func fmtCPU(us float64) string {
+	if us <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", us)
+}
+
 func fmtMs(v float64) string {
 	switch {
 	case v >= 100:
@@ -281,11 +289,21 @@ func (r *Report) Markdown(plotDir string) string {
 			fmt.Fprintf(&b, "![%s %s](%s)\n\n", g.workload, g.topology, filepath.ToSlash(filepath.Join(plotDir, r.plotName(g.workload, g.topology))))
 		}
 		if strings.HasPrefix(g.workload, "throughput") || g.workload == "localfirst" {
-			b.WriteString("| system | clients | ops/s | avg | p50 | p90 | p99 | p99.9 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+			// CPU per operation where the run measured it (from 7facafc on).
+			cpu := slices.ContainsFunc(g.results, func(r Result) bool { return r.ServerCPUUs > 0 })
+			head := "| system | clients | ops/s | avg | p50 | p90 | p99 | p99.9 | max | errors | leader |"
+			if cpu {
+				head += " server CPU µs/op | harness CPU µs/op |"
+			}
+			b.WriteString(head + "\n" + strings.Repeat("|---", strings.Count(head, "|")-1) + "|\n")
 			for _, res := range g.results {
 				s := res.Summary
-				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", res.Flavor, res.Clients, fmtOps(res.OpsPerSec),
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d | %s |", res.Flavor, res.Clients, fmtOps(res.OpsPerSec),
 					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P90), fmtMs(s.P99), fmtMs(s.P999), fmtMs(s.Max), res.Errors, res.Leader)
+				if cpu {
+					fmt.Fprintf(&b, " %s | %s |", fmtCPU(res.ServerCPUUs), fmtCPU(res.HarnessCPUUs))
+				}
+				b.WriteString("\n")
 			}
 			b.WriteString("\n")
 			r.xyMarkdown(&b, plotDir, g.workload, g.topology)

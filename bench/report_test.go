@@ -220,3 +220,23 @@ func TestReplace(t *testing.T) {
 		t.Errorf("merged again: parts %+v", again.Parts)
 	}
 }
+
+// A throughput table shows CPU per operation where the run measured it,
+// and keeps its old columns where it did not.
+func TestThroughputCPUColumns(t *testing.T) {
+	mk := func(cpu float64) Result {
+		return Result{Workload: "throughput-read", Topology: "1dc", Flavor: "ZooKeeper 3.8", Clients: 256, OpsPerSec: 5000,
+			Summary: Summary{Count: 50000, Avg: 50}, ServerCPUUs: cpu, HarnessCPUUs: cpu * 2}
+	}
+	md := (&Report{Results: []Result{mk(0)}}).Markdown("")
+	if strings.Contains(md, "CPU µs/op") {
+		t.Errorf("CPU columns without a measurement:\n%s", md)
+	}
+	md = (&Report{Results: []Result{mk(123.4), mk(0)}}).Markdown("")
+	for _, want := range []string{"| leader | server CPU µs/op | harness CPU µs/op |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+		"| 123 | 247 |\n", "| — | — |\n"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("want %q in:\n%s", want, md)
+		}
+	}
+}

@@ -31,8 +31,14 @@ type Cluster struct {
 	GRPC   []string          // Meridian: each server's own gRPC address (no emulated link), for operator calls
 	// Leader returns the index of the leading server (-1: unknown).
 	Leader func() int
+	// HTTP: Meridian with MeridianOptions.Pprof, each server's HTTP
+	// address (no emulated link).
+	HTTP []string
 	// Notes describes the durability and emulation settings.
 	Notes string
+	// CPU returns the CPU time the system's processes have used so far
+	// (nil: not measured).
+	CPU func() time.Duration
 }
 
 // clientRegions returns the topology's distinct client regions.
@@ -114,6 +120,9 @@ type MeridianOptions struct {
 	// LearnerRegion adds a fourth server there, a non-voting replica
 	// (learner): Native[r][3] and ZK[r][3] reach it.
 	LearnerRegion string
+	// Pprof serves Go's profiles on each server's HTTP port (enable_pprof),
+	// listed in Cluster.HTTP, to profile a server under a workload.
+	Pprof bool
 }
 
 // StartMeridianWith is StartMeridian with options.
@@ -151,6 +160,14 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(e.Dir, fmt.Sprint(i+1)), Members: members,
 			ListenPeer: real[i].Peer, PreferLeader: o.PreferLeader, Placement: "auto",
 			PlacementMinIntervalMs: 5000, MaxTickMs: 1000, PlacementPolicy: o.PlacementPolicy}
+		if o.Pprof {
+			hp, err := e.Ports(1)
+			if err != nil {
+				return nil, err
+			}
+			cfg.ListenHTTP, cfg.EnablePprof = fmt.Sprintf("127.0.0.1:%d", hp[0]), true
+			c.HTTP = append(c.HTTP, cfg.ListenHTTP)
+		}
 		path := filepath.Join(e.Dir, fmt.Sprintf("meridian%d.yaml", i+1))
 		if err := cfg.WriteFile(path); err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -36,6 +37,12 @@ type Result struct {
 	Region       string  `json:",omitempty"`
 	Series       string  `json:",omitempty"`
 	ConvergedSec float64 `json:",omitempty"`
+	// Throughput: CPU time per completed operation, in µs, of the
+	// system's server processes and of the benchmark process (the
+	// clients and every emulated link), over the point's run (0: not
+	// measured). On a machine the two share, they show where its cores went.
+	ServerCPUUs  float64 `json:",omitempty"`
+	HarnessCPUUs float64 `json:",omitempty"`
 	// TotalSec: seed 002, the time from the common start to the last write.
 	TotalSec float64 `json:",omitempty"`
 	// Seed 000: the mean critical-section time and the mean time between
@@ -181,6 +188,15 @@ func runLockClients(lockers []Locker, p LockParams, same bool, res *Result) {
 		}()
 	}
 	wg.Wait()
+}
+
+// selfCPU is the CPU time (user and system) this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func leaderRegion(c *Cluster, t *Topology) string {
@@ -401,6 +417,11 @@ func RunThroughput(c *Cluster, t *Topology, f Flavor, p ThroughputParams, progre
 			}
 			var mu sync.Mutex
 			var wg sync.WaitGroup
+			var cpu0 time.Duration
+			if c.CPU != nil {
+				cpu0 = c.CPU()
+			}
+			self0 := selfCPU()
 			start := time.Now()
 			end := start.Add(p.Duration)
 			for _, kv := range kvs {
@@ -430,6 +451,12 @@ func RunThroughput(c *Cluster, t *Topology, f Flavor, p ThroughputParams, progre
 			}
 			wg.Wait()
 			res.OpsPerSec = float64(res.Hist.TotalCount()) / time.Since(start).Seconds()
+			if n := res.Hist.TotalCount(); n > 0 {
+				if c.CPU != nil {
+					res.ServerCPUUs = max(0, float64((c.CPU()-cpu0).Microseconds())/float64(n))
+				}
+				res.HarnessCPUUs = max(0, float64((selfCPU()-self0).Microseconds())/float64(n))
+			}
 			for _, kv := range kvs {
 				kv.Close()
 			}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,8 @@ func main() {
 	merge := flag.String("merge", "", "comma-separated results JSON files of separate runs (--part): write their combined plots, results JSON and report as one run's, and stop")
 	replace := flag.String("replace", "", "BASE,RERUN: with --part, write BASE's results with RERUN's in place of the same workload, topology and flavor (a rerun of some systems of a part), and stop")
 	zkLeader := flag.String("zk-leader", "", "place ZooKeeper's first leader in this server region for every workload but followsun (default: where its election puts it; ZooKeeper's best case for a client region is its nearest server)")
+	pprof := flag.Bool("meridian-pprof", false, "serve Go's profiles on each Meridian server's HTTP port (printed), to profile it under a workload")
+	tpClients := flag.String("throughput-clients", "", "comma-separated client counts of the throughput workload (default 1,8,32,128,256; quick 1,8)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
 	if *replot != "" {
@@ -129,11 +132,24 @@ func main() {
 	if *ops > 0 {
 		s4.Ops = *ops
 	}
+	if *tpClients != "" {
+		tp.Clients = nil
+		for _, f := range strings.Split(*tpClients, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 4096 {
+				fail(fmt.Errorf("--throughput-clients: %q is not a client count (1..4096)", f))
+			}
+			tp.Clients = append(tp.Clients, n)
+		}
+	}
 	if *lockIters > 0 {
 		lockP.Iters = *lockIters
 	}
 	if *ops > 0 || *lockIters > 0 {
 		mode += fmt.Sprintf(" (%d seed 004 operations per task, %d lock acquires per client)", s4.Ops, lockP.Iters)
+	}
+	if *tpClients != "" {
+		mode += fmt.Sprintf(" (throughput at %v clients)", tp.Clients)
 	}
 	start := time.Now()
 	rep := &bench.Report{Machine: machine(), Commit: commit(*src), Started: start.UTC().Format("2006-01-02 15:04 UTC"), Mode: mode,
@@ -185,7 +201,10 @@ func main() {
 			var c *bench.Cluster
 			switch sys {
 			case "meridian":
-				c, err = bench.StartMeridianWith(env, *bin, bench.MeridianOptions{PlacementPolicy: *policy})
+				c, err = bench.StartMeridianWith(env, *bin, bench.MeridianOptions{PlacementPolicy: *policy, Pprof: *pprof})
+				if err == nil && *pprof {
+					progress(fmt.Sprintf("meridian on %s: profiles at http://%s/debug/pprof/", topo.Name, strings.Join(c.HTTP, "/debug/pprof/, http://")))
+				}
 			case "zookeeper":
 				c, err = bench.StartZooKeeperWith(env, run.zk)
 			case "etcd":
@@ -201,6 +220,7 @@ func main() {
 				env.Close(*keep)
 				continue
 			}
+			c.CPU = env.CPU
 			if prev, ok := rep.Notes[sys]; ok && prev != c.Notes {
 				rep.Notes[sys] = prev + "; followsun on a cluster of its own: " + strings.TrimPrefix(strings.TrimPrefix(c.Notes, prev), "; ")
 			} else {
