@@ -31,7 +31,7 @@ type Seed000Params struct {
 	Interarrival time.Duration   // mean time between lock requests
 	Service      []time.Duration // mean critical-section times to run (one point each)
 	Duration     time.Duration   // of arrivals per strategy and point
-	Sessions     int             // client sessions opened before the requests start (more open as needed: one per outstanding request)
+	Sessions     int             // client sessions opened before the requests start, rounded up to a multiple of the servers (more open as needed: one per outstanding request)
 	Poll         time.Duration   // period of the asynchronous strategies' requests
 }
 
@@ -469,7 +469,7 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 	var events []s0Event
 	defer pool.close()
 	var first []s0Lock
-	for i := 0; i < p.Sessions; i++ {
+	for i := 0; i < s0InitialSessions(p, t); i++ {
 		l, err := pool.take()
 		if err != nil {
 			fail(err)
@@ -529,6 +529,20 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 	progress(fmt.Sprintf("seed000 %s %s %s: service %v: %d acquires, avg %.2f ms p99 %.2f ms (%d errors); %d hand-offs, mean %.1f ms, %.0f%% of grants on the leader's server",
 		t.Name, f.Name, name, svc, res.Hist.TotalCount(), res.Summary.Avg, res.Summary.P99, res.Errors, res.Handoffs, res.HandoffMs, 100*res.LeaderGrants))
 	return res
+}
+
+// s0InitialSessions is p.Sessions rounded up to a multiple of the servers,
+// so that every server holds as many of the sessions opened first (they go
+// round-robin). Under contention the lock's hand-offs favour waiters whose
+// session sits on the leader, and with 5 sessions over 3 servers the third
+// held 1 in 5: about 20% of ZooKeeper's grants went to sessions on its
+// leader (its election puts it on the third), against 40% of Meridian's.
+func s0InitialSessions(p Seed000Params, t *Topology) int {
+	n, k := p.Sessions, len(t.Servers)
+	if k > 0 && n%k != 0 {
+		n += k - n%k
+	}
+	return n
 }
 
 // s0Event is one granted request, in times after the run's start as the

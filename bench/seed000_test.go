@@ -323,3 +323,13 @@ func TestS0Handoffs(t *testing.T) {
 		t.Errorf("leader unknown: share %v, want 0", share)
 	}
 }
+
+// The sessions opened first spread evenly over the servers.
+func TestS0InitialSessions(t *testing.T) {
+	three := &Topology{Servers: []string{"A", "B", "C"}}
+	for _, tc := range []struct{ asked, want int }{{5, 6}, {6, 6}, {1, 3}, {7, 9}} {
+		if got := s0InitialSessions(Seed000Params{Sessions: tc.asked}, three); got != tc.want {
+			t.Errorf("%d sessions asked: %d opened, want %d", tc.asked, got, tc.want)
+		}
+	}
+}
