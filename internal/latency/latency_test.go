@@ -131,3 +131,21 @@ func TestLearnersDoNotCount(t *testing.T) {
 		t.Fatalf("learner's view: quorum %+v all %+v", s.Quorum.Total, s.All.Total)
 	}
 }
+
+// BenchmarkSnapshot: one Snapshot of a 3-server tracker whose window holds
+// wide-area round trips (about 62 ms, seed 004's west-east), what a
+// leader's duties used to take every tick.
+func BenchmarkSnapshot(b *testing.B) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	tr := New(1, []uint64{1, 2, 3}, []uint64{1, 2, 3}, time.Minute, 10*time.Second, c.now)
+	for i := 0; i < 1000; i++ {
+		seq := tr.StartRound()
+		tr.Reply(2, seq, ms(0.5+float64(i%10)/10))
+		tr.Reply(3, seq, ms(62+float64(i%50)/10))
+		c.add(10 * time.Millisecond)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tr.Snapshot()
+	}
+}

@@ -678,7 +678,8 @@ func (s *Server) duties() {
 	t := time.NewTicker(s.cfg.tick())
 	defer t.Stop()
 	var leaderTerm uint64
-	var lastReap, lastPlacement time.Time
+	var lastReap, lastPlacement, slackAt time.Time
+	var slack time.Duration
 	for {
 		select {
 		case <-s.stop:
@@ -711,7 +712,13 @@ func (s *Server) duties() {
 			s.resetSessions()
 			continue
 		}
-		if ids := s.tracker.ExpiredAfter(tree.MaxExpireBatch, expirySlack(s.cfg.tick(), s.rep.Latency())); len(ids) > 0 {
+		// A latency snapshot merges and walks every peer's histograms
+		// (milliseconds of CPU, and garbage); the slack it yields moves
+		// slowly, so it is refreshed once a second, not every tick.
+		if now := time.Now(); now.Sub(slackAt) >= slackEvery {
+			slack, slackAt = expirySlack(s.cfg.tick(), s.rep.Latency()), now
+		}
+		if ids := s.tracker.ExpiredAfter(tree.MaxExpireBatch, slack); len(ids) > 0 {
 			s.tracker.MarkPending(ids)
 			s.log.Info("expiring sessions", "count", len(ids))
 			if err := s.proposeAsync(&tree.Command{Op: tree.Op{Type: tree.OpExpire}, Sessions: ids}); err != nil {
@@ -753,6 +760,9 @@ const maxExpirySlack = 10 * time.Second
 // (a full round trip, for margin). On a LAN this is about one tick, like
 // ZooKeeper's tick-sized expiry buckets; at 150 ms RTT it grows by the
 // measured tail instead of expiring sessions whose pings are in flight.
+// slackEvery is how often the leader refreshes expirySlack.
+const slackEvery = time.Second
+
 func expirySlack(tick time.Duration, lat latency.Snapshot) time.Duration {
 	var worst time.Duration
 	for _, p := range lat.Peers {
