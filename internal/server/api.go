@@ -476,7 +476,7 @@ func (a *api) RemoveWatches(ctx context.Context, r *pb.RemoveWatchesRequest) (*p
 func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
 	st := a.s.rep.Status()
 	a.s.mu.RLock()
-	nodes, sessions := a.s.mu.tree.NodeCount(), len(a.s.mu.tree.Sessions())
+	nodes, sessions := a.s.mu.tree.NodeCount(), a.s.mu.tree.SessionCount()
 	a.s.mu.RUnlock()
 	out := &pb.StatusResponse{
 		Header: a.header(0), MemberId: a.s.cfg.ID, LeaderId: st.Leader, Term: st.Term,

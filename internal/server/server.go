@@ -785,7 +785,7 @@ func (s *Server) resetSessions() {
 
 func (s *Server) updateGauges(st replica.Status) {
 	s.mu.RLock()
-	nodes, sessions := s.mu.tree.NodeCount(), len(s.mu.tree.Sessions())
+	nodes, sessions := s.mu.tree.NodeCount(), s.mu.tree.SessionCount()
 	s.mu.RUnlock()
 	s.metrics.znodes.Set(float64(nodes))
 	s.metrics.sessions.Set(float64(sessions))

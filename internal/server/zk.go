@@ -1283,7 +1283,7 @@ func (s *Server) fourLetterWord(w string) string {
 		mode = "not serving"
 	}
 	s.mu.RLock()
-	nodes, sessions, ephemerals := s.mu.tree.NodeCount(), len(s.mu.tree.Sessions()), s.mu.tree.EphemeralCount()
+	nodes, sessions, ephemerals := s.mu.tree.NodeCount(), s.mu.tree.SessionCount(), s.mu.tree.EphemeralCount()
 	s.mu.RUnlock()
 	conns := 0
 	var cons strings.Builder
