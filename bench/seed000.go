@@ -487,7 +487,10 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 	ctx, cancel := context.WithTimeout(context.Background(), p.Duration+2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	for _, a := range s0Schedule(p, svc) {
+	sched := s0Schedule(p, svc)
+	res.Waits = make([]int64, len(sched))
+	for i, a := range sched {
+		res.Waits[i] = -1 // until granted
 		time.Sleep(time.Until(start.Add(a.at)))
 		hold := a.hold
 		wg.Add(1)
@@ -511,6 +514,7 @@ func s0Run(c *Cluster, t *Topology, f Flavor, name string, open func(string, int
 				fail(err)
 			} else {
 				res.Hist.RecordValue(el.Microseconds())
+				res.Waits[i] = el.Microseconds()
 			}
 			mu.Unlock()
 			if err == nil {
