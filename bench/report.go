@@ -289,7 +289,7 @@ func (r *Report) Markdown(plotDir string) string {
 			fmt.Fprintf(&b, "![%s %s](%s)\n\n", g.workload, g.topology, filepath.ToSlash(filepath.Join(plotDir, r.plotName(g.workload, g.topology))))
 		}
 		if strings.HasPrefix(g.workload, "throughput") || g.workload == "localfirst" {
-			// CPU per operation where the run measured it (from 7facafc on).
+			// CPU per operation where the run measured it (from df0f9cf on).
 			cpu := slices.ContainsFunc(g.results, func(r Result) bool { return r.ServerCPUUs > 0 })
 			head := "| system | clients | ops/s | avg | p50 | p90 | p99 | p99.9 | max | errors | leader |"
 			if cpu {
@@ -399,10 +399,7 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		res  Result
 	}
 	var cells []cell
-	server := map[cell]float64{}
-	onZK, onMer := map[cell]best{}, map[cell]best{}
-	serverSE := map[cell]float64{}
-	serverRes := map[cell]Result{}
+	server, onZK, onMer := map[cell]best{}, map[cell]best{}, map[cell]best{}
 	for _, res := range r.Results {
 		if res.Workload != "seed000" || res.Summary.Count == 0 {
 			continue
@@ -418,7 +415,7 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		avg, se := res.Summary.Avg, stdErrMs(raw)
 		switch {
 		case res.Series == "Meridian server-side lock":
-			server[k], serverSE[k], serverRes[k] = avg, se, res
+			server[k] = best{avg, res.Series, se, res}
 		case res.Flavor == "ZooKeeper 3.8":
 			if bz, ok := onZK[k]; !ok || avg < bz.avg {
 				onZK[k] = best{avg, res.Series, se, res}
@@ -438,7 +435,8 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 	paired := false   // some verdict compared waits request by request
 	fastest := map[cell]best{}
 	for _, k := range cells {
-		sv, sok := server[k]
+		sb, sok := server[k]
+		sv := sb.avg
 		bz, zok := onZK[k]
 		bm, mok := onMer[k]
 		verdict := "—"
@@ -448,7 +446,7 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 				lo = bm
 			}
 			fastest[k] = lo
-			if serverRes[k].Handoffs >= 10 {
+			if sb.res.Handoffs >= 10 {
 				queued = append(queued, k)
 			}
 			verdict = fmt.Sprintf("no (%.2f×)", sv/lo.avg)
@@ -460,8 +458,8 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 			// Series that recorded every request's wait on the same
 			// requests are compared request by request (paired), else
 			// as independent samples.
-			d, se := sv-lo.avg, math.Hypot(serverSE[k], lo.se)
-			if pd, pse, ok := pairedDiff(serverRes[k].Waits, lo.res.Waits); ok {
+			d, se := sv-lo.avg, math.Hypot(sb.se, lo.se)
+			if pd, pse, ok := pairedDiff(sb.res.Waits, lo.res.Waits); ok {
 				d, se = pd, pse
 				paired = true
 			}
@@ -498,7 +496,7 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 		return fmt.Sprintf("%d, %s, %.0f%%", r.Handoffs, fmtMs(r.HandoffMs), 100*r.LeaderGrants)
 	}
 	for _, k := range queued {
-		sr, lo := serverRes[k], fastest[k]
+		sr, lo := server[k].res, fastest[k]
 		fmt.Fprintf(b, "| %s | %g | %s | %s on %s | %s | %d |\n", k.topo, k.svc, ho(sr), lo.name, lo.res.Flavor, ho(lo.res), sr.Overlaps+lo.res.Overlaps)
 	}
 	b.WriteString("\n")
@@ -523,8 +521,8 @@ func pairedDiff(a, b []int64) (mean, se float64, ok bool) {
 	if n < 2 {
 		return 0, 0, false
 	}
-	mean = sum / n
-	return mean, math.Sqrt(math.Max(0, sq/n-mean*mean)*n/(n-1)) / math.Sqrt(n), true
+	mean, se = meanStdErr(n, sum, sq)
+	return mean, se, true
 }
 
 // stdErrMs is the standard error of the mean (ms) of a raw histogram of
@@ -538,8 +536,15 @@ func stdErrMs(raw [][2]int64) float64 {
 	if n < 2 {
 		return 0
 	}
-	mean := sum / n
-	return math.Sqrt(math.Max(0, sq/n-mean*mean) * n / (n - 1) / n)
+	_, se := meanStdErr(n, sum, sq)
+	return se
+}
+
+// meanStdErr is the mean of n samples from their sum and sum of squares,
+// and its standard error (sample variance, n-1); n >= 2.
+func meanStdErr(n, sum, sq float64) (mean, se float64) {
+	mean = sum / n
+	return mean, math.Sqrt(math.Max(0, sq/n-mean*mean) * n / (n - 1) / n)
 }
 
 // firstErrors lists the first error of every series that had errors.

@@ -49,14 +49,14 @@ type Result struct {
 	// lock requests (the contention); Series is the lock strategy.
 	ServiceMs      float64 `json:",omitempty"`
 	InterarrivalMs float64 `json:",omitempty"`
+	// Seed 000: every request's wait in µs, in the schedule's order (-1:
+	// not granted), so that two strategies run on the same requests can be
+	// compared request by request.
+	Waits []int64 `json:",omitempty"`
 	// Seed 000 (s0Handoffs): grants to a request already waiting when the
 	// holder began to release, their mean time from that release, the
 	// share of grants to sessions on the leader's server, and grants seen
 	// before the previous holder released (a correct lock has none).
-	// Waits: every request's wait in µs, in the schedule's order (-1: not
-	// granted), so that two strategies run on the same requests can be
-	// compared request by request.
-	Waits        []int64 `json:",omitempty"`
 	Handoffs     int     `json:",omitempty"`
 	HandoffMs    float64 `json:",omitempty"`
 	LeaderGrants float64 `json:",omitempty"`
