@@ -12,6 +12,9 @@
 // bytes: a chunk whose sampled delay is shorter than its predecessor's waits
 // for it (the observed mean delay is therefore slightly above the configured
 // one when jitter is large compared with the gaps between chunks).
+// A writer waits without holding a thread (a Go timer, then on Linux a
+// timerfd in the netpoller for the last millisecond), because every link of
+// a benchmark lives in one process and must not queue behind another's wait.
 //
 // Fault tests partition links with Block: BlockBlackhole holds traffic (no
 // byte crosses; queued bytes are delivered after Unblock, as TCP retransmits
@@ -22,7 +25,9 @@
 // Limits: each direction of a connection queues at most MaxQueueBytes; at the
 // limit the reader stops reading, so the sender is flow-controlled by TCP,
 // as behind a full window, and no data is ever dropped. A link holds at most
-// MaxConns connections; further ones are closed on accept.
+// MaxConns connections; further ones are closed on accept. On Linux each
+// direction of a connection holds one timerfd; where one cannot be had
+// (file descriptors exhausted), that direction falls back to nanosleep.
 package netem
 
 import (
@@ -32,6 +37,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -456,8 +462,12 @@ func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
 	go func() {
 		defer close(readerDone)
 		var last time.Time
+		// One read buffer per direction; each chunk is copied out at its
+		// own size. A fresh 32 KiB buffer per read, held until delivery,
+		// made the benchmark process allocate 32 KiB per small message
+		// and spend its CPU collecting them.
+		buf := make([]byte, readSize)
 		for {
-			buf := make([]byte, readSize)
 			n, err := src.Read(buf)
 			now := time.Now()
 			if n > 0 {
@@ -466,7 +476,7 @@ func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
 					at = last // never overtake an earlier chunk
 				}
 				last = at
-				if !q.push(chunk{b: buf[:n:n], at: at}) {
+				if !q.push(chunk{b: slices.Clone(buf[:n]), at: at}) {
 					return
 				}
 			}
@@ -487,12 +497,14 @@ func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
 	}()
 
 	defer func() { q.shut(); <-readerDone }()
+	sl := newSleeper()
+	defer sl.close()
 	for {
 		ch, ok := q.pop()
 		if !ok {
 			return
 		}
-		if !sleepUntil(ch.at, c.done) {
+		if !sl.until(ch.at, c.done) {
 			return
 		}
 		for {

@@ -4,9 +4,16 @@ package netem
 
 import "time"
 
-// sleepUntil waits until t or until done is closed (timer-based: may
-// overshoot by the platform's timer resolution).
-func sleepUntil(t time.Time, done <-chan struct{}) bool {
+// sleeper waits with Go timers alone (may overshoot by the platform's
+// timer resolution).
+type sleeper struct{}
+
+func newSleeper() *sleeper { return &sleeper{} }
+
+func (*sleeper) close() {}
+
+// until waits until t or until done is closed; false when done closed.
+func (*sleeper) until(t time.Time, done <-chan struct{}) bool {
 	d := time.Until(t)
 	if d <= 0 {
 		return true
