@@ -15,7 +15,7 @@ import (
 )
 
 // echoServer echoes every connection until it closes; it stops with the test.
-func echoServer(t *testing.T) string {
+func echoServer(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -301,20 +301,10 @@ func isTimeout(err error) bool {
 // BenchmarkOverhead measures the proxy's own cost: a one-byte round trip
 // through a zero-delay link vs direct loopback.
 func BenchmarkOverhead(b *testing.B) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
+	echo := echoServer(b)
 	for _, via := range []string{"direct", "link"} {
 		b.Run(via, func(b *testing.B) {
-			addr := ln.Addr().String()
+			addr := echo
 			if via == "link" {
 				l, err := Listen(Config{Target: addr})
 				if err != nil {
@@ -397,21 +387,7 @@ func TestManyConnectionsKeepTheirDelay(t *testing.T) {
 // every delivery's wait is the precise last stretch, so this measures what
 // that wait costs the process that hosts the links.
 func BenchmarkClosedLoop(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	l, err := Listen(Config{Target: ln.Addr().String(), Delay: 100 * time.Microsecond})
+	l, err := Listen(Config{Target: echoServer(b), Delay: 100 * time.Microsecond})
 	if err != nil {
 		b.Fatal(err)
 	}
