@@ -543,7 +543,8 @@ func (t *transport) reader(c net.Conn) {
 
 // readBody reads a frame body of size bytes. Up to 64 KiB it allocates
 // exactly size once; beyond that it doubles only as bytes arrive, so a bogus
-// length costs at most twice what the peer really sent, never 256 MiB.
+// length costs at most 64 KiB or twice what the peer really sent, never
+// 256 MiB.
 // (bytes.Buffer.ReadFrom, used before, reallocated every full buffer to twice
 // its size before seeing EOF: two allocations and a copy per frame.)
 func readBody(r io.Reader, size int64) ([]byte, error) {
