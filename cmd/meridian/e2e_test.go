@@ -99,6 +99,9 @@ func TestKillLeaderProcess(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members,
 			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500, SnapshotEntries: 200}
+		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
+			t.Fatal(err)
+		}
 		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
 		if err := cfg.WriteFile(p); err != nil {
 			t.Fatal(err)

@@ -36,6 +36,9 @@ func startZKCluster(t *testing.T) []string {
 	}
 	for i := 0; i < 3; i++ {
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members}
+		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
+			t.Fatal(err)
+		}
 		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
 		if err := cfg.WriteFile(p); err != nil {
 			t.Fatal(err)

@@ -148,7 +148,10 @@ Data persists across runs; delete the directory to start afresh.`,
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			cfgs := server.DevConfigs(nodes, base, dir)
+			cfgs, err := server.DevConfigs(nodes, base, dir)
+			if err != nil {
+				return err
+			}
 			var procs []*exec.Cmd
 			var dones []chan struct{}
 			exited := make(chan int, nodes)

@@ -162,6 +162,10 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		sc := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)), Members: ms,
 			ListenPeer: members[i].Peer, TickMs: cfg.TickMs, ElectionTicks: 10, SessionTickMs: cfg.SessionTickMs,
 			RequestTimeoutMs: cfg.RequestTimeoutMs, SnapshotEntries: cfg.SnapshotEntries, LogLevel: "info"}
+		if err := sc.UseDevTLS(filepath.Join(cfg.Dir, "tls")); err != nil {
+			c.Close()
+			return nil, err
+		}
 		if cfg.DiskMB > 0 {
 			if err := os.MkdirAll(sc.DataDir, 0o755); err != nil {
 				c.Close()

@@ -44,6 +44,9 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 	for i := 0; i < n; i++ {
 		c := Config{ID: uint64(i + 1), DataDir: fmt.Sprintf("%s/n%d", dir, i+1), Members: members,
 			TickMs: 20, ElectionTicks: 10, SessionTickMs: 100, RequestTimeoutMs: 5000}
+		if err := c.UseDevTLS(dir + "/tls"); err != nil {
+			t.Fatal(err)
+		}
 		if tweak != nil {
 			tweak(&c)
 		}

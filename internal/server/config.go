@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/meridian-coord/meridian/internal/pki"
 )
 
 // Member describes one voter of the cluster: where it is and how to reach it.
@@ -26,7 +29,32 @@ type Member struct {
 	// ZooKeeper's observer: it serves reads in its region, forwards writes,
 	// and never counts toward a quorum or leads).
 	Role string `yaml:"role,omitempty"`
+	// Identity: the name this member's certificate must assert (a DNS or
+	// URI alternative name, or the common name). Default: tls.member_identity
+	// applied to the id. Replicated with the membership.
+	Identity string `yaml:"identity,omitempty"`
 }
+
+// TLSConfig names this member's certificates (PEM files). One certificate
+// serves every port this member listens on (peer, gRPC, HTTP) and dials
+// the other members; CA verifies the other members and client certificates.
+type TLSConfig struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// MemberIdentity: the pattern naming a member in its certificate, {id}
+	// standing for the member id (default member-{id}.meridian). A peer
+	// connection is accepted only from a certificate of CA that asserts the
+	// identity of the member it speaks for.
+	MemberIdentity string `yaml:"member_identity,omitempty"`
+	// ClientAuth on the gRPC and HTTP ports: "want" (default: a client
+	// certificate, when given, is verified and becomes the caller's x509
+	// identity) or "need" (connections without one are refused).
+	ClientAuth string `yaml:"client_auth,omitempty"`
+}
+
+// Enabled reports whether any TLS file is configured.
+func (t TLSConfig) Enabled() bool { return t.CA != "" || t.Cert != "" || t.Key != "" }
 
 // Config is one server's configuration (YAML).
 type Config struct {
@@ -40,6 +68,24 @@ type Config struct {
 	// data, Join changes nothing. Never start a new member without it: a
 	// bootstrapped stranger would form a second cluster with the same ids.
 	Join bool `yaml:"join,omitempty"`
+
+	// TLS: this member's certificates; required unless Insecure.
+	TLS TLSConfig `yaml:"tls,omitempty"`
+	// Insecure: plaintext peer, gRPC and HTTP ports with no member or
+	// client certificates. Anyone who can reach the peer port can then
+	// rewrite the cluster; the server logs a warning at every start.
+	Insecure bool `yaml:"insecure,omitempty"`
+	// ClusterToken: a random string shared by the members that bootstrap
+	// the cluster (meridian certs prints one). The cluster id, exchanged
+	// whenever a peer connection opens, is derived from it at bootstrap and
+	// stored with the data; members of another cluster are refused.
+	// Required to bootstrap unless Insecure.
+	ClusterToken string `yaml:"cluster_token,omitempty"`
+	// AdminSubjects: x509 subjects (RFC 2253, "CN=ops,O=example") whose
+	// client certificates may administer the cluster (membership, leader
+	// transfer and preference, ForceUnlock, closing another session).
+	// The super digest's user may too.
+	AdminSubjects []string `yaml:"admin_subjects,omitempty"`
 
 	// Listen addresses; empty ones default to this member's entry in Members.
 	ListenGRPC string `yaml:"listen_grpc,omitempty"`
@@ -262,10 +308,48 @@ func (c *Config) Normalize() error {
 			return fmt.Errorf("zk_tls_client_auth %s needs zk_tls_client_ca", c.ZKTLSClientAuth)
 		}
 	}
+	if err := c.normalizeTLS(); err != nil {
+		return err
+	}
 	if c.ElectionTicks <= c.HeartbeatTicks {
 		return fmt.Errorf("election_ticks (%d) must exceed heartbeat_ticks (%d)", c.ElectionTicks, c.HeartbeatTicks)
 	}
 	return nil
+}
+
+// normalizeTLS checks that the ports are either secured or explicitly not.
+func (c *Config) normalizeTLS() error {
+	if c.Insecure {
+		if c.TLS.Enabled() {
+			return fmt.Errorf("insecure: true and tls: both set; choose one")
+		}
+		return nil
+	}
+	if c.TLS.CA == "" || c.TLS.Cert == "" || c.TLS.Key == "" {
+		return fmt.Errorf("tls: ca, cert and key are required (or insecure: true for plaintext ports, which anyone who reaches them controls)")
+	}
+	if c.TLS.MemberIdentity == "" {
+		c.TLS.MemberIdentity = pki.DefaultMemberIdentity
+	}
+	if err := pki.ValidPattern(c.TLS.MemberIdentity); err != nil {
+		return fmt.Errorf("tls: member_identity: %w", err)
+	}
+	switch c.TLS.ClientAuth {
+	case "":
+		c.TLS.ClientAuth = "want"
+	case "want", "need":
+	default:
+		return fmt.Errorf("tls: client_auth %q: want want or need", c.TLS.ClientAuth)
+	}
+	return nil
+}
+
+// memberIdentity is the certificate identity of member m.
+func (c *Config) memberIdentity(m Member) string {
+	if m.Identity != "" {
+		return m.Identity
+	}
+	return pki.MemberIdentity(c.TLS.MemberIdentity, m.ID)
 }
 
 func (c *Config) tick() time.Duration { return time.Duration(c.TickMs) * time.Millisecond }
@@ -281,8 +365,9 @@ func DevPorts(i, base int) (zk, grpc, http, peer int) {
 	return 2180 + base + i, 7000 + base + i, 8080 + base + i, 9000 + base + i
 }
 
-// DevConfigs returns the configs of an n-node local cluster under dir.
-func DevConfigs(n, base int, dir string) []Config {
+// DevConfigs returns the configs of an n-node local cluster under dir, with
+// a throwaway CA and certificates under dir/tls (see UseDevTLS).
+func DevConfigs(n, base int, dir string) ([]Config, error) {
 	members := make([]Member, n)
 	for i := 1; i <= n; i++ {
 		zk, g, h, p := DevPorts(i, base)
@@ -295,9 +380,43 @@ func DevConfigs(n, base int, dir string) []Config {
 	out := make([]Config, n)
 	for i := 1; i <= n; i++ {
 		out[i-1] = Config{ID: uint64(i), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Members: members}
-		_ = out[i-1].Normalize()
+		if err := out[i-1].UseDevTLS(filepath.Join(dir, "tls")); err != nil {
+			return nil, err
+		}
+		if err := out[i-1].Normalize(); err != nil {
+			return nil, err
+		}
 	}
-	return out
+	return out, nil
+}
+
+// UseDevTLS secures c with the throwaway certificates of a local cluster
+// in dir (pki.Dev; created on first use, certificates for every member in
+// c.Members): the member's certificate, the dev CA, the dev admin client
+// as admin, the dev cluster token. For meridian dev and tests.
+func (c *Config) UseDevTLS(dir string) error {
+	ids := make([]uint64, 0, len(c.Members))
+	for _, m := range c.Members {
+		ids = append(ids, m.ID)
+	}
+	if err := pki.Dev(dir, c.TLS.MemberIdentity, ids, []string{"127.0.0.1", "localhost", "::1"}); err != nil {
+		return fmt.Errorf("dev certificates: %w", err)
+	}
+	tok, err := pki.Token(dir)
+	if err != nil {
+		return fmt.Errorf("dev certificates: %w", err)
+	}
+	c.Insecure = false
+	c.TLS.CA = filepath.Join(dir, pki.CAFile)
+	c.TLS.Cert = filepath.Join(dir, pki.MemberFile(c.ID))
+	c.TLS.Key = filepath.Join(dir, pki.MemberKeyFile(c.ID))
+	if c.ClusterToken == "" {
+		c.ClusterToken = tok
+	}
+	if !slices.Contains(c.AdminSubjects, pki.DevAdminSubject) {
+		c.AdminSubjects = append(c.AdminSubjects, pki.DevAdminSubject)
+	}
+	return nil
 }
 
 // WriteFile writes c as YAML.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -30,6 +31,9 @@ func (tc *testCluster) addServer(region string) int {
 	c.DataDir = fmt.Sprintf("%s/n%d", tc.t.TempDir(), id)
 	c.Members = append(append([]Member(nil), tc.cfgs[0].Members...), m)
 	c.ListenGRPC, c.ListenHTTP, c.ListenPeer, c.ListenZK = "", "", "", ""
+	if err := c.UseDevTLS(filepath.Dir(c.TLS.CA)); err != nil {
+		tc.t.Fatal(err)
+	}
 	if err := c.Normalize(); err != nil {
 		tc.t.Fatal(err)
 	}

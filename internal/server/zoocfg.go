@@ -152,6 +152,7 @@ func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
 		}
 	}
 	sort.Strings(out.Ignored)
+	c.Insecure = true // ZooKeeper's default (sslQuorum=false); see docs/security.md
 	if err := c.Normalize(); err != nil {
 		return out, fmt.Errorf("zoo.cfg %s: %w", path, err)
 	}
