@@ -71,14 +71,18 @@ const (
 	// the hello exchange; a connection that has not said who it is by then
 	// is closed.
 	helloTimeout = 5 * time.Second
-	// inboundIdle: an inbound connection with no frame header for this
-	// long is closed. Live peers write every keepaliveEvery at least.
-	inboundIdle    = time.Minute
-	keepaliveEvery = 20 * time.Second
 	// bodyTimeout (plus a second per MiB of declared length) bounds the
 	// arrival of a frame body once its header was read, so a stalled frame
 	// cannot hold an inbound slot.
 	bodyTimeout = 5 * time.Second
+)
+
+// inboundIdle: an inbound connection with no frame header for this long
+// is closed. Live peers write at least every keepaliveEvery (variables so
+// tests can shorten them).
+var (
+	inboundIdle    = time.Minute
+	keepaliveEvery = 20 * time.Second
 )
 
 // identityOf is the certificate identity member p must present.

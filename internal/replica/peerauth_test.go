@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -311,4 +312,86 @@ func TestJoinerAdoptsClusterID(t *testing.T) {
 		t.Fatalf("restarted joiner answered a hello of another cluster with %q, %v", reason, err)
 	}
 	c.put(lead, "b", "2")
+}
+
+// closedAfter waits (up to limit) for the member to close c and says how
+// long that took; ok false when it stayed open.
+func closedAfter(c net.Conn, limit time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	c.SetReadDeadline(start.Add(limit))
+	_, err := io.Copy(io.Discard, c)
+	c.Close()
+	var ne net.Error
+	return time.Since(start), !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// TestInboundDeadlines: an inbound connection that never says hello, one
+// that stalls in a frame body, and one that goes idle are closed within
+// their limits; dialers keep idle connections alive with keepalives (here
+// with latency probes off, so follower-to-follower connections carry
+// nothing else).
+func TestInboundDeadlines(t *testing.T) {
+	idle, keep := inboundIdle, keepaliveEvery
+	inboundIdle, keepaliveEvery = time.Second, 200*time.Millisecond
+	t.Cleanup(func() { inboundIdle, keepaliveEvery = idle, keep }) // after the cluster stops
+	c := newCluster(t, 3, func(cfg *Config) { cfg.ProbeInterval = -1 })
+	lead := c.leader()
+	c.put(lead, "a", "1")
+	f, third := (lead+1)%3, (lead+2)%3
+	addr, other := c.peers[f].Addr, uint64(third+1)
+	// Leadership moves to the third member: the old leader's connection
+	// to f, open since it led, now carries nothing but keepalives.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.reps[lead].TransferLeadership(ctx, uint64(third+1)); err != nil {
+		t.Fatal(err)
+	}
+	c.leader()
+
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := peerConnect(t, addr, other, ClusterID(""), nil)
+	// A side frame declaring 1000 bytes of body, of which 1 arrives.
+	stalled.Write(withLen(frameBytes(kindSide, other, []byte("x")), frameHeader+1000))
+	quiet := peerConnect(t, addr, other, ClusterID(""), nil)
+
+	type result struct {
+		what     string
+		took     time.Duration
+		min, max time.Duration
+		closed   bool
+	}
+	results := make(chan result, 3)
+	for _, x := range []struct {
+		what     string
+		c        net.Conn
+		min, max time.Duration
+	}{
+		{"no hello", silent, helloTimeout - 500*time.Millisecond, helloTimeout + 3*time.Second},
+		{"stalled body", stalled, bodyTimeout - 500*time.Millisecond, bodyTimeout + 3*time.Second},
+		{"idle", quiet, inboundIdle - 500*time.Millisecond, inboundIdle + 3*time.Second},
+	} {
+		go func() {
+			took, closed := closedAfter(x.c, x.max)
+			results <- result{x.what, took, x.min, x.max, closed}
+		}()
+	}
+	for range 3 {
+		r := <-results
+		if !r.closed || r.took < r.min {
+			t.Errorf("%s: closed %v after %v, want closed within [%v, %v]", r.what, r.closed, r.took, r.min, r.max)
+		}
+	}
+	// Several idle limits have passed: f still has its connections from
+	// both other members, the old leader's included.
+	tr := c.reps[f].tr
+	tr.mu.Lock()
+	n := tr.inbound
+	tr.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("member %d has %d inbound connections after 5 idle limits, want 2 (one from each other member)", f+1, n)
+	}
+	c.put(f, "b", "2")
 }
