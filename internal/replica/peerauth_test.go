@@ -395,3 +395,36 @@ func TestInboundDeadlines(t *testing.T) {
 	}
 	c.put(f, "b", "2")
 }
+
+// TestClusterIDStored: the cluster id is derived once and stored with the
+// data; a later token changes nothing. Data from before cluster ids gets
+// one derived from the token it restarts with.
+func TestClusterIDStored(t *testing.T) {
+	token := "first"
+	c := newCluster(t, 1, func(cfg *Config) { cfg.ClusterToken = token })
+	c.put(c.leader(), "a", "1")
+	want := FormatClusterID(ClusterID("first"))
+	token = "second"
+	c.stop(0)
+	c.start(0)
+	if got := c.reps[0].Status().ClusterID; got != want {
+		t.Fatalf("after a restart with another token: cluster id %q, want the stored %q", got, want)
+	}
+	// Remove the stored id, as data written before cluster ids lacks it.
+	c.stop(0)
+	d, err := openDisk(c.dirs[0], logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.db.Delete(keyClusterID, nil); err != nil {
+		t.Fatal(err)
+	}
+	d.close()
+	c.start(0)
+	if got, want := c.reps[0].Status().ClusterID, FormatClusterID(ClusterID("second")); got != want {
+		t.Fatalf("data without a cluster id: %q, want %q (from the token)", got, want)
+	}
+	if _, ok := c.sms[0].get("a"); !ok {
+		t.Fatal("data lost")
+	}
+}
