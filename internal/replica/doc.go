@@ -1,7 +1,9 @@
 // Package replica owns one consensus group: it drives go.etcd.io/raft's
 // RawNode from a single goroutine (the raft loop), keeps the raft log, hard
 // state and snapshots durable in Pebble (one batch, one fsync per Ready),
-// moves messages between peers over TCP, takes snapshots and compacts the
+// moves messages between peers over TCP (mutual TLS with member identities
+// when Config.PeerTLS is set; every connection opens with a hello carrying
+// the member id and the cluster id, see peerauth.go), takes snapshots and compacts the
 // log, batches linearizable reads into ReadIndex rounds, transfers
 // leadership on request, and carries small opaque side messages to the
 // leader.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -76,7 +77,7 @@ func FuzzPeerFrames(f *testing.F) {
 		ev := &collectEvents{}
 		tr := &transport{id: 1, log: slog.New(slog.DiscardHandler), ev: ev, origin: time.Now(),
 			maxMsgFrame: 1 << 20, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
-		members := map[uint64]bool{1: true, 2: true, 3: true}
+		members := map[uint64]string{1: "", 2: "", 3: ""}
 		peers := map[uint64]*peerConn{2: {id: 2}, 3: {id: 3}}
 		tr.members.Store(&members)
 		tr.peers.Store(&peers)
@@ -87,8 +88,16 @@ func FuzzPeerFrames(f *testing.F) {
 		tr.mu.Unlock()
 		tr.wg.Add(1)
 		go tr.reader(server)
+		tr.cluster.Store(1)
+		// The connection authenticates (plaintext hello) as the sender of
+		// the first frame, so the frames that follow reach the decoder.
+		from := uint64(2)
+		if len(data) >= 4+frameHeader {
+			from = binary.BigEndian.Uint64(data[5:])
+		}
+		go io.Copy(io.Discard, client) // the hello's answer
 		go func() {
-			client.Write(data)
+			client.Write(append(helloBytes(from, 1), data...))
 			client.Close()
 		}()
 		tr.wg.Wait()

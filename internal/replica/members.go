@@ -543,6 +543,9 @@ func (r *Replica) dialPeers(peers []Peer) []Peer {
 	for i := range out {
 		if j := slices.IndexFunc(r.cfg.Peers, func(p Peer) bool { return p.ID == out[i].ID }); j >= 0 {
 			out[i].Addr = r.cfg.Peers[j].Addr
+			if out[i].Identity == "" {
+				out[i].Identity = r.cfg.Peers[j].Identity
+			}
 		}
 	}
 	return out

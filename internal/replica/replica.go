@@ -48,6 +48,9 @@ type Peer struct {
 	// AutoPromote (a learner): the leader promotes it to voter once it has
 	// caught up (ChangeMembers with PromoteWhenCaughtUp).
 	AutoPromote bool `json:",omitempty"`
+	// Identity: what this member's certificate asserts (PeerTLS); empty:
+	// PeerTLS.IdentityPattern applied to its id.
+	Identity string `json:",omitempty"`
 }
 
 // voters returns the ids of the voting peers.
@@ -73,7 +76,16 @@ type Config struct {
 	// on an existing member) instead of bootstrapping a new group from
 	// Peers. A new member must join: bootstrapping it would start a second
 	// group with the same ids.
-	Join             bool
+	Join bool
+	// PeerTLS secures the peer port (mutual TLS, member identities); nil
+	// means plaintext, where anyone who reaches the port speaks for any
+	// member: only for deployments that said so (insecure).
+	PeerTLS *PeerTLS
+	// ClusterToken: the cluster id is derived from it (ClusterID) when this
+	// member bootstraps the group, or when its data predates cluster ids,
+	// and stored with the data; afterwards the stored id is used. A member
+	// that joins adopts the group's id instead.
+	ClusterToken     string
 	ListenAddr       string // defaults to this member's Peers entry
 	DataDir          string
 	TickInterval     time.Duration // default 100ms
@@ -169,6 +181,7 @@ type Status struct {
 	Members                                                                 []Peer
 	Tick                                                                    time.Duration     // the raft tick in use
 	Progress                                                                map[uint64]uint64 // leader only: match index per peer
+	ClusterID                                                               string            `json:",omitempty"` // hex; empty: a joiner not yet contacted
 }
 
 type proposal struct {
@@ -360,7 +373,22 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	// A probe round unanswered for an election timeout is lost: a commit
 	// that slow would have looked like a dead leader anyway.
 	r.lat = latency.New(cfg.ID, ids, voters(peers), cfg.LatencyWindow, max(cfg.TickInterval*time.Duration(cfg.ElectionTicks), time.Second), time.Now)
-	tr, err := newTransport(cfg.ID, cfg.ListenAddr, r.dialPeers(peers), int(maxMsgFrame), (*events)(r), r.lat, cfg.ProbeInterval, cfg.Logger)
+	cid, err := d.clusterID()
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("replica: cluster id: %w", err)
+	}
+	if cid == 0 && !(fresh && cfg.Join) {
+		// Bootstrapping, or data from before cluster ids: derive it.
+		cid = ClusterID(cfg.ClusterToken)
+		if err := d.setClusterID(cid); err != nil {
+			d.close()
+			return nil, fmt.Errorf("replica: store cluster id: %w", err)
+		}
+	}
+	cfg.Logger.Info("peer port", "cluster_id", FormatClusterID(cid), "tls", cfg.PeerTLS != nil)
+	sec := transportSecurity{tls: cfg.PeerTLS, cluster: cid, adopt: d.setClusterID}
+	tr, err := newTransport(cfg.ID, cfg.ListenAddr, r.dialPeers(peers), int(maxMsgFrame), sec, (*events)(r), r.lat, cfg.ProbeInterval, cfg.Logger)
 	if err != nil {
 		d.close()
 		return nil, err
@@ -1206,7 +1234,7 @@ func (r *Replica) status() Status {
 		SnapshotIndex: r.snapIndex, FirstIndex: first, LastIndex: last,
 		Role: map[raft.StateType]string{raft.StateLeader: "leader", raft.StateFollower: "follower",
 			raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate"}[st.RaftState],
-		Members: slices.Clone(r.book.Peers), Tick: r.tick,
+		Members: slices.Clone(r.book.Peers), Tick: r.tick, ClusterID: FormatClusterID(r.tr.cluster.Load()),
 	}
 	if st.RaftState == raft.StateFollower && slices.Contains(r.confState.GetLearners(), r.cfg.ID) {
 		out.Role = "learner"

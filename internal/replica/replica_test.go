@@ -612,7 +612,7 @@ func TestGarbageFramesCloseOnlyThatConnection(t *testing.T) {
 		"oversized raft":  withLen(frameBytes(kindRaft, other, nil), 64<<20),
 		"oversized side":  withLen(frameBytes(kindSide, other, nil), maxSidePayload+frameHeader+1),
 		"short length":    withLen(frameBytes(kindRaft, other, nil), 3),
-		"unknown kind":    frameBytes(7, other, nil),
+		"unknown kind":    frameBytes(99, other, nil),
 		"unknown sender":  frameBytes(kindRaft, 99, marshal(t, &pb.Message{Type: typ(pb.MsgHeartbeat), To: new(me), From: new(uint64(99))})),
 		"self as sender":  frameBytes(kindRaft, me, nil),
 		"undecodable":     frameBytes(kindRaft, other, []byte{0xde, 0xad, 0xbe, 0xef}),
@@ -636,16 +636,15 @@ func TestGarbageFramesCloseOnlyThatConnection(t *testing.T) {
 				ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}, LearnersNext: []uint64{me}}}}})),
 	}
 	for name, payload := range cases {
-		conn, err := net.Dial("tcp", c.peers[lead].Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// Authenticated as member other (plaintext cluster: the hello
+		// only), so each case reaches the frame decoder.
+		conn := peerConnect(t, c.peers[lead].Addr, other, ClusterID(""), nil)
 		conn.Write(payload)
 		if name == "truncated frame" {
 			conn.(*net.TCPConn).CloseWrite()
 		}
 		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = conn.Read(make([]byte, 1))
+		_, err := conn.Read(make([]byte, 1))
 		var ne net.Error
 		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
 			t.Fatalf("%s: connection not closed (%v)", name, err)
@@ -833,10 +832,7 @@ func TestHeartbeatBeyondLogRefused(t *testing.T) {
 	typ := pb.MsgHeartbeat
 	frame := frameBytes(kindRaft, uint64(lead+1), marshal(t, &pb.Message{Type: &typ, To: new(uint64(f + 1)),
 		From: new(uint64(lead + 1)), Term: new(term), Commit: new(uint64(1 << 40))}))
-	conn, err := net.Dial("tcp", c.peers[f].Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := peerConnect(t, c.peers[f].Addr, uint64(lead+1), ClusterID(""), nil)
 	defer conn.Close()
 	if _, err := conn.Write(frame); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 //	"h"                 HardState
 //	"s"                 latest Snapshot (metadata + tree data)
 //	"e" + BE64(index)   Entry
+//	"c"                 cluster id (CRC32C, then BE64; see ClusterID)
 //
 // Every value is a CRC32C (4 bytes, big-endian) followed by the protobuf
 // encoding, so a corrupt value is reported at open and never applied.
@@ -28,6 +29,7 @@ type disk struct {
 }
 
 var (
+	keyClusterID = []byte("c")
 	keyHardState = []byte("h")
 	keySnapshot  = []byte("s")
 )
@@ -236,4 +238,29 @@ func (d *disk) saveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
 		}
 	}
 	return b.Commit(pebble.Sync)
+}
+
+// clusterID returns the stored cluster id, 0 when there is none.
+func (d *disk) clusterID() (uint64, error) {
+	v, closer, err := d.db.Get(keyClusterID)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	if len(v) != 12 || binary.BigEndian.Uint32(v) != crc32.Checksum(v[4:], crcTable) {
+		return 0, fmt.Errorf("%w: cluster id", ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(v[4:]), nil
+}
+
+// setClusterID stores the cluster id (synced: a joiner stores the id it
+// adopts before it answers the hello that carried it).
+func (d *disk) setClusterID(id uint64) error {
+	v := make([]byte, 12)
+	binary.BigEndian.PutUint64(v[4:], id)
+	binary.BigEndian.PutUint32(v, crc32.Checksum(v[4:], crcTable))
+	return d.db.Set(keyClusterID, v, pebble.Sync)
 }

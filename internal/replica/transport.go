@@ -24,7 +24,9 @@ import (
 )
 
 // Frame: 4-byte big-endian body length, then the body: 1 byte kind, 8 bytes
-// sender id, payload. Snapshot messages travel under their own kind so a
+// sender id, payload. A connection opens with a hello each way (see
+// peerauth.go); after it every frame's sender must be the member the hello
+// named. Snapshot messages travel under their own kind so a
 // reader can apply the large limit to them only, before reading the body.
 const (
 	kindRaft byte = 1 // raft message other than MsgSnap
@@ -60,6 +62,10 @@ const (
 	writeTimeout = 5 * time.Second
 )
 
+// errNoClusterID: a joining member has not yet been contacted by the group,
+// so it has no cluster id to present and does not dial.
+var errNoClusterID = errors.New("no cluster id yet (waiting to be contacted by the group)")
+
 type outMsg struct {
 	kind byte
 	msg  *pb.Message
@@ -84,11 +90,19 @@ type transport struct {
 	// peers (the others) and members (everyone in the configuration, self
 	// included) change with the membership: readers load the current map,
 	// setPeers swaps in a new one (copy on write).
-	peers   atomic.Pointer[map[uint64]*peerConn]
-	members atomic.Pointer[map[uint64]bool]
+	peers atomic.Pointer[map[uint64]*peerConn]
+	// members maps every member to the certificate identity it presents.
+	members atomic.Pointer[map[uint64]string]
 	pmu     sync.Mutex // serialises setPeers
 	// maxMsgFrame bounds an ordinary (non-snapshot) raft message frame.
 	maxMsgFrame int
+	// tls: nil for plaintext (the operator said insecure).
+	tls *PeerTLS
+	// cluster is this member's cluster id, 0 until a joining member adopts
+	// one (adoptCluster, which stores it through adopt).
+	cluster atomic.Uint64
+	adoptMu sync.Mutex
+	adopt   func(uint64) error
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -99,17 +113,21 @@ type transport struct {
 }
 
 type peerConn struct {
-	id   uint64
-	addr string
-	q    chan outMsg
-	quit chan struct{} // closed when the peer leaves the configuration
+	id       uint64
+	addr     string
+	identity string // what its certificate must assert
+	q        chan outMsg
+	quit     chan struct{} // closed when the peer leaves the configuration
 }
 
 // peer returns the connection to id, nil when id is not a peer.
 func (t *transport) peer(id uint64) *peerConn { return (*t.peers.Load())[id] }
 
 // isMember reports whether id is in the configuration (self included).
-func (t *transport) isMember(id uint64) bool { return (*t.members.Load())[id] }
+func (t *transport) isMember(id uint64) bool {
+	_, ok := (*t.members.Load())[id]
+	return ok
+}
 
 // setPeers makes peers the configuration: writers start for new peers and
 // for peers whose address changed, and stop for peers that left.
@@ -123,17 +141,18 @@ func (t *transport) setPeers(peers []Peer) {
 	if p := t.peers.Load(); p != nil {
 		old = *p
 	}
-	next, members := map[uint64]*peerConn{}, map[uint64]bool{}
+	next, members := map[uint64]*peerConn{}, map[uint64]string{}
 	for _, p := range peers {
-		members[p.ID] = true
+		ident := t.identityOf(p)
+		members[p.ID] = ident
 		if p.ID == t.id {
 			continue
 		}
-		if pc := old[p.ID]; pc != nil && pc.addr == p.Addr {
+		if pc := old[p.ID]; pc != nil && pc.addr == p.Addr && pc.identity == ident {
 			next[p.ID] = pc
 			continue
 		}
-		pc := &peerConn{id: p.ID, addr: p.Addr, q: make(chan outMsg, peerQueue), quit: make(chan struct{})}
+		pc := &peerConn{id: p.ID, addr: p.Addr, identity: ident, q: make(chan outMsg, peerQueue), quit: make(chan struct{})}
 		next[p.ID] = pc
 		if !closed {
 			t.wg.Add(1)
@@ -149,13 +168,24 @@ func (t *transport) setPeers(peers []Peer) {
 	t.peers.Store(&next)
 }
 
-func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, ev transportEvents, lat *latency.Tracker, probeEvery time.Duration, log *slog.Logger) (*transport, error) {
+// transportSecurity is how a transport authenticates its peers: TLS (nil:
+// plaintext), this member's cluster id (0: adopt the first authenticated
+// one, storing it through adopt).
+type transportSecurity struct {
+	tls     *PeerTLS
+	cluster uint64
+	adopt   func(uint64) error
+}
+
+func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, sec transportSecurity, ev transportEvents, lat *latency.Tracker, probeEvery time.Duration, log *slog.Logger) (*transport, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("peer listener: %w", err)
 	}
 	t := &transport{id: id, log: log, ev: ev, lat: lat, origin: time.Now(), ln: ln,
-		maxMsgFrame: maxMsgFrame, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+		maxMsgFrame: maxMsgFrame, conns: map[net.Conn]struct{}{}, stop: make(chan struct{}),
+		tls: sec.tls, adopt: sec.adopt}
+	t.cluster.Store(sec.cluster)
 	t.setPeers(peers)
 	t.wg.Add(1)
 	go t.accept()
@@ -302,15 +332,18 @@ func (t *transport) sendSide(to uint64, payload []byte) error {
 // with backoff when the next message comes.
 func (t *transport) writer(pc *peerConn) {
 	defer t.wg.Done()
-	var conn net.Conn
+	var conn, raw net.Conn // raw: the TCP connection under conn (tracked)
 	var w *bufio.Writer
 	backoff := 50 * time.Millisecond
+	var warned time.Time // last refusal logged at warning level
 	defer func() {
-		if conn != nil {
-			t.untrack(conn)
+		if raw != nil {
+			t.untrack(raw)
 		}
 	}()
 	batch := make([]outMsg, 0, writeBatch)
+	keepalive := time.NewTimer(keepaliveEvery)
+	defer keepalive.Stop()
 	for {
 		batch = batch[:0]
 		select {
@@ -320,6 +353,12 @@ func (t *transport) writer(pc *peerConn) {
 			return
 		case m := <-pc.q:
 			batch = append(batch, m)
+		case <-keepalive.C:
+			keepalive.Reset(keepaliveEvery)
+			if conn == nil {
+				continue
+			}
+			batch = append(batch, outMsg{kind: kindKeepalive})
 		}
 	drain:
 		for len(batch) < writeBatch {
@@ -335,9 +374,27 @@ func (t *transport) writer(pc *peerConn) {
 			continue
 		}
 		if conn == nil {
-			c, err := net.DialTimeout("tcp", pc.addr, dialTimeout)
+			var c, rc net.Conn
+			err := errNoClusterID
+			if t.cluster.Load() != 0 { // a joiner speaks once it has adopted one
+				c, rc, err = t.dial(pc)
+			}
 			if err != nil {
-				t.log.Debug("peer dial failed", "peer", pc.id, "err", err)
+				if rc == nil && errors.Is(err, net.ErrClosed) {
+					return
+				}
+				if rc != nil {
+					t.untrack(rc)
+				}
+				// Unreachable peers are routine (debug); a peer that
+				// refuses us is a configuration or security problem
+				// (warning, at most every 30 s per peer).
+				if rc == nil || time.Since(warned) < 30*time.Second {
+					t.log.Debug("peer dial failed", "peer", pc.id, "err", err)
+				} else {
+					warned = time.Now()
+					t.log.Warn("peer connection refused", "peer", pc.id, "addr", pc.addr, "err", err)
+				}
 				t.failFrames(pc.id, frames)
 				select {
 				case <-t.stop:
@@ -349,12 +406,10 @@ func (t *transport) writer(pc *peerConn) {
 				backoff = min(2*backoff, time.Second)
 				continue
 			}
-			if !t.track(c) {
-				return
-			}
 			backoff = 50 * time.Millisecond
-			conn, w = c, bufio.NewWriterSize(c, 64<<10)
+			conn, raw, w = c, rc, bufio.NewWriterSize(c, 64<<10)
 		}
+		keepalive.Reset(keepaliveEvery)
 		conn.SetWriteDeadline(time.Now().Add(writeTimeout + time.Duration(size>>20)*time.Second))
 		err := writeFrames(w, t.id, frames)
 		if err == nil {
@@ -362,8 +417,8 @@ func (t *transport) writer(pc *peerConn) {
 		}
 		if err != nil {
 			t.log.Debug("peer write failed", "peer", pc.id, "err", err)
-			t.untrack(conn)
-			conn = nil
+			t.untrack(raw)
+			conn, raw = nil, nil
 			t.failFrames(pc.id, frames)
 			continue
 		}
@@ -380,7 +435,7 @@ func (t *transport) writer(pc *peerConn) {
 func (t *transport) failFrames(id uint64, frames []frame) {
 	reported := false
 	for _, f := range frames {
-		if f.kind == kindSide || f.kind == kindProbe || f.kind == kindProbeReply {
+		if f.kind == kindSide || f.kind == kindProbe || f.kind == kindProbeReply || f.kind == kindKeepalive {
 			continue
 		}
 		if !reported {
@@ -467,18 +522,23 @@ func (t *transport) accept() {
 	}
 }
 
-// reader decodes frames from one inbound connection. Anything malformed
-// closes the connection (the reason is logged): a real peer redials and raft
-// retransmits.
-func (t *transport) reader(c net.Conn) {
+// reader authenticates one inbound connection (accepted) and decodes its
+// frames. Anything malformed closes the connection (the reason is logged):
+// a real peer redials and raft retransmits.
+func (t *transport) reader(raw net.Conn) {
 	defer t.wg.Done()
-	defer t.release(c)
-	r := bufio.NewReaderSize(c, 64<<10)
+	defer t.release(raw)
+	c, r, sender, ok := t.accepted(raw)
+	if !ok {
+		return
+	}
 	var hdr [4 + frameHeader]byte
 	bad := func(reason string, args ...any) {
-		t.log.Warn("bad peer frame; closing connection", append([]any{"remote", c.RemoteAddr().String(), "reason", reason}, args...)...)
+		t.log.Warn("bad peer frame; closing connection", append([]any{"remote", raw.RemoteAddr().String(), "member", sender, "reason", reason}, args...)...)
 	}
 	for {
+		// Idle limit: live peers write at least every keepaliveEvery.
+		c.SetReadDeadline(time.Now().Add(inboundIdle))
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				t.log.Debug("peer read", "remote", c.RemoteAddr().String(), "err", err)
@@ -501,6 +561,8 @@ func (t *transport) reader(c net.Conn) {
 				bad("probe of the wrong size", "len", n)
 				return
 			}
+		case kindKeepalive:
+			limit = frameHeader
 		default:
 			bad("unknown kind", "kind", kind)
 			return
@@ -509,14 +571,24 @@ func (t *transport) reader(c net.Conn) {
 			bad("length out of range", "len", n, "limit", limit)
 			return
 		}
-		if from == t.id || t.peer(from) == nil {
-			bad("unknown sender", "from", from)
+		if from != sender {
+			bad("frame sender differs from the member the connection authenticated as", "from", from)
 			return
 		}
+		if t.peer(from) == nil {
+			bad("sender no longer a member", "from", from)
+			return
+		}
+		// Body limit: 5 s plus a second per MiB declared, so a stalled
+		// frame cannot hold an inbound slot.
+		c.SetReadDeadline(time.Now().Add(bodyTimeout + time.Duration(n>>20)*time.Second))
 		body, err := readBody(r, n-frameHeader)
 		if err != nil {
 			bad("truncated frame", "err", err)
 			return
+		}
+		if kind == kindKeepalive {
+			continue
 		}
 		if kind == kindSide {
 			t.ev.side(from, body)
@@ -533,7 +605,7 @@ func (t *transport) reader(c net.Conn) {
 			bad("undecodable raft message", "err", err)
 			return
 		}
-		if err := t.validate(m, kind == kindSnap); err != nil {
+		if err := t.validate(m, from, kind == kindSnap); err != nil {
 			bad("invalid raft message", "err", err)
 			return
 		}
@@ -566,7 +638,7 @@ func readBody(r io.Reader, size int64) ([]byte, error) {
 // validate rejects messages that raft would misbehave or panic on. Raft
 // trusts its peers; these checks make sure bytes that merely decode (garbage,
 // a confused peer) never reach it.
-func (t *transport) validate(m *pb.Message, snapFrame bool) error {
+func (t *transport) validate(m *pb.Message, sender uint64, snapFrame bool) error {
 	typ := m.GetType()
 	if _, ok := pb.MessageType_name[int32(typ)]; !ok || raft.IsLocalMsg(typ) {
 		return fmt.Errorf("message type %d not accepted from peers", typ)
@@ -581,6 +653,11 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 	// MsgTransferLeader with From set to the transferee. It must be a member.
 	if !t.isMember(m.GetFrom()) {
 		return fmt.Errorf("from non-member %d", m.GetFrom())
+	}
+	// Those two aside, a member speaks only for itself: the message's
+	// sender is the member the connection authenticated as.
+	if m.GetFrom() != sender && typ != pb.MsgTransferLeader && typ != pb.MsgProp {
+		return fmt.Errorf("%s from %d on member %d's connection", typ, m.GetFrom(), sender)
 	}
 	// Only a forwarded transfer (a transfer to the leader itself, which raft
 	// ignores) or a forwarded proposal (this member's own, passed back by a

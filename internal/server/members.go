@@ -30,7 +30,7 @@ type memberMeta struct {
 
 func toPeer(m Member) replica.Peer {
 	meta, _ := json.Marshal(memberMeta{Region: m.Region, Zone: m.Zone, GRPC: m.GRPC, ZK: m.ZK, HTTP: m.HTTP})
-	return replica.Peer{ID: m.ID, Addr: m.Peer, Learner: m.Role == "learner", Meta: meta}
+	return replica.Peer{ID: m.ID, Addr: m.Peer, Learner: m.Role == "learner", Meta: meta, Identity: m.Identity}
 }
 
 func fromPeer(p replica.Peer) Member {
@@ -40,7 +40,7 @@ func fromPeer(p replica.Peer) Member {
 	if p.Learner {
 		role = "learner"
 	}
-	return Member{ID: p.ID, Peer: p.Addr, Role: role, Region: mm.Region, Zone: mm.Zone, GRPC: mm.GRPC, ZK: mm.ZK, HTTP: mm.HTTP}
+	return Member{ID: p.ID, Peer: p.Addr, Role: role, Region: mm.Region, Zone: mm.Zone, GRPC: mm.GRPC, ZK: mm.ZK, HTTP: mm.HTTP, Identity: p.Identity}
 }
 
 // members returns the current membership, sorted by id.

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"github.com/meridian-coord/meridian/internal/coord"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/latency"
+	"github.com/meridian-coord/meridian/internal/pki"
 	"github.com/meridian-coord/meridian/internal/replica"
 	"github.com/meridian-coord/meridian/internal/session"
 	"github.com/meridian-coord/meridian/internal/tree"
@@ -141,10 +143,20 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	for _, m := range cfg.Members {
 		peers = append(peers, toPeer(m))
 	}
+	peerTLS, err := cfg.peerTLS()
+	if err != nil {
+		return nil, err
+	}
+	if peerTLS == nil {
+		log.Warn("INSECURE: plaintext peer port without member certificates (insecure: true); anyone who can reach the peer port " +
+			cfg.ListenPeer + " controls the cluster (reads, writes, membership)")
+	}
 	rep, err := replica.Open(replica.Config{
 		ID:              cfg.ID,
 		Peers:           peers,
 		Join:            cfg.Join,
+		PeerTLS:         peerTLS,
+		ClusterToken:    cfg.ClusterToken,
 		ListenAddr:      cfg.ListenPeer,
 		DataDir:         cfg.DataDir,
 		TickInterval:    cfg.tick(),
@@ -792,4 +804,22 @@ func (s *Server) updateGauges(st replica.Status) {
 	s.metrics.watches.Set(float64(s.watches.Count()))
 	s.metrics.appliedIndex.Set(float64(st.Applied))
 	s.metrics.term.Set(float64(st.Term))
+}
+
+// peerTLS loads the peer port's mutual TLS material: this member's
+// certificate (used both to accept and to dial) and the cluster CA. nil
+// when the configuration is insecure.
+func (c *Config) peerTLS() (*replica.PeerTLS, error) {
+	if c.Insecure {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLS.Cert, c.TLS.Key)
+	if err != nil {
+		return nil, fmt.Errorf("tls: member certificate: %w", err)
+	}
+	pool, err := pki.LoadPool(c.TLS.CA)
+	if err != nil {
+		return nil, fmt.Errorf("tls: ca: %w", err)
+	}
+	return &replica.PeerTLS{Cert: cert, CA: pool, IdentityPattern: c.TLS.MemberIdentity}, nil
 }
