@@ -57,7 +57,9 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	eps := members[0].GRPC + "," + members[1].GRPC + "," + members[2].GRPC
 	cli := func(args ...string) string {
 		t.Helper()
-		b, err := exec.Command(binary, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...).CombinedOutput()
+		cmd := exec.Command(binary, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...)
+		cmd.Env = cliEnv(dir)
+		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("meridian %s: %v\n%s", strings.Join(args, " "), err, b)
 		}
@@ -65,7 +67,7 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(eps, ","), SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(eps, ","), SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, TLS: devTLS(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +86,7 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	if strings.Contains(out, "learner") {
 		t.Fatalf("member promote:\n%s", out)
 	}
-	c4, err := client.New(ctx, client.Config{Endpoints: []string{members[3].GRPC}, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	c4, err := client.New(ctx, client.Config{Endpoints: []string{members[3].GRPC}, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, TLS: devTLS(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +125,9 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	// Asked through any member (a follower asks the leader again), the
 	// list shows how far every member's log matches the leader's.
 	for _, m := range members[:3] {
-		b, err := exec.Command(binary, "--endpoints", m.GRPC, "--timeout", "20s", "member", "list").CombinedOutput()
+		cmd := exec.Command(binary, "--endpoints", m.GRPC, "--timeout", "20s", "member", "list")
+		cmd.Env = cliEnv(dir)
+		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("member list via %s: %v\n%s", m.GRPC, err, b)
 		}

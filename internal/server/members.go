@@ -26,10 +26,13 @@ type memberMeta struct {
 	GRPC   string `json:"grpc,omitempty"`
 	ZK     string `json:"zk,omitempty"`
 	HTTP   string `json:"http,omitempty"`
+	// Identity: the member's certificate identity when it is not the
+	// cluster's pattern for its id (meridian member add --identity).
+	Identity string `json:"identity,omitempty"`
 }
 
 func toPeer(m Member) replica.Peer {
-	meta, _ := json.Marshal(memberMeta{Region: m.Region, Zone: m.Zone, GRPC: m.GRPC, ZK: m.ZK, HTTP: m.HTTP})
+	meta, _ := json.Marshal(memberMeta{Region: m.Region, Zone: m.Zone, GRPC: m.GRPC, ZK: m.ZK, HTTP: m.HTTP, Identity: m.Identity})
 	return replica.Peer{ID: m.ID, Addr: m.Peer, Learner: m.Role == "learner", Meta: meta}
 }
 
@@ -40,7 +43,7 @@ func fromPeer(p replica.Peer) Member {
 	if p.Learner {
 		role = "learner"
 	}
-	return Member{ID: p.ID, Peer: p.Addr, Role: role, Region: mm.Region, Zone: mm.Zone, GRPC: mm.GRPC, ZK: mm.ZK, HTTP: mm.HTTP}
+	return Member{ID: p.ID, Peer: p.Addr, Role: role, Region: mm.Region, Zone: mm.Zone, GRPC: mm.GRPC, ZK: mm.ZK, HTTP: mm.HTTP, Identity: mm.Identity}
 }
 
 // members returns the current membership, sorted by id.
@@ -115,7 +118,7 @@ func (a *api) memberList() *pb.MemberListResponse {
 
 func toPBMember(m Member, match uint64) *pb.Member {
 	return &pb.Member{Id: m.ID, Region: m.Region, Zone: m.Zone, PeerAddr: m.Peer, GrpcAddr: m.GRPC,
-		ZkAddr: m.ZK, HttpAddr: m.HTTP, MatchIndex: match, Learner: m.Role == "learner"}
+		ZkAddr: m.ZK, HttpAddr: m.HTTP, MatchIndex: match, Learner: m.Role == "learner", Identity: m.Identity}
 }
 
 func (a *api) MemberChange(ctx context.Context, r *pb.MemberChangeRequest) (*pb.MemberListResponse, error) {
@@ -143,7 +146,7 @@ func (a *api) MemberChange(ctx context.Context, r *pb.MemberChangeRequest) (*pb.
 			m, known := a.s.member(pm.GetId())
 			if !known || pm.GetPeerAddr() != "" {
 				nm := Member{ID: pm.GetId(), Region: pm.GetRegion(), Zone: pm.GetZone(), Peer: pm.GetPeerAddr(),
-					GRPC: pm.GetGrpcAddr(), ZK: pm.GetZkAddr(), HTTP: pm.GetHttpAddr()}
+					GRPC: pm.GetGrpcAddr(), ZK: pm.GetZkAddr(), HTTP: pm.GetHttpAddr(), Identity: pm.GetIdentity()}
 				if err := checkNewMember(nm); err != nil {
 					return nil, a.done("MemberChange", err)
 				}
@@ -172,6 +175,9 @@ func checkNewMember(m Member) error {
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 			return fmt.Errorf("%w: member %d %s port %q", errs.ErrBadMembership, m.ID, name, port)
 		}
+	}
+	if len(m.Identity) > 253 || strings.ContainsAny(m.Identity, " \t\n") {
+		return fmt.Errorf("%w: member %d identity: at most 253 bytes, no whitespace", errs.ErrBadMembership, m.ID)
 	}
 	if strings.ContainsAny(m.Region+m.Zone, " \t\n") {
 		return fmt.Errorf("%w: member %d region/zone with whitespace", errs.ErrBadMembership, m.ID)
