@@ -161,6 +161,14 @@ func (tc *testCluster) clientTLS() *tls.Config {
 	return c
 }
 
+// proxiedTLS is clientTLS for endpoints that are proxies (testutil.NewProxy
+// listens on 127.0.0.2): the servers' certificates name 127.0.0.1.
+func (tc *testCluster) proxiedTLS() *tls.Config {
+	c := tc.clientTLS()
+	c.ServerName = "127.0.0.1"
+	return c
+}
+
 // dialOptions are those of a raw gRPC connection to this cluster.
 func (tc *testCluster) dialOptions() []grpc.DialOption {
 	return client.DialOptions(client.Config{TLS: tc.clientTLS()})

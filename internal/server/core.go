@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -124,7 +125,7 @@ func authorizeRead(t *tree.Tree, path string, kind readKind, ids []tree.ID) erro
 	case readACL:
 		perm = tree.PermRead | tree.PermAdmin
 	}
-	if err := t.CheckACL(path, perm, ids); err != nil && err != errs.ErrNoNode {
+	if err := t.CheckACL(path, perm, ids); err != nil && !errors.Is(err, errs.ErrNoNode) {
 		return err
 	}
 	return nil
