@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/pki"
 	"github.com/meridian-coord/meridian/internal/server"
 )
 
@@ -75,6 +76,21 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	leaderOf(t, c)
 	if _, _, err := c.Create(ctx, "/before", []byte("x"), client.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+
+	// Without an admin identity (the CA only: no client certificate) the
+	// CLI cannot change membership, and nothing changes.
+	noAdmin := exec.Command(binary, "--endpoints", eps, "--timeout", "20s", "--cacert", filepath.Join(dir, "tls", pki.CAFile),
+		"member", "add", "4", "--peer", members[3].Peer, "--grpc", members[3].GRPC, "--learner")
+	if b, err := noAdmin.CombinedOutput(); err == nil || !strings.Contains(string(b), "admin identity") {
+		t.Fatalf("member add without an admin identity: %v\n%s", err, b)
+	}
+	// Nor can a plaintext client talk to the TLS port at all.
+	if b, err := exec.Command(binary, "--endpoints", eps, "--timeout", "3s", "--insecure", "ls", "/").CombinedOutput(); err == nil {
+		t.Fatalf("plaintext CLI against a TLS port succeeded:\n%s", b)
+	}
+	if out := cli("member", "list"); strings.Contains(out, members[3].Peer) {
+		t.Fatalf("refused member add changed the membership:\n%s", out)
 	}
 
 	// By hand: learner, voter, learner again, gone.

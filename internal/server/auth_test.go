@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/client"
@@ -539,5 +540,36 @@ func TestEveryMethodHasARule(t *testing.T) {
 		if !seen[m] {
 			t.Errorf("rule for %s, which the service does not have", m)
 		}
+	}
+}
+
+// TestMemberAddCarriesIdentity: the certificate identity given to member
+// add is kept in the replicated member record; one with whitespace is
+// refused.
+func TestMemberAddCarriesIdentity(t *testing.T) {
+	tc := newTestCluster(t, 1, nil)
+	tc.leader()
+	c := tc.client()
+	ports := freePorts(t, 2)
+	m := &pb.Member{Id: 7, PeerAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), GrpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), Identity: "node-7.example"}
+	bad := proto.Clone(m).(*pb.Member)
+	bad.Identity = "node 7"
+	if _, err := c.ChangeMembers(ctx(t), &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_LEARNER, Member: bad}); !errors.Is(err, errs.ErrBadMembership) {
+		t.Fatalf("identity with whitespace: %v", err)
+	}
+	if _, err := c.ChangeMembers(ctx(t), &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_LEARNER, Member: m}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Members(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range r.GetMembers() {
+		if got.GetId() == 7 && got.GetIdentity() != "node-7.example" {
+			t.Fatalf("member 7 identity %q", got.GetIdentity())
+		}
+	}
+	if m, ok := tc.servers[0].member(7); !ok || m.Identity != "node-7.example" || tc.cfgs[0].memberIdentity(m) != "node-7.example" {
+		t.Fatalf("member record %+v", m)
 	}
 }
