@@ -16,6 +16,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,7 +25,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
@@ -91,6 +91,13 @@ type Config struct {
 	// HedgeSequentialReads hedges every eligible sequential read (see
 	// WithHedge).
 	HedgeSequentialReads bool
+	// TLS secures the connections (servers verified against its RootCAs;
+	// its client certificate, if any, is the caller's x509 identity). nil:
+	// plaintext, for servers configured insecure. See TLSConfig, DevTLS.
+	TLS *tls.Config
+	// Digest: "user:password" credentials (ZooKeeper's digest scheme),
+	// sent with every call as the meridian-auth metadata.
+	Digest []string
 }
 
 // Client is a session with a Meridian cluster. It is safe for concurrent use.
@@ -152,13 +159,18 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	for _, d := range cfg.Digest {
+		if err := validDigest(d); err != nil {
+			return nil, err
+		}
+	}
 	c := &Client{cfg: cfg, log: cfg.Logger, watches: newWatchRegistry(), stop: make(chan struct{})}
 	c.leases.m = map[string]*Lease{}
 	c.mu.endpoint = -1
 	c.mu.deliveredCh = make(chan struct{})
 	c.mu.order = orderByRTT(make([]time.Duration, len(cfg.Endpoints)))
 	if !cfg.KeepEndpointOrder && len(cfg.Endpoints) > 1 {
-		c.setOrder(measureEndpoints(ctx, cfg.Endpoints, cfg.DialTimeout))
+		c.setOrder(measureEndpoints(ctx, cfg.Endpoints, cfg.DialTimeout, dialOptions(cfg, nil)))
 	}
 	// Retry until ctx ends: servers may still be electing a leader.
 	var lastErr error
@@ -224,8 +236,8 @@ func (c *Client) connectNext(ctx context.Context) (pb.MeridianClient, uint64, er
 	c.mu.endpoint = (c.mu.endpoint + 1) % len(c.cfg.Endpoints)
 	addr := c.cfg.Endpoints[c.mu.order[c.mu.endpoint]]
 	c.mu.Unlock()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
+	conn, err := grpc.NewClient(addr, c.dialOptions(
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))...)
 	if err != nil {
 		return nil, 0, err
 	}

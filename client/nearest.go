@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -31,7 +30,7 @@ const unreachable = time.Duration(math.MaxInt64)
 
 // measureEndpoints returns each endpoint's round trip (the least of a few
 // Status calls), unreachable for those that did not answer within timeout.
-func measureEndpoints(ctx context.Context, endpoints []string, timeout time.Duration) []time.Duration {
+func measureEndpoints(ctx context.Context, endpoints []string, timeout time.Duration, dial []grpc.DialOption) []time.Duration {
 	out := make([]time.Duration, len(endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range endpoints {
@@ -39,7 +38,7 @@ func measureEndpoints(ctx context.Context, endpoints []string, timeout time.Dura
 		go func() {
 			defer wg.Done()
 			out[i] = unreachable
-			conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(ep, dial...)
 			if err != nil {
 				return
 			}
@@ -102,7 +101,7 @@ func (c *Client) remeasure() {
 			}
 			cancel()
 		}()
-		rtt := measureEndpoints(ctx, c.cfg.Endpoints, c.cfg.DialTimeout)
+		rtt := measureEndpoints(ctx, c.cfg.Endpoints, c.cfg.DialTimeout, dialOptions(c.cfg, nil))
 		cancel()
 		c.setOrder(rtt)
 	}
@@ -157,8 +156,7 @@ func (c *Client) hedgeAPI() pb.MeridianClient {
 		c.mu.hedge.Close()
 		c.mu.hedge, c.mu.hedgeAPI = nil, nil
 	}
-	conn, err := grpc.NewClient(c.cfg.Endpoints[target], grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20)))
+	conn, err := grpc.NewClient(c.cfg.Endpoints[target], c.dialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20)))...)
 	if err != nil {
 		return nil
 	}

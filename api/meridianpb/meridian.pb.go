@@ -4772,16 +4772,19 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type Member struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Region        string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
-	Zone          string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
-	PeerAddr      string                 `protobuf:"bytes,4,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	GrpcAddr      string                 `protobuf:"bytes,5,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
-	ZkAddr        string                 `protobuf:"bytes,6,opt,name=zk_addr,json=zkAddr,proto3" json:"zk_addr,omitempty"`
-	HttpAddr      string                 `protobuf:"bytes,7,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
-	MatchIndex    uint64                 `protobuf:"varint,8,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"` // as seen by the leader
-	Learner       bool                   `protobuf:"varint,9,opt,name=learner,proto3" json:"learner,omitempty"`                         // a non-voting replica (ZooKeeper's observer)
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Region     string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	Zone       string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	PeerAddr   string                 `protobuf:"bytes,4,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	GrpcAddr   string                 `protobuf:"bytes,5,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	ZkAddr     string                 `protobuf:"bytes,6,opt,name=zk_addr,json=zkAddr,proto3" json:"zk_addr,omitempty"`
+	HttpAddr   string                 `protobuf:"bytes,7,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	MatchIndex uint64                 `protobuf:"varint,8,opt,name=match_index,json=matchIndex,proto3" json:"match_index,omitempty"` // as seen by the leader
+	Learner    bool                   `protobuf:"varint,9,opt,name=learner,proto3" json:"learner,omitempty"`                         // a non-voting replica (ZooKeeper's observer)
+	// The name the member's certificate asserts (DNS or URI SAN, or CN);
+	// empty: the cluster's member_identity pattern for its id.
+	Identity      string `protobuf:"bytes,10,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4877,6 +4880,13 @@ func (x *Member) GetLearner() bool {
 		return x.Learner
 	}
 	return false
+}
+
+func (x *Member) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 type StatusResponse struct {
@@ -6119,7 +6129,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04open\x18\x04 \x01(\bR\x04open\x12\x18\n" +
 	"\aentered\x18\x05 \x03(\x03R\aentered\x12\x18\n" +
 	"\aleaving\x18\x06 \x03(\x03R\aleaving\"\x0f\n" +
-	"\rStatusRequest\"\xef\x01\n" +
+	"\rStatusRequest\"\x8b\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -6130,7 +6140,9 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\thttp_addr\x18\a \x01(\tR\bhttpAddr\x12\x1f\n" +
 	"\vmatch_index\x18\b \x01(\x04R\n" +
 	"matchIndex\x12\x18\n" +
-	"\alearner\x18\t \x01(\bR\alearner\"\xe8\x03\n" +
+	"\alearner\x18\t \x01(\bR\alearner\x12\x1a\n" +
+	"\bidentity\x18\n" +
+	" \x01(\tR\bidentity\"\xe8\x03\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +

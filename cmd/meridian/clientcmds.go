@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,11 +16,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/pki"
 )
 
 var (
@@ -27,13 +28,80 @@ var (
 	flagOutput    string
 	flagTimeout   time.Duration
 	flagSeq       bool
+	flagCACert    string
+	flagCert      string
+	flagKey       string
+	flagUser      []string
+	flagInsecure  bool
 )
+
+// devTLSDir is where meridian dev keeps its throwaway PKI; with no TLS
+// flags the CLI uses it when present, so the quick start needs none.
+var devTLSDir = filepath.Join("data", "dev", "tls")
+
+// clientConfig is the client configuration the global flags (and their
+// MERIDIAN_* environment variables) ask for.
+func clientConfig() (client.Config, error) {
+	cfg := client.Config{Endpoints: endpoints(), RequestTimeout: flagTimeout, SessionTimeout: 10 * time.Second}
+	env := func(flag *string, name string) {
+		if *flag == "" {
+			*flag = os.Getenv(name)
+		}
+	}
+	env(&flagCACert, "MERIDIAN_CACERT")
+	env(&flagCert, "MERIDIAN_CERT")
+	env(&flagKey, "MERIDIAN_KEY")
+	cfg.Digest = flagUser
+	if len(cfg.Digest) == 0 && os.Getenv("MERIDIAN_USER") != "" {
+		cfg.Digest = []string{os.Getenv("MERIDIAN_USER")}
+	}
+	switch {
+	case flagInsecure:
+		if flagCACert != "" || flagCert != "" || flagKey != "" {
+			return cfg, fmt.Errorf("--insecure with --cacert/--cert/--key")
+		}
+		return cfg, nil
+	case flagCACert == "" && flagCert == "" && flagKey == "":
+		if _, err := os.Stat(filepath.Join(devTLSDir, pki.CAFile)); err != nil {
+			return cfg, fmt.Errorf("no TLS settings: give --cacert (and --cert/--key for a client certificate), or --insecure for a plaintext cluster")
+		}
+		tc, err := client.DevTLS(devTLSDir)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.TLS = tc
+		return cfg, nil
+	}
+	if (flagCert == "") != (flagKey == "") {
+		return cfg, fmt.Errorf("--cert and --key go together")
+	}
+	tc, err := client.TLSConfig(flagCACert, flagCert, flagKey)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TLS = tc
+	return cfg, nil
+}
+
+// dialRaw opens a bare gRPC connection to ep with the configured security.
+func dialRaw(ep string) (*grpc.ClientConn, error) {
+	cfg, err := clientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(ep, client.DialOptions(cfg)...)
+}
 
 func addClientCommands(root *cobra.Command) {
 	pf := root.PersistentFlags()
 	pf.StringVar(&flagEndpoints, "endpoints", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003", "comma-separated gRPC endpoints")
 	pf.StringVarP(&flagOutput, "output", "o", "text", "output format: text or json")
 	pf.DurationVar(&flagTimeout, "timeout", 10*time.Second, "per-command timeout")
+	pf.StringVar(&flagCACert, "cacert", "", "CA certificate verifying the servers (env MERIDIAN_CACERT; default: the dev cluster's "+filepath.Join(devTLSDir, pki.CAFile)+" when present)")
+	pf.StringVar(&flagCert, "cert", "", "client certificate, the caller's x509 identity (env MERIDIAN_CERT)")
+	pf.StringVar(&flagKey, "key", "", "client certificate's key (env MERIDIAN_KEY)")
+	pf.StringArrayVar(&flagUser, "user", nil, "digest credential user:password, repeatable (env MERIDIAN_USER)")
+	pf.BoolVar(&flagInsecure, "insecure", false, "plaintext, for a cluster configured insecure: true")
 	pf.BoolVar(&flagSeq, "sequential", false, "reads: serve from the connected server's local state (ZooKeeper-style) instead of linearizable")
 
 	var ephemeral, sequential, container bool
@@ -257,7 +325,11 @@ func endpoints() []string {
 func dial() (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), flagTimeout)
 	defer cancel()
-	return client.New(ctx, client.Config{Endpoints: endpoints(), RequestTimeout: flagTimeout, SessionTimeout: 10 * time.Second})
+	cfg, err := clientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(ctx, cfg)
 }
 
 func withClient(fn func(context.Context, *client.Client) error) error {
@@ -303,7 +375,7 @@ func statusAll() error {
 	var rows []row
 	for _, ep := range endpoints() {
 		r := row{Endpoint: ep}
-		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := dialRaw(ep)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			r.Status, err = pb.NewMeridianClient(conn).Status(ctx, &pb.StatusRequest{})
@@ -363,7 +435,7 @@ majority answered: what a commit it leads waits for) and all-peers latency.`,
 			ids := map[uint64]bool{}
 			for _, ep := range endpoints() {
 				r := row{Endpoint: ep}
-				conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				conn, err := dialRaw(ep)
 				if err == nil {
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 					r.Latency, err = pb.NewMeridianClient(conn).Latency(ctx, &pb.LatencyRequest{})

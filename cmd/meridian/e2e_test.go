@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/pki"
 	"github.com/meridian-coord/meridian/internal/server"
 	"github.com/meridian-coord/meridian/internal/testutil"
 )
@@ -112,7 +114,7 @@ func TestKillLeaderProcess(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Endpoints: eps, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	c, err := client.New(ctx, client.Config{Endpoints: eps, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, TLS: devTLS(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func TestKillLeaderProcess(t *testing.T) {
 	}
 	// Restart the killed server; it must catch up and serve the same data.
 	procs[lead-1] = startServer(t, cfgPaths[lead-1], filepath.Join(dir, fmt.Sprintf("n%d.log", lead)))
-	c2, err := client.New(ctx, client.Config{Endpoints: []string{eps[lead-1]}, RequestTimeout: 20 * time.Second})
+	c2, err := client.New(ctx, client.Config{Endpoints: []string{eps[lead-1]}, RequestTimeout: 20 * time.Second, TLS: devTLS(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,11 @@ func TestKillLeaderProcess(t *testing.T) {
 func TestDevCommand(t *testing.T) {
 	dir := t.TempDir()
 	base := 300 + os.Getpid()%500
-	cmd := exec.Command(binary, "dev", "--nodes", "3", "--data", dir, "--base-port", fmt.Sprint(base))
+	// Run where the README's reader does: dev's default data directory
+	// (data/dev) under the working directory, and the CLI with no TLS
+	// flags, finding the dev certificates there.
+	cmd := exec.Command(binary, "dev", "--nodes", "3", "--base-port", fmt.Sprint(base))
+	cmd.Dir = dir
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +210,9 @@ func TestDevCommand(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		full := append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)
-		b, err := exec.Command(binary, full...).CombinedOutput()
+		cmd := exec.Command(binary, full...)
+		cmd.Dir = dir
+		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("meridian %v: %v\n%s", args, err, b)
 		}
@@ -240,7 +248,7 @@ func TestDevCommand(t *testing.T) {
 	if got := run("zk-servers", "--table"); strings.Count(got, "voter") != 3 || !strings.Contains(got, "CONNECT ms") {
 		t.Fatalf("zk-servers --table:\n%s", got)
 	}
-	checkQueueAndBarrierCLI(t, eps, run)
+	checkQueueAndBarrierCLI(t, dir, eps, run)
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -261,7 +269,7 @@ func TestDevCommand(t *testing.T) {
 
 // checkQueueAndBarrierCLI runs README's queue and barrier commands against
 // the dev cluster, each command its own process (and session).
-func checkQueueAndBarrierCLI(t *testing.T, eps string, run func(args ...string) string) {
+func checkQueueAndBarrierCLI(t *testing.T, dir, eps string, run func(args ...string) string) {
 	t.Helper()
 	type bg struct {
 		out  *syncBuffer
@@ -270,6 +278,7 @@ func checkQueueAndBarrierCLI(t *testing.T, eps string, run func(args ...string) 
 	start := func(args ...string) bg {
 		out := &syncBuffer{}
 		cmd := exec.Command(binary, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...)
+		cmd.Dir = dir
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -318,7 +327,9 @@ func checkQueueAndBarrierCLI(t *testing.T, eps string, run func(args ...string) 
 	if got := run("queue", "ls", "jobs"); got != "ready=0 in-flight=0 consumers=0 bytes=0" {
 		t.Fatalf("ls after acks: %q", got)
 	}
-	if b, err := exec.Command(binary, "--endpoints", eps, "queue", "pop", "jobs").CombinedOutput(); err == nil || !strings.Contains(string(b), "queue is empty") {
+	pop := exec.Command(binary, "--endpoints", eps, "queue", "pop", "jobs")
+	pop.Dir = dir
+	if b, err := pop.CombinedOutput(); err == nil || !strings.Contains(string(b), "queue is empty") {
 		t.Fatalf("pop on an empty queue: %v %s", err, b)
 	}
 	waiter := start("queue", "pop", "jobs", "--wait", "--ack")
@@ -378,4 +389,23 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// devTLS is the client TLS configuration of a test cluster whose dev PKI
+// is in dir/tls.
+func devTLS(t testing.TB, dir string) *tls.Config {
+	t.Helper()
+	tc, err := client.DevTLS(filepath.Join(dir, "tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
+// cliEnv makes the CLI use the dev PKI in dir/tls (its admin client
+// certificate).
+func cliEnv(dir string) []string {
+	d := filepath.Join(dir, "tls")
+	return append(os.Environ(), "MERIDIAN_CACERT="+filepath.Join(d, pki.CAFile),
+		"MERIDIAN_CERT="+filepath.Join(d, pki.ClientFile), "MERIDIAN_KEY="+filepath.Join(d, pki.ClientKeyFile))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/pki"
 	"github.com/meridian-coord/meridian/internal/server"
 )
 
@@ -57,7 +58,9 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	eps := members[0].GRPC + "," + members[1].GRPC + "," + members[2].GRPC
 	cli := func(args ...string) string {
 		t.Helper()
-		b, err := exec.Command(binary, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...).CombinedOutput()
+		cmd := exec.Command(binary, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...)
+		cmd.Env = cliEnv(dir)
+		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("meridian %s: %v\n%s", strings.Join(args, " "), err, b)
 		}
@@ -65,7 +68,7 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(eps, ","), SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	c, err := client.New(ctx, client.Config{Endpoints: strings.Split(eps, ","), SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, TLS: devTLS(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +76,21 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	leaderOf(t, c)
 	if _, _, err := c.Create(ctx, "/before", []byte("x"), client.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+
+	// Without an admin identity (the CA only: no client certificate) the
+	// CLI cannot change membership, and nothing changes.
+	noAdmin := exec.Command(binary, "--endpoints", eps, "--timeout", "20s", "--cacert", filepath.Join(dir, "tls", pki.CAFile),
+		"member", "add", "4", "--peer", members[3].Peer, "--grpc", members[3].GRPC, "--learner")
+	if b, err := noAdmin.CombinedOutput(); err == nil || !strings.Contains(string(b), "admin identity") {
+		t.Fatalf("member add without an admin identity: %v\n%s", err, b)
+	}
+	// Nor can a plaintext client talk to the TLS port at all.
+	if b, err := exec.Command(binary, "--endpoints", eps, "--timeout", "3s", "--insecure", "ls", "/").CombinedOutput(); err == nil {
+		t.Fatalf("plaintext CLI against a TLS port succeeded:\n%s", b)
+	}
+	if out := cli("member", "list"); strings.Contains(out, members[3].Peer) {
+		t.Fatalf("refused member add changed the membership:\n%s", out)
 	}
 
 	// By hand: learner, voter, learner again, gone.
@@ -84,7 +102,7 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	if strings.Contains(out, "learner") {
 		t.Fatalf("member promote:\n%s", out)
 	}
-	c4, err := client.New(ctx, client.Config{Endpoints: []string{members[3].GRPC}, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	c4, err := client.New(ctx, client.Config{Endpoints: []string{members[3].GRPC}, SessionTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, TLS: devTLS(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +141,9 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	// Asked through any member (a follower asks the leader again), the
 	// list shows how far every member's log matches the leader's.
 	for _, m := range members[:3] {
-		b, err := exec.Command(binary, "--endpoints", m.GRPC, "--timeout", "20s", "member", "list").CombinedOutput()
+		cmd := exec.Command(binary, "--endpoints", m.GRPC, "--timeout", "20s", "member", "list")
+		cmd.Env = cliEnv(dir)
+		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("member list via %s: %v\n%s", m.GRPC, err, b)
 		}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -47,7 +46,7 @@ itself and the current members), then run "meridian member add".`}
 				return fmt.Errorf("--peer and --grpc are required")
 			}
 			op := &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_VOTER, Member: &pb.Member{Id: id, PeerAddr: nm.PeerAddr,
-				GrpcAddr: nm.GrpcAddr, ZkAddr: nm.ZkAddr, HttpAddr: nm.HttpAddr, Region: nm.Region, Zone: nm.Zone}}
+				GrpcAddr: nm.GrpcAddr, ZkAddr: nm.ZkAddr, HttpAddr: nm.HttpAddr, Region: nm.Region, Zone: nm.Zone, Identity: nm.Identity}}
 			if learner || promote {
 				op.Type = pb.MemberChangeType_ADD_LEARNER
 				op.PromoteWhenCaughtUp = promote
@@ -61,6 +60,7 @@ itself and the current members), then run "meridian member add".`}
 	add.Flags().StringVar(&nm.HttpAddr, "http", "", "health and metrics address")
 	add.Flags().StringVar(&nm.Region, "region", "default", "region")
 	add.Flags().StringVar(&nm.Zone, "zone", "", "zone")
+	add.Flags().StringVar(&nm.Identity, "identity", "", "the name the new member's certificate asserts (default: the cluster's member_identity pattern for ID, member-ID.meridian)")
 	add.Flags().BoolVar(&learner, "learner", false, "add as a non-voting replica (promote it by hand once caught up)")
 	add.Flags().BoolVar(&promote, "promote", false, "add as a learner that the leader promotes to voter once it has caught up")
 	byID := func(use, short string, t pb.MemberChangeType) *cobra.Command {
@@ -92,7 +92,13 @@ func fromLeader(ctx context.Context, r *pb.MemberListResponse) *pb.MemberListRes
 		if m.GetId() != h.GetLeaderId() || m.GetGrpcAddr() == "" {
 			continue
 		}
-		lc, err := client.New(ctx, client.Config{Endpoints: []string{m.GetGrpcAddr()}, RequestTimeout: flagTimeout, SessionTimeout: 10 * time.Second})
+		cfg, err := clientConfig()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "MATCH is known only to the leader (member %d at %s): %v\n", m.GetId(), m.GetGrpcAddr(), err)
+			return r
+		}
+		cfg.Endpoints = []string{m.GetGrpcAddr()}
+		lc, err := client.New(ctx, cfg)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "MATCH is known only to the leader (member %d at %s): %v\n", m.GetId(), m.GetGrpcAddr(), err)
 			return r

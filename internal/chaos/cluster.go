@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -12,9 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/netem"
 	"github.com/meridian-coord/meridian/internal/server"
 	"github.com/meridian-coord/meridian/internal/testutil"
@@ -334,12 +335,29 @@ func (c *Cluster) Heal() {
 	}
 }
 
+// TLSDir is the cluster's dev PKI (pki.Dev): its CA and admin client
+// certificate.
+func (c *Cluster) TLSDir() string { return filepath.Join(c.cfg.Dir, "tls") }
+
+// ClientTLS is the TLS configuration of a client of the cluster (the dev
+// admin client certificate); nil if the PKI cannot be read, which then
+// fails the client's handshake visibly.
+func (c *Cluster) ClientTLS() *tls.Config { return clientTLS(c.TLSDir()) }
+
+func clientTLS(dir string) *tls.Config {
+	tc, err := client.DevTLS(dir)
+	if err != nil {
+		return nil
+	}
+	return tc
+}
+
 // Proxied reports whether links can be cut.
 func (c *Cluster) Proxied() bool { return c.links != nil }
 
 // Status asks one node for its status (no session needed).
 func (c *Cluster) Status(ctx context.Context, id uint64) (*pb.StatusResponse, error) {
-	conn, err := grpc.NewClient(c.node(id).GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.node(id).GRPC, client.DialOptions(client.Config{TLS: c.ClientTLS()})...)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +398,7 @@ func (c *Cluster) Leader(ctx context.Context, timeout time.Duration) (uint64, er
 
 // TransferLeader asks the current leader to hand leadership to target.
 func (c *Cluster) TransferLeader(ctx context.Context, via, target uint64) error {
-	conn, err := grpc.NewClient(c.node(via).GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.node(via).GRPC, client.DialOptions(client.Config{TLS: c.ClientTLS()})...)
 	if err != nil {
 		return err
 	}

@@ -256,7 +256,7 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 // writes with the old token must be refused.
 func pauseHolder(ctx context.Context, e *faultEnv) (string, error) {
 	call := e.rec.Now()
-	h, err := startHolder(e.cl.Endpoints(e.rng.IntN(len(e.cl.Nodes))), e.holderLog)
+	h, err := startHolder(e.cl.Endpoints(e.rng.IntN(len(e.cl.Nodes))), e.cl.TLSDir(), e.holderLog)
 	if err != nil {
 		return "", err
 	}

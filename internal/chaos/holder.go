@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,9 @@ import (
 //	reply:  "ok VERSION" | "err stale|expired|unknown|other MESSAGE"
 const holderEnv = "MERIDIAN_CHAOS_HOLDER"
 
+// holderTLSEnv names the cluster's dev PKI directory for the holder.
+const holderTLSEnv = "MERIDIAN_CHAOS_HOLDER_TLS"
+
 // holderSession is the holder's session timeout (the server's minimum with
 // the harness's session tick is 500 ms).
 const holderSession = time.Second
@@ -39,17 +43,17 @@ func MaybeRunHolder() {
 	if eps == "" {
 		return
 	}
-	if err := runHolder(strings.Split(eps, ","), os.Stdin, os.Stdout); err != nil {
+	if err := runHolder(strings.Split(eps, ","), clientTLS(os.Getenv(holderTLSEnv)), os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-func runHolder(eps []string, in io.Reader, out io.Writer) error {
+func runHolder(eps []string, tc *tls.Config, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := client.Config{Endpoints: eps, SessionTimeout: holderSession, RequestTimeout: opTimeout, DialTimeout: time.Second, KeepEndpointOrder: true}
+	cfg := client.Config{Endpoints: eps, SessionTimeout: holderSession, RequestTimeout: opTimeout, DialTimeout: time.Second, KeepEndpointOrder: true, TLS: tc}
 	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -108,13 +112,13 @@ type holderProc struct {
 }
 
 // startHolder starts a holder and waits (bounded) for its grant.
-func startHolder(eps []string, stderr io.Writer) (*holderProc, error) {
+func startHolder(eps []string, tlsDir string, stderr io.Writer) (*holderProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), holderEnv+"="+strings.Join(eps, ","))
+	cmd.Env = append(os.Environ(), holderEnv+"="+strings.Join(eps, ","), holderTLSEnv+"="+tlsDir)
 	cmd.Stderr = stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -34,7 +34,7 @@ func TestPausedServerClientKeepsSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := leader%3 + 1 // a follower
-	c, err := client.New(ctx, client.Config{Endpoints: cl.Endpoints(int(f - 1)), SessionTimeout: clientSession, DialTimeout: time.Second, KeepEndpointOrder: true})
+	c, err := client.New(ctx, client.Config{Endpoints: cl.Endpoints(int(f - 1)), SessionTimeout: clientSession, DialTimeout: time.Second, KeepEndpointOrder: true, TLS: cl.ClientTLS()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func setup(ctx context.Context, cl *Cluster) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := client.New(cctx, client.Config{Endpoints: cl.Endpoints(0), RequestTimeout: opTimeout, KeepEndpointOrder: true})
+	c, err := client.New(cctx, client.Config{Endpoints: cl.Endpoints(0), RequestTimeout: opTimeout, KeepEndpointOrder: true, TLS: cl.ClientTLS()})
 	if err != nil {
 		return err
 	}
@@ -249,7 +249,7 @@ func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res
 		return nil, fmt.Errorf("no leader after healing: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	c, err := client.New(cctx, client.Config{Endpoints: cl.Endpoints(0), RequestTimeout: opTimeout, KeepEndpointOrder: true})
+	c, err := client.New(cctx, client.Config{Endpoints: cl.Endpoints(0), RequestTimeout: opTimeout, KeepEndpointOrder: true, TLS: cl.ClientTLS()})
 	cancel()
 	if err != nil {
 		return nil, err

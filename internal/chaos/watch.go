@@ -421,7 +421,7 @@ func runWatchers(ctx context.Context, cl *Cluster, keys, first int, tr *watchTra
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	n := len(cl.Nodes)
-	nw := &worker{id: first, name: "wn", eps: cl.Endpoints(first % n)}
+	nw := &worker{id: first, name: "wn", eps: cl.Endpoints(first % n), tls: cl.ClientTLS()}
 	wg.Add(2)
 	go func() { defer wg.Done(); nw.nativeWatchLoop(ctx, stop, keys, tr) }()
 	go func() {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -31,6 +32,7 @@ type worker struct {
 	id   int
 	name string
 	eps  []string
+	tls  *tls.Config
 	rec  *Recorder
 	rng  *rand.Rand
 	c    *client.Client
@@ -43,7 +45,7 @@ func (w *worker) connect(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	c, err := client.New(cctx, client.Config{Endpoints: w.eps, SessionTimeout: clientSession,
+	c, err := client.New(cctx, client.Config{Endpoints: w.eps, SessionTimeout: clientSession, TLS: w.tls,
 		// Workers are spread over the servers by the endpoint order they
 		// are given, not by (all equal) loopback round trips.
 		RequestTimeout: opTimeout, DialTimeout: time.Second, KeepEndpointOrder: true})
@@ -300,7 +302,7 @@ func runWorkers(ctx context.Context, cl *Cluster, rec *Recorder, seed uint64, kv
 	var wg sync.WaitGroup
 	var ws []*worker
 	mk := func(i int, name string) *worker {
-		w := &worker{id: i, name: name, eps: cl.Endpoints(i), rec: rec, rng: rand.New(rand.NewPCG(seed, uint64(i)+1))}
+		w := &worker{id: i, name: name, eps: cl.Endpoints(i), tls: cl.ClientTLS(), rec: rec, rng: rand.New(rand.NewPCG(seed, uint64(i)+1))}
 		ws = append(ws, w)
 		return w
 	}

@@ -95,7 +95,7 @@ func createOp(r *pb.CreateRequest) tree.Op {
 // write proposes a single-op command (fenced if f is set) and returns its
 // op result.
 func (a *api) write(ctx context.Context, session int64, op tree.Op, f *pb.Fence) (tree.OpResult, uint64, error) {
-	cmd := &tree.Command{Session: session, Op: op}
+	cmd := &tree.Command{Session: session, Op: op, Auth: callerOf(ctx)}
 	var res tree.Result
 	var idx uint64
 	var err error
@@ -167,7 +167,7 @@ func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse,
 			return nil, a.done("Multi", errs.ErrBadArguments)
 		}
 	}
-	cmd := &tree.Command{Session: r.GetSessionId(), Op: tree.Op{Type: tree.OpMulti}, Ops: ops}
+	cmd := &tree.Command{Session: r.GetSessionId(), Op: tree.Op{Type: tree.OpMulti}, Ops: ops, Auth: callerOf(ctx)}
 	var res tree.Result
 	var idx uint64
 	var err error
@@ -196,10 +196,11 @@ func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse,
 	return out, a.done("Multi", nil)
 }
 
-// read runs fn under the tree's read lock after the consistency barrier, and
-// registers a watch of kind k for the session if asked (and fn succeeded, or
-// for exists, whatever it returned).
-func (a *api) read(ctx context.Context, r *pb.ReadRequest, k watch.Kind, fn func(t *tree.Tree) error) (uint64, error) {
+// read runs fn under the tree's read lock after the consistency barrier and
+// the caller's authorization for a read of kind rk (authorizeRead, as on the
+// ZooKeeper port), and registers a watch of kind k for the session if asked
+// (and fn succeeded, or for exists, whatever it returned).
+func (a *api) read(ctx context.Context, r *pb.ReadRequest, k watch.Kind, rk readKind, fn func(t *tree.Tree) error) (uint64, error) {
 	if r.GetWatch() && r.GetSessionId() == 0 {
 		return 0, errs.ErrBadArguments
 	}
@@ -216,7 +217,10 @@ func (a *api) read(ctx context.Context, r *pb.ReadRequest, k watch.Kind, fn func
 			return 0, errs.ErrSessionExpired
 		}
 	}
-	err := fn(a.s.mu.tree)
+	err := authorizeRead(a.s.mu.tree, r.GetPath(), rk, callerOf(ctx))
+	if err == nil {
+		err = fn(a.s.mu.tree)
+	}
 	if wk, ok := watchKindFor(k, err); r.GetWatch() && ok {
 		h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
 		if werr := a.s.watches.Add(h, r.GetPath(), wk); werr != nil {
@@ -229,7 +233,7 @@ func (a *api) read(ctx context.Context, r *pb.ReadRequest, k watch.Kind, fn func
 func (a *api) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataResponse, error) {
 	var data []byte
 	var st tree.Stat
-	idx, err := a.read(ctx, r, watch.KindData, func(t *tree.Tree) (err error) {
+	idx, err := a.read(ctx, r, watch.KindData, readData, func(t *tree.Tree) (err error) {
 		data, st, err = t.Get(r.GetPath())
 		return err
 	})
@@ -241,7 +245,7 @@ func (a *api) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataRespon
 
 func (a *api) Exists(ctx context.Context, r *pb.ReadRequest) (*pb.ExistsResponse, error) {
 	var st tree.Stat
-	idx, err := a.read(ctx, r, watch.KindExist, func(t *tree.Tree) (err error) {
+	idx, err := a.read(ctx, r, watch.KindExist, readExists, func(t *tree.Tree) (err error) {
 		st, err = t.Exists(r.GetPath())
 		return err
 	})
@@ -257,7 +261,7 @@ func (a *api) Exists(ctx context.Context, r *pb.ReadRequest) (*pb.ExistsResponse
 func (a *api) GetChildren(ctx context.Context, r *pb.ReadRequest) (*pb.GetChildrenResponse, error) {
 	var kids []string
 	var st tree.Stat
-	idx, err := a.read(ctx, r, watch.KindChild, func(t *tree.Tree) (err error) {
+	idx, err := a.read(ctx, r, watch.KindChild, readChildren, func(t *tree.Tree) (err error) {
 		kids, st, err = t.Children(r.GetPath())
 		return err
 	})
@@ -273,8 +277,10 @@ func (a *api) GetACL(ctx context.Context, r *pb.ReadRequest) (*pb.GetACLResponse
 	}
 	var acl []tree.ACL
 	var st tree.Stat
-	idx, err := a.read(ctx, r, watch.KindData, func(t *tree.Tree) (err error) {
-		acl, st, err = t.GetACL(r.GetPath())
+	idx, err := a.read(ctx, r, watch.KindData, readACL, func(t *tree.Tree) (err error) {
+		if acl, st, err = t.GetACL(r.GetPath()); err == nil {
+			acl = redactACL(t, r.GetPath(), acl, callerOf(ctx))
+		}
 		return err
 	})
 	if err != nil {

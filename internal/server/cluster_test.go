@@ -2,17 +2,21 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -135,12 +139,39 @@ func (tc *testCluster) client(eps ...string) *client.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	c, err := client.New(ctx, client.Config{Endpoints: eps, SessionTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second, DialTimeout: time.Second,
-		KeepEndpointOrder: true})
+		KeepEndpointOrder: true, TLS: tc.clientTLS()})
 	if err != nil {
 		tc.t.Fatalf("client: %v", err)
 	}
 	tc.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// clientTLS is the TLS configuration of a client of this cluster: its dev
+// CA and the dev admin client certificate.
+func (tc *testCluster) clientTLS() *tls.Config {
+	tc.t.Helper()
+	if tc.cfgs[0].Insecure {
+		return nil
+	}
+	c, err := client.DevTLS(filepath.Dir(tc.cfgs[0].TLS.CA))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return c
+}
+
+// proxiedTLS is clientTLS for endpoints that are proxies (testutil.NewProxy
+// listens on 127.0.0.2): the servers' certificates name 127.0.0.1.
+func (tc *testCluster) proxiedTLS() *tls.Config {
+	c := tc.clientTLS()
+	c.ServerName = "127.0.0.1"
+	return c
+}
+
+// dialOptions are those of a raw gRPC connection to this cluster.
+func (tc *testCluster) dialOptions() []grpc.DialOption {
+	return client.DialOptions(client.Config{TLS: tc.clientTLS()})
 }
 
 func ctx(t *testing.T) context.Context {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/latency"
@@ -25,7 +24,7 @@ func TestLatencyAPIAndMetrics(t *testing.T) {
 		c.Members[c.ID-1].Region = []string{"", "west", "west", "east"}[c.ID]
 	})
 	tc.leader()
-	conn, err := grpc.NewClient(tc.servers[2].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tc.servers[2].GRPCAddr(), tc.dialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func (a *api) memberList() *pb.MemberListResponse {
 
 func toPBMember(m Member, match uint64) *pb.Member {
 	return &pb.Member{Id: m.ID, Region: m.Region, Zone: m.Zone, PeerAddr: m.Peer, GrpcAddr: m.GRPC,
-		ZkAddr: m.ZK, HttpAddr: m.HTTP, MatchIndex: match, Learner: m.Role == "learner"}
+		ZkAddr: m.ZK, HttpAddr: m.HTTP, MatchIndex: match, Learner: m.Role == "learner", Identity: m.Identity}
 }
 
 func (a *api) MemberChange(ctx context.Context, r *pb.MemberChangeRequest) (*pb.MemberListResponse, error) {
@@ -143,7 +143,7 @@ func (a *api) MemberChange(ctx context.Context, r *pb.MemberChangeRequest) (*pb.
 			m, known := a.s.member(pm.GetId())
 			if !known || pm.GetPeerAddr() != "" {
 				nm := Member{ID: pm.GetId(), Region: pm.GetRegion(), Zone: pm.GetZone(), Peer: pm.GetPeerAddr(),
-					GRPC: pm.GetGrpcAddr(), ZK: pm.GetZkAddr(), HTTP: pm.GetHttpAddr()}
+					GRPC: pm.GetGrpcAddr(), ZK: pm.GetZkAddr(), HTTP: pm.GetHttpAddr(), Identity: pm.GetIdentity()}
 				if err := checkNewMember(nm); err != nil {
 					return nil, a.done("MemberChange", err)
 				}
@@ -172,6 +172,9 @@ func checkNewMember(m Member) error {
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 			return fmt.Errorf("%w: member %d %s port %q", errs.ErrBadMembership, m.ID, name, port)
 		}
+	}
+	if len(m.Identity) > 253 || strings.ContainsAny(m.Identity, " \t\n") {
+		return fmt.Errorf("%w: member %d identity: at most 253 bytes, no whitespace", errs.ErrBadMembership, m.ID)
 	}
 	if strings.ContainsAny(m.Region+m.Zone, " \t\n") {
 		return fmt.Errorf("%w: member %d region/zone with whitespace", errs.ErrBadMembership, m.ID)

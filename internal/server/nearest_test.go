@@ -23,7 +23,7 @@ func TestClientPrefersNearestServer(t *testing.T) {
 	far := testutil.NewProxy(t, tc.servers[farIdx].GRPCAddr(), 100*time.Millisecond)
 	mid := testutil.NewProxy(t, tc.servers[l].GRPCAddr(), 40*time.Millisecond)
 	near := tc.servers[nearIdx].GRPCAddr()
-	c, err := client.New(ctx(t), client.Config{Endpoints: []string{far.Addr, mid.Addr, near}})
+	c, err := client.New(ctx(t), client.Config{Endpoints: []string{far.Addr, mid.Addr, near}, TLS: tc.proxiedTLS()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestClientPrefersNearestServer(t *testing.T) {
 	}
 
 	// KeepEndpointOrder: the order given, nearest or not.
-	c2, err := client.New(ctx(t), client.Config{Endpoints: []string{far.Addr, mid.Addr}, KeepEndpointOrder: true})
+	c2, err := client.New(ctx(t), client.Config{Endpoints: []string{far.Addr, mid.Addr}, KeepEndpointOrder: true, TLS: tc.proxiedTLS()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestHedgedReadSurvivesAStalledServer(t *testing.T) {
 	tc.leader()
 	p0 := testutil.NewProxy(t, tc.servers[0].GRPCAddr(), 0)
 	p1 := testutil.NewProxy(t, tc.servers[1].GRPCAddr(), 5*time.Millisecond)
-	c, err := client.New(ctx(t), client.Config{Endpoints: []string{p1.Addr, p0.Addr}, SessionTimeout: 30 * time.Second})
+	c, err := client.New(ctx(t), client.Config{Endpoints: []string{p1.Addr, p0.Addr}, SessionTimeout: 30 * time.Second, TLS: tc.proxiedTLS()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/client"
@@ -110,7 +110,7 @@ func TestQueueRedeliveredWhenConsumerCrashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The crashing consumer speaks raw gRPC so nothing keeps its session alive.
-	conn, err := grpc.NewClient(eps[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(eps[1], tc.dialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +120,10 @@ func TestQueueRedeliveredWhenConsumerCrashes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Calls naming the session carry its password, as the client does.
+	owner := metadata.AppendToOutgoingContext(cx, pb.MetadataSessionPassword, string(sess.GetPassword()))
 	start := time.Now()
-	pop, err := api.Pop(cx, &pb.PopRequest{SessionId: sess.GetSessionId(), Queue: "work", VisibilityMs: 60000})
+	pop, err := api.Pop(owner, &pb.PopRequest{SessionId: sess.GetSessionId(), Queue: "work", VisibilityMs: 60000})
 	if err != nil || pop.GetItem().GetId() != id {
 		t.Fatalf("crashing consumer's pop: %v %v", pop, err)
 	}
@@ -132,7 +134,7 @@ func TestQueueRedeliveredWhenConsumerCrashes(t *testing.T) {
 	if re.ID != id || re.Attempt != 2 || time.Since(start) > 30*time.Second {
 		t.Fatalf("redelivery %+v after %v", re, time.Since(start))
 	}
-	if _, err := api.Ack(cx, &pb.AckRequest{SessionId: sess.GetSessionId(), Queue: "work", Id: id}); err == nil {
+	if _, err := api.Ack(owner, &pb.AckRequest{SessionId: sess.GetSessionId(), Queue: "work", Id: id}); err == nil {
 		t.Fatal("the expired consumer acked the redelivery")
 	}
 	if err := re.Ack(cx); err != nil {

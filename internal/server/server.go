@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/coord"
@@ -182,8 +183,21 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	// connection are bounded (further ones wait in the client); connections
 	// beyond cfg.MaxClientConnections wait in the listen backlog until one
 	// closes.
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes),
-		grpc.MaxConcurrentStreams(grpcMaxStreams))
+	//
+	// Every call passes unaryAuth/streamAuth (core.go): identity, the
+	// method's rule, session ownership. TLS unless the config is insecure.
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes),
+		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth)}
+	if !cfg.Insecure {
+		tc, err := cfg.grpcTLSConfig()
+		if err != nil {
+			rep.Close()
+			return nil, err
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	s.grpc = grpc.NewServer(gopts...)
 	meridianpb.RegisterMeridianServer(s.grpc, &api{s: s})
 	if s.lnGRPC, err = net.Listen("tcp", cfg.ListenGRPC); err != nil {
 		rep.Close()

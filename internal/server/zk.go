@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"crypto/sha1"
 	"crypto/subtle"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -521,8 +519,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		resp.SessionID, resp.TimeOut, resp.Passwd = si.ID, si.TimeoutMs, req.Passwd
 		c.s.touch(si.ID)
 	}
-	// ZooKeeper gives every connection the ip identity of its peer.
-	c.auth = []tree.ID{{Scheme: "ip", ID: hostOf(c.c.RemoteAddr())}}
+	c.auth = c.identity()
 	c.l.mu.Lock()
 	if old := c.l.bySes[c.session]; old != nil && old != c {
 		old.close("session moved to a new connection")
@@ -531,6 +528,25 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	c.l.mu.Unlock()
 	c.enqueue(frameOf(resp))
 	return true
+}
+
+// identity is the connection's identities before any addauth: ZooKeeper
+// gives every connection the ip identity of its peer, and a TLS connection
+// with a verified client certificate its x509 subject.
+func (c *zkConn) identity() []tree.ID {
+	var state *tls.ConnectionState
+	if tc, ok := c.c.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		state = &st
+	}
+	ids, err := c.s.identify(c.c.RemoteAddr(), state, nil)
+	if err != nil {
+		// A certificate subject too long to carry: the connection keeps
+		// only its address, never more rights than it proved.
+		c.s.log.Warn("zk client identity", "remote", c.c.RemoteAddr().String(), "err", err)
+		return []tree.ID{{Scheme: "ip", ID: hostOf(c.c.RemoteAddr())}}
+	}
+	return ids
 }
 
 // readOnlyHandshake admits a client to a server that has no quorum, as
@@ -547,7 +563,7 @@ func (c *zkConn) readOnlyHandshake(req *zk.ConnectRequest, resp *zk.ConnectRespo
 	c.session = int64(c.s.nextID() &^ (1 << 63))
 	c.readOnly, c.timeout = true, timeout
 	resp.SessionID, resp.TimeOut, resp.Passwd, resp.ReadOnly = c.session, int32(timeout.Milliseconds()), pw, true
-	c.auth = []tree.ID{{Scheme: "ip", ID: hostOf(c.c.RemoteAddr())}}
+	c.auth = c.identity()
 	c.l.mu.Lock()
 	c.l.bySes[c.session] = c
 	c.l.mu.Unlock()
@@ -770,7 +786,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 	// queued before the reply, or the client, which sets up its watch when
 	// the reply arrives (go-zookeeper does), drops the event and the watch
 	// is spent. ZooKeeper replies in apply order for the same reason.
-	read := func(path string, watchIt bool, k watch.Kind, perm int32, fn func(t *tree.Tree) error, respond func(zxid int64, err error)) error {
+	read := func(path string, watchIt bool, k watch.Kind, rk readKind, fn func(t *tree.Tree) error, respond func(zxid int64, err error)) error {
 		if err := tree.ValidatePath(path, false); err != nil {
 			if respond != nil {
 				respond(applied(), err)
@@ -780,10 +796,8 @@ func (c *zkConn) serve(pkt []byte) bool {
 		c.s.mu.RLock()
 		defer c.s.mu.RUnlock()
 		err := func() error {
-			if perm != 0 {
-				if err := c.s.mu.tree.CheckACL(path, perm, c.auth); err != nil && !errors.Is(err, errs.ErrNoNode) {
-					return err
-				}
+			if err := authorizeRead(c.s.mu.tree, path, rk, c.auth); err != nil {
+				return err
 			}
 			err := fn(c.s.mu.tree)
 			if wk, ok := watchKindFor(k, err); watchIt && ok {
@@ -832,12 +846,12 @@ func (c *zkConn) serve(pkt []byte) bool {
 		reply(idx, err, &zk.SetACLResponse{Stat: toZKStat(res.Op.Stat)})
 	case *zk.ExistsRequest:
 		var st tree.Stat
-		read(r.Path, r.Watch, watch.KindExist, 0, func(t *tree.Tree) (err error) { st, err = t.Exists(r.Path); return },
+		read(r.Path, r.Watch, watch.KindExist, readExists, func(t *tree.Tree) (err error) { st, err = t.Exists(r.Path); return },
 			func(zxid int64, err error) { reply(zxid, err, &zk.ExistsResponse{Stat: toZKStat(st)}) })
 	case *zk.GetDataRequest:
 		var data []byte
 		var st tree.Stat
-		read(r.Path, r.Watch, watch.KindData, tree.PermRead, func(t *tree.Tree) (err error) { data, st, err = t.Get(r.Path); return },
+		read(r.Path, r.Watch, watch.KindData, readData, func(t *tree.Tree) (err error) { data, st, err = t.Get(r.Path); return },
 			func(zxid int64, err error) { reply(zxid, err, &zk.GetDataResponse{Data: data, Stat: toZKStat(st)}) })
 	case *zk.GetChildrenRequest, *zk.GetChildren2Request:
 		path, w := "", false
@@ -849,7 +863,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		var kids []string
 		var st tree.Stat
-		read(path, w, watch.KindChild, tree.PermRead, func(t *tree.Tree) (err error) { kids, st, err = t.Children(path); return },
+		read(path, w, watch.KindChild, readChildren, func(t *tree.Tree) (err error) { kids, st, err = t.Children(path); return },
 			func(zxid int64, err error) {
 				if path == "/" && err == nil {
 					// The read-only view of Meridian's own state hangs off the root.
@@ -869,7 +883,12 @@ func (c *zkConn) serve(pkt []byte) bool {
 	case *zk.GetACLRequest:
 		var acl []tree.ACL
 		var st tree.Stat
-		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { acl, st, err = t.GetACL(r.Path); return }, nil)
+		err := read(r.Path, false, 0, readACL, func(t *tree.Tree) (err error) {
+			if acl, st, err = t.GetACL(r.Path); err == nil {
+				acl = redactACL(t, r.Path, acl, c.auth)
+			}
+			return
+		}, nil)
 		reply(applied(), err, &zk.GetACLResponse{ACL: toZKACL(acl), Stat: toZKStat(st)})
 	case *zk.SyncRequest:
 		var err error = errs.ErrNotReadOnly
@@ -922,14 +941,8 @@ func (c *zkConn) serve(pkt []byte) bool {
 			c.close("auth failed")
 			return false
 		}
-		user, _, _ := strings.Cut(string(r.Auth), ":")
-		sum := sha1.Sum(r.Auth)
-		id := user + ":" + base64.StdEncoding.EncodeToString(sum[:])
-		c.auth = append(c.auth, tree.ID{Scheme: "digest", ID: id})
-		if sd := c.s.cfg.SuperDigest; sd != "" && subtle.ConstantTimeCompare([]byte(id), []byte(sd)) == 1 {
-			// ZooKeeper's superDigest: this identity bypasses every ACL.
-			c.auth = append(c.auth, tree.ID{Scheme: "super"})
-		}
+		ids, _ := c.s.digestIdentity(r.Auth)
+		c.auth = append(c.auth, ids...)
 		// ZooKeeper echoes the request's xid: kazoo sends -4, go-zookeeper a
 		// normal one.
 		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid}, nil))
@@ -956,7 +969,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 		reply(applied(), nil, &zk.GetEphemeralsResponse{Ephemerals: paths})
 	case *zk.GetAllChildrenNumberRequest:
 		var n int
-		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(r.Path); return }, nil)
+		err := read(r.Path, false, 0, readChildren, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(r.Path); return }, nil)
 		reply(applied(), err, &zk.GetAllChildrenNumberResponse{TotalNumber: int32(n)})
 	case *zk.ReconfigRequest:
 		if c.readOnly {
@@ -1011,7 +1024,11 @@ func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 		}
 		err := tree.ValidatePath(path, false)
 		if err == nil {
-			err = t.CheckACL(path, tree.PermRead, c.auth)
+			kind := readData
+			if o.Type != zk.OpGetData {
+				kind = readChildren
+			}
+			err = authorizeRead(t, path, kind, c.auth)
 		}
 		var res zk.OpResult
 		if err == nil && o.Type == zk.OpGetData {

@@ -15,7 +15,6 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
@@ -144,7 +143,7 @@ func TestSessionLimit(t *testing.T) {
 	tc.leader()
 	addr := tc.zkAddrs()[0]
 	conns := fillTo(t, addr, limit)
-	gc, err := grpc.NewClient(tc.servers[0].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	gc, err := grpc.NewClient(tc.servers[0].GRPCAddr(), tc.dialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

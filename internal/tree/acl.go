@@ -30,7 +30,7 @@ func intern(acl []ACL) []ACL {
 // identities and validates the rest. The result is a fresh slice.
 //
 // As in ZooKeeper only authenticated identities take part in the "auth"
-// expansion: digest and sasl ones. ip identities are not (ZooKeeper's IP provider is
+// expansion: digest, sasl and x509 (a verified client certificate) ones. ip identities are not (ZooKeeper's IP provider is
 // not "authenticated"), world is anyone, and super may not appear in an ACL.
 func fixupACL(in []ACL, auth []ID) ([]ACL, error) {
 	if len(in) == 0 || len(in) > MaxACLEntries {
@@ -50,7 +50,8 @@ next:
 		if a.ID.Scheme == "auth" {
 			found := false
 			for _, id := range auth {
-				if (id.Scheme == "digest" && validDigestID(id.ID)) || (id.Scheme == "sasl" && validSASLID(id.ID)) {
+				if (id.Scheme == "digest" && validDigestID(id.ID)) || (id.Scheme == "sasl" && validSASLID(id.ID)) ||
+					(id.Scheme == "x509" && id.ID != "") {
 					found = true
 					out = append(out, ACL{Perms: a.Perms, ID: id})
 				}
@@ -85,6 +86,10 @@ func validACLEntry(a ACL) bool {
 		return validIPExpr(a.ID.ID)
 	case "sasl":
 		return validSASLID(a.ID.ID)
+	case "x509":
+		// ZooKeeper's X509AuthenticationProvider: the id is a certificate
+		// subject DN, matched exactly.
+		return a.ID.ID != ""
 	}
 	return false
 }
@@ -175,7 +180,7 @@ func checkPerm(acl []ACL, perm int32, auth []ID) error {
 				continue
 			}
 			switch id.Scheme {
-			case "digest", "sasl":
+			case "digest", "sasl", "x509":
 				if id.ID == a.ID.ID {
 					return nil
 				}
