@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/client"
@@ -19,9 +19,9 @@ import (
 )
 
 // statusOf asks one server for its own view (no session, no quorum needed).
-func statusOf(t *testing.T, addr string) (*meridianpb.StatusResponse, error) {
+func statusOf(t *testing.T, addr string, tc *tls.Config) (*meridianpb.StatusResponse, error) {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, client.DialOptions(client.Config{TLS: tc})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,11 @@ func TestNodeOfAnotherClusterRefused(t *testing.T) {
 		p := writeCfg(fmt.Sprintf("b%d", id), id, membersB, filepath.Join(dir, fmt.Sprintf("b%d", id)), "token of cluster B")
 		procsB[i] = startServer(t, p, filepath.Join(dir, fmt.Sprintf("b%d.log", id)))
 	}
-	cb, err := client.New(ctx, client.Config{Endpoints: grpcOf(membersB), RequestTimeout: 10 * time.Second})
+	clientTLS, err := client.DevTLS(tlsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := client.New(ctx, client.Config{Endpoints: grpcOf(membersB), RequestTimeout: 10 * time.Second, TLS: clientTLS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +117,7 @@ func TestNodeOfAnotherClusterRefused(t *testing.T) {
 		cfgA = append(cfgA, writeCfg(fmt.Sprintf("a%d", id), id, membersA, filepath.Join(dir, fmt.Sprintf("a%d", id)), ""))
 		procsA[i] = startServer(t, cfgA[i], filepath.Join(dir, fmt.Sprintf("a%d.log", id)))
 	}
-	ca, err := client.New(ctx, client.Config{Endpoints: grpcOf(membersA), RequestTimeout: 10 * time.Second})
+	ca, err := client.New(ctx, client.Config{Endpoints: grpcOf(membersA), RequestTimeout: 10 * time.Second, TLS: clientTLS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +139,7 @@ func TestNodeOfAnotherClusterRefused(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		agreed := true
 		for _, ep := range survivors {
-			st, err := statusOf(t, ep)
+			st, err := statusOf(t, ep, clientTLS)
 			agreed = agreed && err == nil && st.GetLeaderId() != 0 && st.GetLeaderId() != x
 		}
 		if agreed {
@@ -153,7 +157,7 @@ func TestNodeOfAnotherClusterRefused(t *testing.T) {
 	// more, so its applied index stays put unless cluster A feeds it.
 	var strayApplied uint64
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		st, err := statusOf(t, membersA[x-1].GRPC)
+		st, err := statusOf(t, membersA[x-1].GRPC, clientTLS)
 		if err == nil && st.GetAppliedIndex() >= stB.GetAppliedIndex() && st.GetAppliedIndex() == st.GetCommitIndex() {
 			strayApplied = st.GetAppliedIndex()
 			break
@@ -168,7 +172,7 @@ func TestNodeOfAnotherClusterRefused(t *testing.T) {
 	var newLeader uint64
 	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		for _, ep := range survivors {
-			st, err := statusOf(t, ep)
+			st, err := statusOf(t, ep, clientTLS)
 			if err != nil {
 				continue
 			}
@@ -180,7 +184,7 @@ func TestNodeOfAnotherClusterRefused(t *testing.T) {
 			}
 			newLeader = max(newLeader, st.GetLeaderId())
 		}
-		st, err := statusOf(t, membersA[x-1].GRPC)
+		st, err := statusOf(t, membersA[x-1].GRPC, clientTLS)
 		if err == nil && (st.GetLeaderId() != 0 || st.GetAppliedIndex() != strayApplied) {
 			t.Fatalf("stray node: leader %d, applied %d (its own history: %d): it reached cluster A", st.GetLeaderId(), st.GetAppliedIndex(), strayApplied)
 		}
@@ -189,7 +193,7 @@ func TestNodeOfAnotherClusterRefused(t *testing.T) {
 		t.Fatalf("cluster A's survivors have no leader of their own (%d)", newLeader)
 	}
 	// A still serves its data, and only its data.
-	cs, err := client.New(ctx, client.Config{Endpoints: survivors, RequestTimeout: 10 * time.Second})
+	cs, err := client.New(ctx, client.Config{Endpoints: survivors, RequestTimeout: 10 * time.Second, TLS: clientTLS})
 	if err != nil {
 		t.Fatal(err)
 	}
