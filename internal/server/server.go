@@ -25,6 +25,7 @@ import (
 
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/coord"
@@ -100,6 +101,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Normalize(); err != nil {
 		return nil, err
 	}
+	fdLimit, err := raiseFDLimit()
+	if err != nil {
+		return nil, fmt.Errorf("file descriptor limit: %w", err)
+	}
+	if err := cfg.checkFDLimit(fdLimit); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -170,14 +178,23 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	// connection are bounded (further ones wait in the client); connections
 	// beyond cfg.MaxClientConnections wait in the listen backlog until one
 	// closes.
+	// A connection with no call for IdleTimeoutMs is sent GOAWAY (clients
+	// reconnect when they next call); keepalive pings are accepted every
+	// 10 s at most, with or without calls, and a client pinging faster is
+	// disconnected.
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes),
-		grpc.MaxConcurrentStreams(grpcMaxStreams))
+		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.idleTimeout()}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}))
 	meridianpb.RegisterMeridianServer(s.grpc, &api{s: s})
 	if s.lnGRPC, err = net.Listen("tcp", cfg.ListenGRPC); err != nil {
 		rep.Close()
 		return nil, fmt.Errorf("listen grpc: %w", err)
 	}
-	s.lnGRPC = netutil.LimitListener(s.lnGRPC, cfg.MaxClientConnections)
+	// The per-address cap applies to connections the global one admitted:
+	// the excess from one address is closed, not left in the backlog.
+	s.lnGRPC = limitPerIP(netutil.LimitListener(s.lnGRPC, cfg.MaxClientConnections), cfg.maxClientCnxns(),
+		s.deniedConn("grpc"))
 	if cfg.ListenZK != "" {
 		if err := s.zk.listen(cfg.ListenZK, nil); err != nil {
 			s.lnGRPC.Close()
@@ -203,7 +220,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			rep.Close()
 			return nil, fmt.Errorf("listen http: %w", err)
 		}
-		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		// At most MaxHTTPConnections open (further ones wait in the
+		// backlog); a slow request or an idle keep-alive connection does
+		// not hold its slot past the timeouts.
+		s.lnHTTP = netutil.LimitListener(s.lnHTTP, cfg.MaxHTTPConnections)
+		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 30 * time.Second, IdleTimeout: cfg.idleTimeout()}
 	}
 	return s, nil
 }
