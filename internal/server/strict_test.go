@@ -326,3 +326,18 @@ func TestFromZooCfgFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// New refuses to start when the caps do not fit the descriptor limit,
+// before it opens storage or binds a port.
+func TestNewRefusesCapsOverFDLimit(t *testing.T) {
+	c := Config{ID: 1, DataDir: t.TempDir(), Insecure: true, MaxClientConnections: 1 << 30,
+		Members: []Member{{ID: 1, Peer: "127.0.0.1:0", GRPC: "127.0.0.1:0", ZK: "127.0.0.1:0"}}}
+	s, err := New(c, testLogger())
+	if err == nil {
+		s.Close()
+		t.Fatal("started with max_client_connections 2^30")
+	}
+	if !strings.Contains(err.Error(), "max_client_connections 1073741824") || !strings.Contains(err.Error(), "limit is") {
+		t.Fatalf("error %q does not name the numbers", err)
+	}
+}
