@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -339,5 +341,49 @@ func TestNewRefusesCapsOverFDLimit(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "max_client_connections 1073741824") || !strings.Contains(err.Error(), "limit is") {
 		t.Fatalf("error %q does not name the numbers", err)
+	}
+}
+
+// The HTTP port holds at most max_http_connections (a further one waits
+// in the backlog until one closes) and closes keep-alive connections idle
+// for idle_timeout_ms.
+func TestHTTPConnectionCapAndIdleTimeout(t *testing.T) {
+	port := freePorts(t, 1)[0]
+	httpAddr := "127.0.0.1:" + strconv.Itoa(port)
+	tc := newTestCluster(t, 1, func(c *Config) {
+		c.ListenHTTP, c.MaxHTTPConnections, c.IdleTimeoutMs = httpAddr, 2, 300
+	})
+	tc.leader()
+	get := func(timeout time.Duration) error {
+		cl := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := cl.Get("http://" + httpAddr + "/livez")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := get(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	a, b := dialFrom(t, "127.0.0.1", httpAddr), dialFrom(t, "127.0.0.1", httpAddr)
+	time.Sleep(100 * time.Millisecond)
+	if err := get(time.Second); err == nil {
+		t.Fatal("a third connection was served while two were open and max_http_connections is 2")
+	}
+	a.Close()
+	if err := get(5 * time.Second); err != nil {
+		t.Fatalf("not served after one of the two closed: %v", err)
+	}
+
+	// A keep-alive connection idle past idle_timeout_ms is closed.
+	b.Write([]byte("GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"))
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	got, err := io.ReadAll(b)
+	if err != nil || !strings.Contains(string(got), "200 OK") {
+		t.Fatalf("keep-alive connection: %q %v", got, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("idle keep-alive connection closed after %v, want about 300ms", d)
 	}
 }
