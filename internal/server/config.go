@@ -133,8 +133,9 @@ type Config struct {
 	IdleTimeoutMs int `yaml:"idle_timeout_ms,omitempty"`
 	// FourLetterWords enabled on the ZooKeeper port (ZooKeeper's
 	// 4lw.commands.whitelist): default [srvr], as ZooKeeper since 3.5.3;
-	// ["*"] enables all, [none] none. Another word is answered "<word> is not executed
-	// because it is not in the whitelist." and the connection closed.
+	// ["*"] enables all, [none] none. Another word is answered "<word> is
+	// not executed because it is not in the whitelist." and the connection
+	// closed.
 	FourLetterWords []string `yaml:"four_letter_words,omitempty"`
 
 	LogLevel string `yaml:"log_level"` // debug, info, warn, error
@@ -310,9 +311,6 @@ func (c *Config) Normalize() error {
 	}
 	if c.MaxClientCnxns != nil && *c.MaxClientCnxns < 0 {
 		return fmt.Errorf("max_client_cnxns: %d must not be negative (0: unlimited; absent: 60)", *c.MaxClientCnxns)
-	}
-	if c.SessionTickMs > 60000 {
-		return fmt.Errorf("session_tick_ms: %d: want at most 60000", c.SessionTickMs)
 	}
 	words, err := normalizeFourLetterWords(c.FourLetterWords)
 	if err != nil {
