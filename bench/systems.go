@@ -160,8 +160,10 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(e.Dir, fmt.Sprint(i+1)), Members: members,
 			ListenPeer: real[i].Peer, PreferLeader: o.PreferLeader, Placement: "auto",
 			PlacementMinIntervalMs: 5000, MaxTickMs: 1000, PlacementPolicy: o.PlacementPolicy,
-			// Plaintext, as the ZooKeeper, etcd and Redis it is compared with.
-			Insecure: true}
+			// Plaintext, as the ZooKeeper, etcd and Redis it is compared with;
+			// no per-address cap, as ZooKeeper's maxClientCnxns=0 below (every
+			// bench client connects from 127.0.0.1).
+			Insecure: true, MaxClientCnxns: new(int)}
 		if o.Pprof {
 			hp, err := e.Ports(1)
 			if err != nil {

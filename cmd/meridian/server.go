@@ -65,7 +65,9 @@ func serverCmd() *cobra.Command {
 --zoo-cfg takes a ZooKeeper zoo.cfg instead (server.N, clientPort, dataDir/myid,
 tickTime, admin.serverPort; -D passes JVM-style system properties such as
 zookeeper.DigestAuthenticationProvider.superDigest), so tools that start
-ZooKeeper can start Meridian in its place.`,
+ZooKeeper can start Meridian in its place. A zoo.cfg runs plaintext peers
+only with meridian.insecure=true (in the file or -D); sslQuorum,
+quorum.auth.* and ssl.* keys Meridian does not implement refuse to start.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var cfg server.Config
 			var ignored []string

@@ -1,12 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -109,8 +114,29 @@ type Config struct {
 	MaxSessions int `yaml:"max_sessions"`
 	// MaxClientConnections per client port (ZooKeeper and native, each):
 	// the ZooKeeper port closes further connections at once, the native
-	// port leaves them in the listen backlog until one closes. Default 10000.
+	// port leaves them in the listen backlog until one closes. Default
+	// (0): 10000, or less if the process's file-descriptor limit has room
+	// for less (see checkFDLimit); a value set here that does not fit the
+	// limit refuses to start.
 	MaxClientConnections int `yaml:"max_client_connections"`
+	// MaxClientCnxns: ZooKeeper's maxClientCnxns, connections from one
+	// client IP address on each client port (ZooKeeper and native); the
+	// port closes one beyond it at accept. Absent: 60, as in ZooKeeper;
+	// 0: unlimited.
+	MaxClientCnxns *int `yaml:"max_client_cnxns,omitempty"`
+	// MaxHTTPConnections: open connections on the HTTP port; one beyond it
+	// waits in the listen backlog until one closes. Default 256.
+	MaxHTTPConnections int `yaml:"max_http_connections,omitempty"`
+	// IdleTimeoutMs: a gRPC connection without calls, or an HTTP
+	// keep-alive connection without requests, is closed after this long.
+	// Default 300000 (5 minutes).
+	IdleTimeoutMs int `yaml:"idle_timeout_ms,omitempty"`
+	// FourLetterWords enabled on the ZooKeeper port (ZooKeeper's
+	// 4lw.commands.whitelist): default [srvr], as ZooKeeper since 3.5.3;
+	// ["*"] enables all, [none] none. Another word is answered "<word> is
+	// not executed because it is not in the whitelist." and the connection
+	// closed.
+	FourLetterWords []string `yaml:"four_letter_words,omitempty"`
 
 	LogLevel string `yaml:"log_level"` // debug, info, warn, error
 	// EnablePprof serves Go's profiles under /debug/pprof/ on the HTTP
@@ -159,14 +185,19 @@ type Config struct {
 	ZKTLSClientAuth string `yaml:"zk_tls_client_auth,omitempty"`
 }
 
-// LoadConfig reads and validates a YAML config file.
+// LoadConfig reads and validates a YAML config file. A key the config
+// does not know is an error naming it and its line: a misspelt key (say
+// superdigest for super_digest) must not silently leave a setting at its
+// default.
 func LoadConfig(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, err
 	}
 	var c Config
-	if err := yaml.Unmarshal(b, &c); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
 	if err := c.Normalize(); err != nil {
@@ -238,6 +269,9 @@ func (c *Config) Normalize() error {
 			voters++
 		}
 	}
+	if err := checkMemberAddrs(c.Members); err != nil {
+		return err
+	}
 	if !seen[c.ID] {
 		return fmt.Errorf("id %d is not among members", c.ID)
 	}
@@ -257,8 +291,34 @@ func (c *Config) Normalize() error {
 	def(&c.ListenHTTP, self.HTTP)
 	def(&c.ListenPeer, self.Peer)
 	def(&c.ListenZK, self.ZK)
+	// 0 (absent) means the default; a negative value is a mistake, not a
+	// request for the default.
+	for _, f := range []struct {
+		key string
+		v   int
+	}{
+		{"tick_ms", c.TickMs}, {"election_ticks", c.ElectionTicks}, {"heartbeat_ticks", c.HeartbeatTicks},
+		{"session_tick_ms", c.SessionTickMs}, {"snapshot_entries", c.SnapshotEntries},
+		{"request_timeout_ms", c.RequestTimeoutMs}, {"max_watches_per_session", c.MaxWatchesPerSession},
+		{"max_queued_events", c.MaxQueuedEvents}, {"max_sessions", c.MaxSessions},
+		{"max_client_connections", c.MaxClientConnections}, {"max_http_connections", c.MaxHTTPConnections},
+		{"idle_timeout_ms", c.IdleTimeoutMs}, {"max_tick_ms", c.MaxTickMs},
+		{"placement_min_interval_ms", c.PlacementMinIntervalMs},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%s: %d must not be negative (0 or absent for the default)", f.key, f.v)
+		}
+	}
+	if c.MaxClientCnxns != nil && *c.MaxClientCnxns < 0 {
+		return fmt.Errorf("max_client_cnxns: %d must not be negative (0: unlimited; absent: 60)", *c.MaxClientCnxns)
+	}
+	words, err := normalizeFourLetterWords(c.FourLetterWords)
+	if err != nil {
+		return err
+	}
+	c.FourLetterWords = words
 	defInt := func(v *int, d int) {
-		if *v <= 0 {
+		if *v == 0 {
 			*v = d
 		}
 	}
@@ -271,7 +331,12 @@ func (c *Config) Normalize() error {
 	defInt(&c.MaxWatchesPerSession, 100000)
 	defInt(&c.MaxQueuedEvents, 10000)
 	defInt(&c.MaxSessions, 100000)
-	defInt(&c.MaxClientConnections, 10000)
+	defInt(&c.MaxHTTPConnections, 256)
+	defInt(&c.IdleTimeoutMs, 300000)
+	if c.MaxClientCnxns == nil {
+		n := DefaultMaxClientCnxns
+		c.MaxClientCnxns = &n
+	}
 	defInt(&c.PlacementMinIntervalMs, 30000)
 	if c.MaxTickMs == 0 {
 		c.MaxTickMs = min(10*c.TickMs, 60000)
@@ -315,6 +380,76 @@ func (c *Config) Normalize() error {
 		return fmt.Errorf("election_ticks (%d) must exceed heartbeat_ticks (%d)", c.ElectionTicks, c.HeartbeatTicks)
 	}
 	return nil
+}
+
+// DefaultMaxClientCnxns is ZooKeeper's maxClientCnxns default.
+const DefaultMaxClientCnxns = 60
+
+// maxClientCnxns is the per-address cap (0: none).
+func (c *Config) maxClientCnxns() int {
+	if c.MaxClientCnxns == nil {
+		return DefaultMaxClientCnxns
+	}
+	return *c.MaxClientCnxns
+}
+
+// checkMemberAddrs refuses two members (or two ports of one member) on
+// one address: the second would fail to bind, or worse, peers would
+// dial one member believing it another. Port 0 (chosen by the OS) is
+// never a conflict.
+func checkMemberAddrs(ms []Member) error {
+	type owner struct {
+		id   uint64
+		kind string
+	}
+	seen := map[string]owner{}
+	for _, m := range ms {
+		for _, a := range []struct{ kind, addr string }{{"peer", m.Peer}, {"grpc", m.GRPC}, {"zk", m.ZK}, {"http", m.HTTP}} {
+			if a.addr == "" {
+				continue
+			}
+			if _, port, err := net.SplitHostPort(a.addr); err == nil && port == "0" {
+				continue
+			}
+			if o, ok := seen[a.addr]; ok {
+				if o.id == m.ID {
+					return fmt.Errorf("member %d: %s and %s addresses are both %s", m.ID, o.kind, a.kind, a.addr)
+				}
+				return fmt.Errorf("members %d and %d: both use %s (member %d's %s address, member %d's %s address)",
+					o.id, m.ID, a.addr, o.id, o.kind, m.ID, a.kind)
+			}
+			seen[a.addr] = owner{m.ID, a.kind}
+		}
+	}
+	return nil
+}
+
+// normalizeFourLetterWords checks a four-letter-word list: known words,
+// "*" alone for all of them, or "none" alone for none. Empty: ZooKeeper's
+// default, srvr only.
+func normalizeFourLetterWords(ws []string) ([]string, error) {
+	if len(ws) == 0 {
+		return []string{"srvr"}, nil
+	}
+	out := make([]string, 0, len(ws))
+	for _, w := range ws {
+		w = strings.TrimSpace(w)
+		switch {
+		case w == "*" || w == "none":
+			if len(ws) != 1 {
+				return nil, fmt.Errorf("four_letter_words: %q (%s) must be listed alone", w,
+					map[string]string{"*": "every word", "none": "no word"}[w])
+			}
+		case w == "":
+			return nil, fmt.Errorf("four_letter_words: empty word")
+		case !fourLetterWords[w]:
+			return nil, fmt.Errorf("four_letter_words: %q is not a four-letter word Meridian answers (%s)", w, strings.Join(knownFourLetterWords(), ", "))
+		}
+		if !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }
 
 // normalizeTLS checks that the ports are either secured or explicitly not.

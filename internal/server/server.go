@@ -27,6 +27,7 @@ import (
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/coord"
@@ -101,6 +102,13 @@ type Server struct {
 // Serve to start answering requests.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Normalize(); err != nil {
+		return nil, err
+	}
+	fdLimit, err := raiseFDLimit()
+	if err != nil {
+		return nil, fmt.Errorf("file descriptor limit: %w", err)
+	}
+	if err := cfg.checkFDLimit(fdLimit); err != nil {
 		return nil, err
 	}
 	if log == nil {
@@ -186,8 +194,15 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	//
 	// Every call passes unaryAuth/streamAuth (core.go): identity, the
 	// method's rule, session ownership. TLS unless the config is insecure.
+	//
+	// A connection with no call for IdleTimeoutMs is sent GOAWAY (clients
+	// reconnect when they next call); keepalive pings are accepted every
+	// 10 s at most, with or without calls, and a client pinging faster is
+	// disconnected.
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.idleTimeout()}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth)}
 	if !cfg.Insecure {
 		tc, err := cfg.grpcTLSConfig()
@@ -203,7 +218,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		rep.Close()
 		return nil, fmt.Errorf("listen grpc: %w", err)
 	}
-	s.lnGRPC = netutil.LimitListener(s.lnGRPC, cfg.MaxClientConnections)
+	// The per-address cap applies to connections the global one admitted:
+	// the excess from one address is closed, not left in the backlog.
+	s.lnGRPC = limitPerIP(netutil.LimitListener(s.lnGRPC, cfg.MaxClientConnections), cfg.maxClientCnxns(),
+		s.deniedConn("grpc"))
 	if cfg.ListenZK != "" {
 		if err := s.zk.listen(cfg.ListenZK, nil); err != nil {
 			s.lnGRPC.Close()
@@ -229,7 +247,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			rep.Close()
 			return nil, fmt.Errorf("listen http: %w", err)
 		}
-		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		// At most MaxHTTPConnections open (further ones wait in the
+		// backlog); a slow request or an idle keep-alive connection does
+		// not hold its slot past the timeouts.
+		s.lnHTTP = netutil.LimitListener(s.lnHTTP, cfg.MaxHTTPConnections)
+		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 30 * time.Second, IdleTimeout: cfg.idleTimeout()}
 	}
 	return s, nil
 }

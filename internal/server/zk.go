@@ -119,6 +119,8 @@ func (l *zkListener) listen(addr string, tc *tls.Config) error {
 	if err != nil {
 		return fmt.Errorf("listen zk: %w", err)
 	}
+	// maxClientCnxns: per client address, on each ZooKeeper port.
+	ln = limitPerIP(ln, l.s.cfg.maxClientCnxns(), l.s.deniedConn("zk"))
 	if tc != nil {
 		ln = tls.NewListener(ln, tc)
 	}
@@ -391,7 +393,15 @@ func (c *zkConn) readLoop() {
 	if head, err := r.Peek(4); err == nil && isFourLetterWord(string(head)) {
 		r.Discard(4)
 		c.fourLetter.Store(true)
-		reply := c.s.fourLetterWord(string(head)) // counts this connection, as ZooKeeper's does
+		w := string(head)
+		var reply string
+		if c.s.cfg.fourLetterWordEnabled(w) {
+			reply = c.s.fourLetterWord(w) // counts this connection, as ZooKeeper's does
+		} else {
+			// ZooKeeper's answer to a word outside 4lw.commands.whitelist;
+			// the connection closes after it, as after any word.
+			reply = w + " is not executed because it is not in the whitelist.\n"
+		}
 		// Unregister before the reply can be sent: a client that reads the
 		// reply to EOF and asks again must not see this connection counted.
 		c.l.mu.Lock()

@@ -211,7 +211,8 @@ func readFrame(t *testing.T, c net.Conn) []byte {
 }
 
 func TestZKBadInput(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	// The words asked below are enabled: only srvr is by default.
+	tc := newTestCluster(t, 3, func(c *Config) { c.FourLetterWords = []string{"ruok", "mntr"} })
 	tc.leader()
 	addr := tc.zkAddrs()[0]
 

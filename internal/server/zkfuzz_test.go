@@ -57,7 +57,7 @@ func fuzzStream(in []byte) []byte {
 //
 //	go test -run '^$' -fuzz FuzzZKConnection -fuzztime 5m ./internal/server/
 func FuzzZKConnection(f *testing.F) {
-	tc := newTestCluster(f, 1, func(c *Config) { c.SessionTickMs = 200 })
+	tc := newTestCluster(f, 1, func(c *Config) { c.SessionTickMs = 200; c.FourLetterWords = []string{"ruok"} })
 	tc.leader()
 	s := tc.servers[0]
 	addr := tc.zkAddrs()[0]

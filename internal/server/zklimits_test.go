@@ -178,7 +178,9 @@ func TestZKThousandsOfWatchers(t *testing.T) {
 	if testing.Short() {
 		n = 200
 	}
-	tc := newTestCluster(t, 1, nil)
+	// Every session connects from 127.0.0.1: no per-address cap, as
+	// ZooKeeper would need maxClientCnxns=0 for this.
+	tc := newTestCluster(t, 1, func(c *Config) { c.MaxClientCnxns = new(int) })
 	tc.leader()
 	addr := tc.zkAddrs()[0]
 	other, _ := zkConnect(t, []string{addr})

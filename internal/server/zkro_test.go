@@ -189,6 +189,10 @@ func TestZKNullAndEmptyData(t *testing.T) {
 	}
 }
 
+// insecureProps: -D meridian.insecure=true, which a zoo.cfg needs to run
+// with plaintext peers (sslQuorum is not implemented).
+var insecureProps = map[string]string{"meridian.insecure": "true"}
+
 func TestFromZooCfg(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -210,6 +214,7 @@ initLimit=4
 	z, err := FromZooCfg(cfg, map[string]string{
 		"zookeeper.DigestAuthenticationProvider.superDigest": "super:D/InIHSb7yEEbrWz8b9l71RjZJU=",
 		"readonlymode.enabled":                               "true",
+		"meridian.insecure":                                  "true",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +231,9 @@ initLimit=4
 	if m := c.Members[2]; m.ID != 3 || m.Peer != "localhost:20022" || m.GRPC != "localhost:20021" || m.Role != "learner" {
 		t.Fatalf("member 3: %+v", m)
 	}
-	if strings.Join(z.Ignored, ",") != "initLimit,maxClientCnxns" {
-		t.Fatalf("ignored: %v", z.Ignored)
+	// maxClientCnxns maps to max_client_cnxns (0: unlimited, as written).
+	if strings.Join(z.Ignored, ",") != "initLimit" || c.MaxClientCnxns == nil || *c.MaxClientCnxns != 0 {
+		t.Fatalf("ignored: %v, max_client_cnxns %v", z.Ignored, c.MaxClientCnxns)
 	}
 
 	for name, body := range map[string]string{
@@ -243,7 +249,7 @@ initLimit=4
 		"bad tick":    "dataDir=" + data + "\nclientPort=1\ntickTime=-5\n",
 	} {
 		os.WriteFile(cfg, []byte(body), 0o644)
-		if _, err := FromZooCfg(cfg, nil); err == nil {
+		if _, err := FromZooCfg(cfg, insecureProps); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -251,7 +257,7 @@ initLimit=4
 	// Standalone: no server lines, no myid needed.
 	os.Remove(filepath.Join(data, "myid"))
 	os.WriteFile(cfg, []byte("dataDir="+data+"\nclientPort=2181\n"), 0o644)
-	z, err = FromZooCfg(cfg, nil)
+	z, err = FromZooCfg(cfg, insecureProps)
 	if err != nil || z.Config.ID != 1 || len(z.Config.Members) != 1 || z.Config.ListenZK != "0.0.0.0:2181" {
 		t.Fatalf("standalone: %+v %v", z.Config, err)
 	}
@@ -262,7 +268,7 @@ initLimit=4
 
 // srvr, mntr and cons report the listener's real counters, not constants.
 func TestZKFourLetterWordCounters(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
+	tc := newTestCluster(t, 3, func(c *Config) { c.FourLetterWords = []string{"*"} })
 	tc.leader()
 	addr := tc.zkAddrs()[0]
 	word := func(w string) string {

@@ -135,7 +135,7 @@ func TestFromZooCfgTLS(t *testing.T) {
 	os.WriteFile(cfg, []byte("dataDir="+dir+"\nclientPort=2181\nsecureClientPort=2281\n"+
 		"ssl.keyStore.location="+ks+"\nssl.keyStore.password=apassword\n"+
 		"ssl.trustStore.location="+ts+"\nssl.trustStore.password=apassword\n"), 0o644)
-	z, err := FromZooCfg(cfg, nil)
+	z, err := FromZooCfg(cfg, insecureProps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestFromZooCfgTLS(t *testing.T) {
 
 	os.WriteFile(cfg, []byte("dataDir="+dir+"\nclientPort=2181\nsecureClientPort=2281\n"+
 		"ssl.keyStore.location="+ks+"\nssl.keyStore.password=wrong\n"), 0o644)
-	if _, err := FromZooCfg(cfg, nil); err == nil {
+	if _, err := FromZooCfg(cfg, insecureProps); err == nil {
 		t.Fatal("wrong keystore password accepted")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,7 +33,13 @@ type ZooCfg struct {
 // with peer host:quorumPort and grpc host:electionPort (an observer becomes
 // a learner); admin.serverPort →
 // http; secureClientPort with ssl.keyStore/ssl.trustStore (JKS or PEM) and
-// ssl.clientAuth → the TLS ZooKeeper port (see zooTLS); the superDigest
+// ssl.clientAuth → the TLS ZooKeeper port (see zooTLS);
+// 4lw.commands.whitelist (or its zookeeper.* system property) →
+// four_letter_words; maxClientCnxns → max_client_cnxns;
+// meridian.insecure=true (file or system property) → insecure, required
+// because sslQuorum is not implemented (refused, as are ssl.quorum.*,
+// quorum.auth.* and ssl.* keys zooTLS does not read; see
+// refuseUnimplemented); the superDigest
 // system property → super_digest; the
 // readonlymode.enabled system property → read_only_mode; the
 // java.security.auth.login.config system property → jaas_config. A config without
@@ -96,6 +103,30 @@ func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
 			return out, fmt.Errorf("zoo.cfg %s: %w", path, err)
 		}
 	}
+	if err := refuseUnimplemented(props, sysProps); err != nil {
+		return out, fmt.Errorf("zoo.cfg %s: %w", path, err)
+	}
+	wl := get("4lw.commands.whitelist")
+	if v, ok := sysProps["zookeeper.4lw.commands.whitelist"]; ok {
+		wl = v // the system property wins, as in ZooKeeper
+	}
+	if wl != "" {
+		words, skipped, err := zooFourLetterWords(wl)
+		if err != nil {
+			return out, fmt.Errorf("zoo.cfg %s: 4lw.commands.whitelist: %w", path, err)
+		}
+		c.FourLetterWords = words
+		for _, w := range skipped {
+			out.Ignored = append(out.Ignored, "4lw.commands.whitelist:"+w)
+		}
+	}
+	if v := get("maxClientCnxns"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return out, fmt.Errorf("zoo.cfg %s: maxClientCnxns %q: want a number >= 0 (0: unlimited)", path, v)
+		}
+		c.MaxClientCnxns = &n
+	}
 	if d := sysProps["zookeeper.DigestAuthenticationProvider.superDigest"]; d != "" {
 		c.SuperDigest = d
 	}
@@ -143,21 +174,132 @@ func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
 			}
 		}
 	}
-	// Keys that only tune ZooKeeper's own implementation, or features
-	// Meridian lacks (TLS, SASL, observers, dynamic reconfig), are listed so
-	// the operator sees them; see docs/compatibility.md.
+	// Keys that only tune ZooKeeper's own implementation are listed so the
+	// operator sees them; see docs/compatibility.md. Security settings
+	// Meridian lacks were refused above (refuseUnimplemented).
+	used["meridian.insecure"] = true
 	for k := range props {
 		if !used[k] {
 			out.Ignored = append(out.Ignored, k)
 		}
 	}
 	sort.Strings(out.Ignored)
-	c.Insecure = true // ZooKeeper's default (sslQuorum=false); see docs/security.md
+	// Without sslQuorum (refused above), ZooKeeper's servers talk in
+	// plaintext, and Meridian's peer, gRPC and HTTP ports would too:
+	// anyone who reaches the peer port can rewrite the cluster. That is
+	// accepted only when asked for by name.
+	insecure, err := zooInsecure(props, sysProps)
+	if err != nil {
+		return out, fmt.Errorf("zoo.cfg %s: %w", path, err)
+	}
+	c.Insecure = true
 	if err := c.Normalize(); err != nil {
 		return out, fmt.Errorf("zoo.cfg %s: %w", path, err)
 	}
+	if !insecure {
+		return out, fmt.Errorf("zoo.cfg %s: sslQuorum is not set, so the peer, gRPC and HTTP ports would be plaintext, "+
+			"which anyone who can reach them controls; Meridian runs so from a zoo.cfg only with meridian.insecure=true "+
+			"(in the file or as -D meridian.insecure=true), or use --config with tls: (see docs/security.md)", path)
+	}
 	return out, nil
 }
+
+// zooInsecure reads meridian.insecure from the file or the system
+// properties (which win).
+func zooInsecure(props, sysProps map[string]string) (bool, error) {
+	v, ok := props["meridian.insecure"]
+	if sv, sok := sysProps["meridian.insecure"]; sok {
+		v, ok = sv, true
+	}
+	switch {
+	case !ok, v == "false":
+		return false, nil
+	case v == "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("meridian.insecure %q: want true or false", v)
+}
+
+// zooTLSKeys are the ssl.* keys zooTLS implements for secureClientPort.
+var zooTLSKeys = map[string]bool{
+	"ssl.keyStore.location": true, "ssl.keyStore.password": true, "ssl.keyStore.type": true,
+	"ssl.trustStore.location": true, "ssl.trustStore.password": true, "ssl.trustStore.type": true,
+	"ssl.clientAuth": true,
+}
+
+// refuseUnimplemented fails closed on security settings Meridian does not
+// implement from a zoo.cfg: ignoring them would run a cluster less
+// protected than its operator configured. sslQuorum (TLS between
+// servers) and ssl.quorum.*: Meridian's member TLS needs certificates
+// naming member ids, which ZooKeeper's quorum keystores do not; configure
+// it with --config and tls:. quorum.auth.* (SASL between servers): not
+// implemented; "false" is accepted. ssl.* beyond the key and trust stores
+// and clientAuth (protocols, cipher suites, hostname verification, CRL,
+// OCSP, ...) would change the TLS port in ways zooTLS does not. Keys are
+// checked in the file and as zookeeper.* system properties; the error
+// names the first, in sorted order.
+func refuseUnimplemented(props, sysProps map[string]string) error {
+	type kv struct{ key, value, where string }
+	var all []kv
+	for k, v := range props {
+		all = append(all, kv{k, v, ""})
+	}
+	for k, v := range sysProps {
+		if zk, ok := strings.CutPrefix(k, "zookeeper."); ok {
+			all = append(all, kv{zk, v, " (system property " + k + ")"})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].key+all[i].where < all[j].key+all[j].where })
+	for _, p := range all {
+		switch {
+		case p.key == "sslQuorum":
+			if p.value != "false" {
+				return fmt.Errorf("sslQuorum%s: TLS between servers is not configured from a zoo.cfg; use --config with tls: (member certificates; see docs/security.md)", p.where)
+			}
+		case strings.HasPrefix(p.key, "ssl.quorum."):
+			return fmt.Errorf("%s%s: TLS between servers is not configured from a zoo.cfg; use --config with tls: (see docs/security.md)", p.key, p.where)
+		case strings.HasPrefix(p.key, "quorum.auth."):
+			if p.value != "false" {
+				return fmt.Errorf("%s%s: SASL between servers is not implemented; Meridian authenticates members by certificate (--config with tls:)", p.key, p.where)
+			}
+		case strings.HasPrefix(p.key, "ssl.") && !zooTLSKeys[p.key]:
+			return fmt.Errorf("%s%s: not implemented for the TLS client port (only ssl.keyStore.*, ssl.trustStore.* and ssl.clientAuth are)", p.key, p.where)
+		}
+	}
+	return nil
+}
+
+// zooFourLetterWords reads a 4lw.commands.whitelist value: a comma list
+// or "*". Words ZooKeeper has and Meridian does not answer are returned as
+// skipped (they would not be answered anyway); a word ZooKeeper does not
+// know is an error naming it.
+func zooFourLetterWords(v string) (words, skipped []string, err error) {
+	for _, w := range strings.Split(v, ",") {
+		w = strings.TrimSpace(w)
+		switch {
+		case w == "":
+		case w == "*" || fourLetterWords[w]:
+			words = append(words, w)
+		case zkOnlyFourLetterWords[w]:
+			skipped = append(skipped, w)
+		default:
+			return nil, nil, fmt.Errorf("%q is not a four-letter word", w)
+		}
+	}
+	if slices.Contains(words, "*") {
+		words = []string{"*"}
+	}
+	if len(words) == 0 {
+		// Only words Meridian does not answer: none of Meridian's is
+		// enabled, as ZooKeeper would answer none of them.
+		words = []string{"none"}
+	}
+	return words, skipped, nil
+}
+
+// zkOnlyFourLetterWords are ZooKeeper's words Meridian does not answer.
+var zkOnlyFourLetterWords = map[string]bool{"crst": true, "dump": true, "srst": true, "dirs": true,
+	"wchc": true, "wchp": true, "gtmk": true, "stmk": true, "hash": true}
 
 // zooTLS turns ZooKeeper's ssl.keyStore / ssl.trustStore settings (JKS or
 // PEM files) into the PEM files Meridian reads, written under

@@ -32,11 +32,20 @@ func FrameLength(hdr [4]byte, maxLen int) (int, error) {
 	return int(n), nil
 }
 
+// frameChunk is the most ReadFrame allocates for a body before any of it
+// has arrived; the buffer then doubles as bytes arrive.
+const frameChunk = 64 << 10
+
 // ReadFrame reads one length-prefixed packet: a 4-byte big-endian length,
 // then that many bytes. A length above maxLen (DefaultMaxFrame if
 // maxLen <= 0) or negative fails with ErrFrameTooLarge before any of the
 // body is read or allocated. EOF before the first header byte is io.EOF; a
 // frame cut short is io.ErrUnexpectedEOF.
+//
+// The body's buffer grows with what arrives (64 KiB, then doubling up to
+// the declared length), so a header declaring 1 MiB followed by nothing
+// costs 64 KiB, not 1 MiB: connections that send only headers cannot
+// make the server allocate their declared lengths.
 func ReadFrame(r io.Reader, maxLen int) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -46,12 +55,21 @@ func ReadFrame(r io.Reader, maxLen int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	b := make([]byte, 0, min(n, frameChunk))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), min(2*cap(b), n))
+			copy(nb, b)
+			b = nb
 		}
-		return nil, err
+		k, err := io.ReadFull(r, b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
 	return b, nil
 }
