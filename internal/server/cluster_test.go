@@ -169,6 +169,25 @@ func (tc *testCluster) proxiedTLS() *tls.Config {
 	return c
 }
 
+// httpGet fetches url (https://host:port/path) with the dev CA, as the dev
+// admin when admin is set, else with no client certificate.
+func (tc *testCluster) httpGet(url string, admin bool) (int, string) {
+	tc.t.Helper()
+	tlsc := tc.clientTLS()
+	if !admin {
+		tlsc.Certificates = nil
+	}
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsc}}
+	defer cl.CloseIdleConnections()
+	resp, err := cl.Get(url)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // dialOptions are those of a raw gRPC connection to this cluster.
 func (tc *testCluster) dialOptions() []grpc.DialOption {
 	return client.DialOptions(client.Config{TLS: tc.clientTLS()})
@@ -557,13 +576,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	getFrom := func(server int, path string) (int, string) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", ports[server-1], path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return tc.httpGet(fmt.Sprintf("https://127.0.0.1:%d%s", ports[server-1], path), true)
 	}
 	get := func(path string) (int, string) { return getFrom(1, path) }
 	// Profiles only where enable_pprof is set.
@@ -575,6 +588,27 @@ func TestHealthAndMetrics(t *testing.T) {
 	}
 	if code, _ := get("/livez"); code != 200 {
 		t.Fatalf("livez %d", code)
+	}
+	// The port speaks TLS only; /status and the profiles need an admin
+	// certificate, what a monitoring system scrapes needs none.
+	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/livez", ports[0])); err == nil {
+		code := resp.StatusCode
+		resp.Body.Close()
+		if code == 200 {
+			t.Fatal("plaintext HTTP request served")
+		}
+	}
+	anon := func(path string) int {
+		code, _ := tc.httpGet(fmt.Sprintf("https://127.0.0.1:%d%s", ports[0], path), false)
+		return code
+	}
+	for path, want := range map[string]int{"/status": 403, "/debug/pprof/goroutine?debug=1": 403, "/livez": 200, "/readyz": 200, "/metrics": 200} {
+		if code := anon(path); code != want {
+			t.Errorf("%s without a client certificate: %d, want %d", path, code, want)
+		}
+	}
+	if code, body := get("/status"); code != 200 || !strings.Contains(body, `"ClusterID"`) {
+		t.Errorf("/status as admin: %d %.120q", code, body)
 	}
 	if code, _ := get("/readyz"); code != 200 {
 		t.Fatalf("readyz %d with a leader", code)

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -52,15 +50,10 @@ func TestLatencyAPIAndMetrics(t *testing.T) {
 		t.Fatalf("rtt stats %v", st)
 	}
 
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	_, body := tc.httpGet(fmt.Sprintf("https://127.0.0.1:%d/metrics", ports[2]), false)
 	for _, m := range []string{`meridian_peer_rtt_seconds{peer="1",quantile="0.99"}`, `meridian_quorum_latency_seconds{quantile="0.5"}`,
 		`meridian_peer_probes_lost_total{peer="2"}`, "meridian_quorum_rounds_lost_total"} {
-		if !strings.Contains(string(body), m) {
+		if !strings.Contains(body, m) {
 			t.Fatalf("/metrics lacks %s", m)
 		}
 	}

@@ -251,8 +251,22 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		// backlog); a slow request or an idle keep-alive connection does
 		// not hold its slot past the timeouts.
 		s.lnHTTP = netutil.LimitListener(s.lnHTTP, cfg.MaxHTTPConnections)
+		// TLS with the member's certificate, as the gRPC port: a client
+		// certificate, when given, is verified and names an admin for
+		// /status and the profiles (http.go).
+		if !cfg.Insecure {
+			tc, err := cfg.grpcTLSConfig()
+			if err != nil {
+				s.lnHTTP.Close()
+				s.lnGRPC.Close()
+				rep.Close()
+				return nil, err
+			}
+			s.lnHTTP = tls.NewListener(s.lnHTTP, tc)
+		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout: 30 * time.Second, IdleTimeout: cfg.idleTimeout()}
+			ReadTimeout: 30 * time.Second, IdleTimeout: cfg.idleTimeout(),
+			ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)}
 	}
 	return s, nil
 }

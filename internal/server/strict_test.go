@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -355,8 +356,8 @@ func TestHTTPConnectionCapAndIdleTimeout(t *testing.T) {
 	})
 	tc.leader()
 	get := func(timeout time.Duration) error {
-		cl := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := cl.Get("http://" + httpAddr + "/livez")
+		cl := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tc.clientTLS()}}
+		resp, err := cl.Get("https://" + httpAddr + "/livez")
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -376,10 +377,13 @@ func TestHTTPConnectionCapAndIdleTimeout(t *testing.T) {
 	}
 
 	// A keep-alive connection idle past idle_timeout_ms is closed.
-	b.Write([]byte("GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"))
+	tlsc := tc.clientTLS()
+	tlsc.ServerName = "127.0.0.1"
+	tb := tls.Client(b, tlsc)
+	tb.Write([]byte("GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"))
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
 	start := time.Now()
-	got, err := io.ReadAll(b)
+	got, err := io.ReadAll(tb)
 	if err != nil || !strings.Contains(string(got), "200 OK") {
 		t.Fatalf("keep-alive connection: %q %v", got, err)
 	}
