@@ -320,3 +320,46 @@ func BenchmarkIdleGap(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTLSCost measures what TLS on every port costs: the same
+// 3-member loopback cluster once with TLS (peers, gRPC) and once with
+// insecure: true, writes (setData of 100 bytes) and sequential reads
+// through the native API from 1 and 64 clients.
+// Run: go test -run '^$' -bench TLSCost -benchtime 5s -count 3 ./internal/server
+func BenchmarkTLSCost(b *testing.B) {
+	for _, op := range []string{"write", "read"} {
+		for _, n := range []int{1, 64} {
+			for _, sec := range []string{"tls", "plaintext"} {
+				b.Run(fmt.Sprintf("%s/clients=%d/%s", op, n, sec), func(b *testing.B) {
+					tc := newTestCluster(b, 3, func(c *Config) {
+						c.TickMs, c.SessionTickMs = 50, 1000
+						if sec == "plaintext" {
+							c.Insecure, c.TLS = true, TLSConfig{}
+						}
+					})
+					tc.leader()
+					var cls []*client.Client
+					for i := 0; i < min(n, 8); i++ {
+						cls = append(cls, tc.client())
+					}
+					ctx := context.Background()
+					for i := 0; i < 64; i++ {
+						if _, _, err := cls[0].Create(ctx, fmt.Sprintf("/k%d", i), make([]byte, 100), client.CreateOptions{}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					cls[0].Sync(ctx)
+					val := make([]byte, 100)
+					runLoad(b, n, func(c *client.Client, i int) (time.Duration, error) {
+						if op == "write" {
+							_, err := c.Set(ctx, fmt.Sprintf("/k%d", i%64), val, -1)
+							return 0, err
+						}
+						_, _, err := c.Get(ctx, fmt.Sprintf("/k%d", i%64), client.WithConsistency(client.Sequential))
+						return 0, err
+					}, cls)
+				})
+			}
+		}
+	}
+}
