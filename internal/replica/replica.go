@@ -315,7 +315,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   r.mem,
+		Storage:                   raftStorage{r.mem},
 		Applied:                   r.snapIndex,
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxCommittedSizePerReady:  64 << 20,
@@ -919,9 +919,31 @@ func (r *Replica) releaseHeld(now time.Time) {
 // commit index beyond what this member acknowledged; one that does comes
 // from a confused peer or means this member lost its log, and raft's answer
 // to both, a panic, would take the server down on a network message.
+//
+// An acknowledgement (MsgAppResp, not a rejection) of an index beyond this
+// member's last entry is a lie: a member acknowledges only entries the leader
+// of its term sent it, and a leader never loses entries in its term (a stale
+// one from an older term, after this member's log was cut back, raft drops
+// on its term anyway). raft would record the peer as holding entries it
+// never had, count them toward commits, and ask storage for a snapshot
+// because it cannot build the next append from its own log (raftStorage
+// answers that without panicking; this keeps the bookkeeping honest).
+//
+// What is not refused here, because raft gives no way to tell it from the
+// truth: a message of a higher term. raft (with PreVote and CheckQuorum)
+// ignores a higher-term vote request while it hears from a leader (the
+// lease), but a heartbeat, append or snapshot of a higher term makes it a
+// follower of the sender at that term, and any other message of a higher
+// term makes it a leaderless follower; that is how a legitimately elected
+// leader takes over. A forged one deposes the real leader until the next
+// election; keeping forgers off the peer port (authentication) is the
+// answer, not a clock-based filter here.
 func refuseStep(m *pb.Message, last uint64) error {
-	if m.GetType() == pb.MsgHeartbeat && m.GetCommit() > last {
+	switch {
+	case m.GetType() == pb.MsgHeartbeat && m.GetCommit() > last:
 		return fmt.Errorf("heartbeat commits %d beyond the last index %d (log lost, or a confused peer)", m.GetCommit(), last)
+	case m.GetType() == pb.MsgAppResp && !m.GetReject() && m.GetIndex() > last:
+		return fmt.Errorf("append acknowledged at %d beyond the last index %d (a confused or lying peer)", m.GetIndex(), last)
 	}
 	return nil
 }
