@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -127,4 +128,293 @@ func TestForgedAppendDoesNotCrashLeader(t *testing.T) {
 		t.Errorf("leader records match %d for %d beyond its last index %d", ls.Progress[uint64(f+1)], f+1, ls.LastIndex)
 	}
 	c.commitsOn("b", "2", lead, other)
+}
+
+// peerTypes are the message types a peer may send (validate refuses the
+// local ones before raft sees them).
+var peerTypes = []pb.MessageType{pb.MsgProp, pb.MsgApp, pb.MsgAppResp, pb.MsgVote, pb.MsgVoteResp, pb.MsgSnap,
+	pb.MsgHeartbeat, pb.MsgHeartbeatResp, pb.MsgTransferLeader, pb.MsgTimeoutNow, pb.MsgReadIndex,
+	pb.MsgReadIndexResp, pb.MsgPreVote, pb.MsgPreVoteResp, pb.MsgForgetLeader}
+
+// choices turns fuzz bytes into decisions; exhausted, it answers zeros.
+type choices struct{ b []byte }
+
+func (c *choices) byte() byte {
+	if len(c.b) == 0 {
+		return 0
+	}
+	x := c.b[0]
+	c.b = c.b[1:]
+	return x
+}
+
+func (c *choices) pick(n int) int { return int(c.byte()) % n }
+
+func (c *choices) u64() uint64 {
+	var v uint64
+	for range 8 {
+		v = v<<8 | uint64(c.byte())
+	}
+	return v
+}
+
+// near is a value a hostile peer would choose given base, something the
+// receiver holds: base itself, one off, a few off, zero, the top of the
+// range, or anything.
+func (c *choices) near(base uint64) uint64 {
+	k := c.byte()
+	d := uint64(k>>3) + 2
+	switch k % 8 {
+	case 0:
+		return base
+	case 1:
+		return base + 1
+	case 2:
+		return base - 1
+	case 3:
+		return base + d
+	case 4:
+		return base - min(base, d)
+	case 5:
+		return 0
+	case 6:
+		return ^uint64(0) - uint64(k>>3)
+	default:
+		return c.u64()
+	}
+}
+
+// hostileMessage builds a well-formed raft message to member to, in the
+// name of another member, whose fields are chosen near what to holds (its
+// term, last, commit and first indexes): what a peer that lies, or is
+// confused, would send.
+func hostileMessage(ch *choices, c *cluster, to int) (from uint64, m *pb.Message) {
+	r := c.reps[to]
+	st := r.Status()
+	from = uint64((to+1+ch.pick(2))%3 + 1)
+	typ := peerTypes[ch.pick(len(peerTypes))]
+	idx := ch.near([]uint64{st.LastIndex, st.Commit, st.FirstIndex - 1}[ch.pick(3)])
+	term := ch.near(st.Term)
+	m = &pb.Message{Type: typ.Enum(), To: new(uint64(to + 1)), From: new(from), Term: new(term), Index: new(idx),
+		LogTerm: new(ch.near(logTerm(r, idx))), Commit: new(ch.near([]uint64{st.Commit, st.LastIndex}[ch.pick(2)]))}
+	if ch.byte()&1 == 1 {
+		m.Reject = new(true)
+		m.RejectHint = new(ch.near(idx))
+	}
+	if ch.byte()&1 == 1 {
+		m.Context = []byte{ch.byte(), ch.byte(), ch.byte(), ch.byte(), ch.byte(), ch.byte(), ch.byte(), ch.byte()}
+	}
+	// Entries follow the message's index (validate refuses gaps; a gap now
+	// and then checks that it does), with terms near the previous one.
+	prev, prevTerm := idx, m.GetLogTerm()
+	for n := ch.pick(4); n > 0; n-- {
+		next := prev + 1
+		if ch.byte() == 0xff {
+			next = ch.near(prev)
+		}
+		e := &pb.Entry{Index: new(next), Term: new(ch.near(prevTerm)), Type: pb.EntryNormal.Enum(), Data: []byte(fmt.Sprintf("fz%d=%d", next, ch.byte()))}
+		if ch.byte()%5 == 0 {
+			cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{
+				Type:   []pb.ConfChangeType{pb.ConfChangeAddNode, pb.ConfChangeRemoveNode, pb.ConfChangeAddLearnerNode}[ch.pick(3)].Enum(),
+				NodeId: new(uint64(ch.pick(5)))}}}
+			if ch.byte()&1 == 1 {
+				cc.Context = encodeContext(ccContext{Peers: []Peer{{ID: cc.GetChanges()[0].GetNodeId(), Addr: "127.0.0.1:1"}}})
+			}
+			e.Type, e.Data = pb.EntryConfChangeV2.Enum(), mustMarshal(cc)
+		}
+		m.Entries = append(m.Entries, e)
+		prev, prevTerm = next, e.GetTerm()
+	}
+	if typ == pb.MsgSnap {
+		voters := [][]uint64{{1, 2, 3}, {1, 2}, {to1(to)}, {1, 2, 3, 4}}[ch.pick(4)]
+		data := []byte("fz=snap\n")
+		if ch.byte()&1 == 0 {
+			data = wrapSnapshot(book{Peers: c.peers, Index: idx}, data)
+		}
+		m.Snapshot = &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{Index: new(idx), Term: new(m.GetLogTerm()),
+			ConfState: &pb.ConfState{Voters: voters}}}
+	}
+	return from, m
+}
+
+func to1(i int) uint64 { return uint64(i + 1) }
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// progresses fails the test unless some member leads and applies a new
+// proposal within 20 s: the group still commits.
+func (c *cluster) progresses(k, v string) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		c.alive()
+		for i, r := range c.reps {
+			if r == nil || !r.IsLeader() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if r.Propose(ctx, []byte(k+"="+v)) == nil {
+				for ctx.Err() == nil {
+					if got, _ := c.sms[i].get(k); got == v {
+						cancel()
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			cancel()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var sts []Status
+	for _, r := range c.reps {
+		sts = append(sts, r.Status())
+	}
+	c.t.Fatalf("the group no longer commits: %+v", sts)
+}
+
+// hostileRun starts a 3-member group, commits an entry, sends the messages
+// program describes to one member (the leader if the first byte is even,
+// else a follower), then requires that no member failed and that the group
+// still commits. Only one member is lied to: the other two are an honest
+// majority, so whatever the lies did to that one, the group must go on.
+func hostileRun(t *testing.T, program []byte) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.TickInterval = 10 * time.Millisecond })
+	lead := c.leader()
+	c.put(lead, "a", "1")
+	ch := &choices{b: program}
+	to := lead
+	if ch.byte()&1 == 1 {
+		to = (lead + 1) % 3
+	}
+	for n := 1 + ch.pick(4); n > 0 && c.reps[to] != nil; n-- {
+		from, m := hostileMessage(ch, c, to)
+		sendAsPeer(t, c.peers[to].Addr, from, m)
+	}
+	time.Sleep(50 * time.Millisecond)
+	c.alive()
+	c.progresses("after", "lies")
+}
+
+// TestHostilePeerMessages sends one well-formed raft message with hostile
+// fields to a member, over its peer port, in the name of another member,
+// and requires that no member fails and the group still commits. The
+// fields are set relative to what the receiver holds (st).
+func TestHostilePeerMessages(t *testing.T) {
+	normal := pb.EntryNormal
+	ent := func(i, term uint64) *pb.Entry {
+		return &pb.Entry{Index: new(i), Term: new(term), Type: &normal, Data: []byte(fmt.Sprint("h", i, "=x"))}
+	}
+	const huge = ^uint64(0) - 1
+	type hostile struct {
+		toLeader bool
+		// fromLeader: a follower gets it in the leader's name (else in the
+		// other follower's); to the leader it comes from a follower.
+		fromLeader bool
+		msg        func(st Status, lt uint64) *pb.Message // lt: the term of the receiver's last entry
+	}
+	cases := map[string]hostile{
+		"append beyond the log": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex + 5), LogTerm: new(st.Term),
+				Entries: []*pb.Entry{ent(st.LastIndex+6, st.Term)}}
+		}},
+		"append with a log term beyond the term": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), LogTerm: new(st.Term + 7)}
+		}},
+		"append committing beyond the last index": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), LogTerm: new(lt), Commit: new(huge),
+				Entries: []*pb.Entry{ent(st.LastIndex+1, st.Term)}}
+		}},
+		"append extending the log past the leader's": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), LogTerm: new(lt), Commit: new(st.Commit),
+				Entries: []*pb.Entry{ent(st.LastIndex+1, st.Term), ent(st.LastIndex+2, st.Term), ent(st.LastIndex+3, st.Term)}}
+		}},
+		"append with entries that skip": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), LogTerm: new(lt),
+				Entries: []*pb.Entry{ent(st.LastIndex+1, st.Term), ent(st.LastIndex+3, st.Term)}}
+		}},
+		"append below the commit index": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(uint64(0)), LogTerm: new(uint64(0)), Commit: new(huge),
+				Entries: []*pb.Entry{ent(1, st.Term)}}
+		}},
+		"acknowledgement beyond the leader's last index": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(st.LastIndex + 3)}
+		}},
+		"huge acknowledgement": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(huge)}
+		}},
+		"rejection with hint 0": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), Reject: new(true), RejectHint: new(uint64(0))}
+		}},
+		"rejection with a huge hint": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), Reject: new(true), RejectHint: new(huge), LogTerm: new(huge)}
+		}},
+		"rejection hinting below the first index": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), Reject: new(true),
+				RejectHint: new(st.FirstIndex - 1), LogTerm: new(uint64(1))}
+		}},
+		"rejection of an index beyond the leader's": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(huge), Reject: new(true), RejectHint: new(huge)}
+		}},
+		"heartbeat response of a higher term": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgHeartbeatResp.Enum(), Term: new(st.Term + 1)}
+		}},
+		"heartbeat of a higher term from a non-leader": {msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgHeartbeat.Enum(), Term: new(st.Term + 1), Commit: new(st.Commit)}
+		}},
+		"heartbeat of a higher term to the leader": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgHeartbeat.Enum(), Term: new(st.Term + 1), Commit: new(st.Commit)}
+		}},
+		"snapshot far ahead": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgSnap.Enum(), Term: new(st.Term), Snapshot: &pb.Snapshot{Data: []byte("s=1\n"),
+				Metadata: &pb.SnapshotMetadata{Index: new(st.LastIndex + 100), Term: new(st.Term), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+		}},
+		"snapshot at a huge index and term": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgSnap.Enum(), Term: new(huge), Snapshot: &pb.Snapshot{Data: []byte("s=1\n"),
+				Metadata: &pb.SnapshotMetadata{Index: new(huge), Term: new(huge), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+		}},
+		"snapshot behind the commit index": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgSnap.Enum(), Term: new(st.Term), Snapshot: &pb.Snapshot{Data: []byte("s=1\n"),
+				Metadata: &pb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+		}},
+		"snapshot to the leader": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgSnap.Enum(), Term: new(st.Term), Snapshot: &pb.Snapshot{Data: []byte("s=1\n"),
+				Metadata: &pb.SnapshotMetadata{Index: new(st.LastIndex + 100), Term: new(st.Term), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+		}},
+		"read index response beyond the log": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgReadIndexResp.Enum(), Term: new(st.Term), Index: new(huge), Context: []byte("12345678")}
+		}},
+		"vote of a higher term with a longer log": {msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgVote.Enum(), Term: new(st.Term + 1), Index: new(huge), LogTerm: new(st.Term)}
+		}},
+		"timeout now": {msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgTimeoutNow.Enum(), Term: new(st.Term)}
+		}},
+	}
+	for name, h := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, 3, func(cfg *Config) { cfg.TickInterval = 10 * time.Millisecond })
+			lead := c.leader()
+			c.put(lead, "a", "1")
+			to, from := (lead+1)%3, (lead+2)%3
+			if h.toLeader {
+				to, from = lead, (lead+1)%3
+			} else if h.fromLeader {
+				from = lead
+			}
+			st := c.reps[to].Status()
+			m := h.msg(st, logTerm(c.reps[to], st.LastIndex))
+			m.To, m.From = new(uint64(to+1)), new(uint64(from+1))
+			sendAsPeer(t, c.peers[to].Addr, uint64(from+1), m)
+			time.Sleep(100 * time.Millisecond)
+			c.alive()
+			c.progresses("after", "it")
+		})
+	}
 }

@@ -591,6 +591,9 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 		return fmt.Errorf("%s from this member itself", typ)
 	}
 	ents := m.GetEntries()
+	if err := inRange(m); err != nil {
+		return err
+	}
 	switch typ {
 	case pb.MsgVote, pb.MsgPreVote, pb.MsgVoteResp, pb.MsgPreVoteResp:
 		// raft answers a vote with the request's term and panics sending
@@ -659,6 +662,30 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 					return fmt.Errorf("snapshot configuration names non-member %d", id)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// maxRaftValue bounds every index and term a peer may send. raft adds to
+// them (the next index to send, the next term, the first index after a
+// snapshot) and wraps around at the top of uint64: a snapshot at index
+// 2^64-2, installed by a follower that then won an election, made its
+// first append panic ("invalid slice"). No real log or term comes near
+// 2^62 (a million entries a second for 146,000 years).
+const maxRaftValue = 1 << 62
+
+// inRange refuses a message with an index or term beyond maxRaftValue.
+func inRange(m *pb.Message) error {
+	md := m.GetSnapshot().GetMetadata()
+	for _, v := range []uint64{m.GetTerm(), m.GetLogTerm(), m.GetIndex(), m.GetCommit(), m.GetRejectHint(), md.GetIndex(), md.GetTerm()} {
+		if v > maxRaftValue {
+			return fmt.Errorf("%s carries %d, beyond any real index or term", m.GetType(), v)
+		}
+	}
+	for _, e := range m.GetEntries() {
+		if e.GetIndex() > maxRaftValue || e.GetTerm() > maxRaftValue {
+			return fmt.Errorf("%s carries an entry at index %d, term %d, beyond any real index or term", m.GetType(), e.GetIndex(), e.GetTerm())
 		}
 	}
 	return nil
