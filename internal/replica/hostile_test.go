@@ -45,8 +45,12 @@ func sendAsPeer(tb testing.TB, addr string, from uint64, msgs ...*pb.Message) {
 	conn.Read(make([]byte, 1))
 }
 
-// logTerm is the term of entry i in replica r's log (0 when it has none).
+// logTerm is the term of entry i in replica r's log (0 when it has none;
+// MemoryStorage.Term indexes out of range for i far beyond its log).
 func logTerm(r *Replica, i uint64) uint64 {
+	if last, _ := r.mem.LastIndex(); i > last {
+		return 0
+	}
 	t, _ := r.mem.Term(i)
 	return t
 }
