@@ -124,7 +124,7 @@ func FuzzPeerFrames(f *testing.F) {
 			for _, m := range ev.msgs {
 				m = proto.Clone(m).(*pb.Message)
 				last, _ := ms.LastIndex()
-				if refuseStep(m, last) != nil {
+				if refuseStep(m, last, rn.BasicStatus().RaftState == raft.StateLeader) != nil {
 					continue
 				}
 				if err := rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrProposalDropped) {

@@ -343,6 +343,22 @@ func TestHostilePeerMessages(t *testing.T) {
 			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), LogTerm: new(lt),
 				Entries: []*pb.Entry{ent(st.LastIndex+1, st.Term), ent(st.LastIndex+3, st.Term)}}
 		}},
+		// A configuration change raft cannot apply, committed: raft
+		// panics applying it unless the replica treats it as a no-op.
+		"committed configuration change removing every voter": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(uint64(1))},
+				{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(uint64(2))}, {Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(uint64(3))}}}
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), LogTerm: new(lt), Commit: new(st.LastIndex + 1),
+				Entries: []*pb.Entry{{Index: new(st.LastIndex + 1), Term: new(st.Term), Type: pb.EntryConfChangeV2.Enum(), Data: mustMarshal(cc)}}}
+		}},
+		"committed configuration change leaving a joint state that is not": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), LogTerm: new(lt), Commit: new(st.LastIndex + 1),
+				Entries: []*pb.Entry{{Index: new(st.LastIndex + 1), Term: new(st.Term), Type: pb.EntryConfChangeV2.Enum(), Data: mustMarshal(&pb.ConfChangeV2{})}}}
+		}},
+		"committed undecodable configuration change": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), LogTerm: new(lt), Commit: new(st.LastIndex + 1),
+				Entries: []*pb.Entry{{Index: new(st.LastIndex + 1), Term: new(st.Term), Type: pb.EntryConfChange.Enum(), Data: []byte{0xff, 0xff}}}}
+		}},
 		"append below the commit index": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
 			return &pb.Message{Type: pb.MsgApp.Enum(), Term: new(st.Term), Index: new(uint64(0)), LogTerm: new(uint64(0)), Commit: new(huge),
 				Entries: []*pb.Entry{ent(1, st.Term)}}
@@ -358,6 +374,10 @@ func TestHostilePeerMessages(t *testing.T) {
 		}},
 		"rejection with a huge hint": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
 			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), Reject: new(true), RejectHint: new(huge), LogTerm: new(huge)}
+		}},
+		"rejection with a hint beyond the log": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), Reject: new(true),
+				RejectHint: new(st.LastIndex + 1000), LogTerm: new(st.Term + 5)}
 		}},
 		"rejection hinting below the first index": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
 			return &pb.Message{Type: pb.MsgAppResp.Enum(), Term: new(st.Term), Index: new(st.LastIndex), Reject: new(true),
@@ -395,7 +415,18 @@ func TestHostilePeerMessages(t *testing.T) {
 			return &pb.Message{Type: pb.MsgReadIndexResp.Enum(), Term: new(st.Term), Index: new(huge), Context: []byte("12345678")}
 		}},
 		"vote of a higher term with a longer log": {msg: func(st Status, lt uint64) *pb.Message {
-			return &pb.Message{Type: pb.MsgVote.Enum(), Term: new(st.Term + 1), Index: new(huge), LogTerm: new(st.Term)}
+			return &pb.Message{Type: pb.MsgVote.Enum(), Term: new(st.Term + 1), Index: new(st.LastIndex + 1000), LogTerm: new(st.Term)}
+		}},
+		// raft forwards these to the leader and panics sending one that
+		// carries a term.
+		"read index with a term": {msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgReadIndex.Enum(), Term: new(st.Term), Entries: []*pb.Entry{{Data: []byte("12345678")}}}
+		}},
+		"proposal with a term": {msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgProp.Enum(), Term: new(st.Term), Entries: []*pb.Entry{{Type: &normal, Data: []byte("p=1")}}}
+		}},
+		"leader transfer of the current term to a follower": {msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgTransferLeader.Enum(), Term: new(st.Term)}
 		}},
 		"timeout now": {msg: func(st Status, lt uint64) *pb.Message {
 			return &pb.Message{Type: pb.MsgTimeoutNow.Enum(), Term: new(st.Term)}

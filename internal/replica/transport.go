@@ -594,6 +594,11 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 	if err := inRange(m); err != nil {
 		return err
 	}
+	// raft sends proposals and read requests without a term (they belong
+	// to none) and panics forwarding one to the leader that carries one.
+	if (typ == pb.MsgProp || typ == pb.MsgReadIndex) && m.GetTerm() != 0 {
+		return fmt.Errorf("%s with a term", typ)
+	}
 	switch typ {
 	case pb.MsgVote, pb.MsgPreVote, pb.MsgVoteResp, pb.MsgPreVoteResp:
 		// raft answers a vote with the request's term and panics sending
