@@ -928,7 +928,9 @@ func (r *Replica) releaseHeld(now time.Time) {
 // member's last entry is a lie: a member acknowledges only entries the leader
 // of its term sent it, and a leader never loses entries in its term (a stale
 // one from an older term, after this member's log was cut back, raft drops
-// on its term anyway). raft would record the peer as holding entries it
+// on its term anyway). The leader sends entries before writing them, but the
+// loop steps the answer only after the Ready that sent them is in storage,
+// so last covers them. raft would record the peer as holding entries it
 // never had, count them toward commits, and ask storage for a snapshot
 // because it cannot build the next append from its own log (raftStorage
 // answers that without panicking; this keeps the bookkeeping honest).
