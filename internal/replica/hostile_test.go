@@ -403,6 +403,10 @@ func TestHostilePeerMessages(t *testing.T) {
 			return &pb.Message{Type: pb.MsgSnap.Enum(), Term: new(huge), Snapshot: &pb.Snapshot{Data: []byte("s=1\n"),
 				Metadata: &pb.SnapshotMetadata{Index: new(huge), Term: new(huge), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
 		}},
+		"snapshot of a term above the message's": {toLeader: true, msg: func(st Status, lt uint64) *pb.Message {
+			return &pb.Message{Type: pb.MsgSnap.Enum(), Term: new(st.Term + 1), Snapshot: &pb.Snapshot{Data: []byte("s=1\n"),
+				Metadata: &pb.SnapshotMetadata{Index: new(st.LastIndex + 16), Term: new(st.Term + 10), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}
+		}},
 		"snapshot behind the commit index": {fromLeader: true, msg: func(st Status, lt uint64) *pb.Message {
 			return &pb.Message{Type: pb.MsgSnap.Enum(), Term: new(st.Term), Snapshot: &pb.Snapshot{Data: []byte("s=1\n"),
 				Metadata: &pb.SnapshotMetadata{Index: new(uint64(1)), Term: new(uint64(1)), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}}

@@ -642,6 +642,13 @@ func (t *transport) validate(m *pb.Message, snapFrame bool) error {
 		if md == nil || md.GetIndex() == 0 || len(md.GetConfState().GetVoters()) == 0 {
 			return errors.New("snapshot without metadata")
 		}
+		// A leader of term T holds no entry of a later term. A member that
+		// installed such a snapshot won the next election with it and then
+		// sent appends whose terms went down from it, which every follower
+		// refuses: the group stopped committing.
+		if md.GetTerm() > m.GetTerm() {
+			return fmt.Errorf("snapshot of term %d above message term %d", md.GetTerm(), m.GetTerm())
+		}
 		// Every member it names must be known here or be in the address
 		// book it carries (members added since this one's configuration).
 		bk, _, err := unwrapSnapshot(m.GetSnapshot().GetData())
