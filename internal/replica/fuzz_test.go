@@ -45,6 +45,13 @@ func (e *collectEvents) snapshotDone(uint64, bool) {}
 // transport accepts into a raft node of a 3-member group that has a
 // committed log. Neither the decoder nor raft may panic: whatever validate
 // lets through must be something raft handles.
+//
+// program, when not empty, is decoded into well-formed raft messages whose
+// fields (terms, indexes, log terms, commits, rejections and hints, entries,
+// configuration changes, snapshots with metadata) are chosen near what the
+// receiver holds, and sent over a real peer connection to one member of a
+// live 3-member group (hostileRun): no member may fail and the group must
+// still commit.
 func FuzzPeerFrames(f *testing.F) {
 	typ := func(mt pb.MessageType) *pb.MessageType { return &mt }
 	normal, ccv2 := pb.EntryNormal, pb.EntryConfChangeV2
@@ -71,9 +78,26 @@ func FuzzPeerFrames(f *testing.F) {
 		withLen(frameBytes(kindRaft, 2, nil), 0xffffffff),
 	}
 	for _, s := range seeds {
-		f.Add(s)
+		f.Add(s, []byte(nil))
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
+	// Programs for hostileRun (see hostileMessage for how bytes decode).
+	for _, p := range [][]byte{
+		// To a follower, in the leader's name and term: an append past
+		// the follower's log; the follower's acknowledgement made the
+		// leader's raft demand a snapshot that did not exist (a panic).
+		{1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1},
+		// To the leader: an acknowledgement beyond its last index.
+		{0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0},
+		// To a follower: a heartbeat of a higher term from a non-leader.
+		{1, 0, 0, 6, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+		// To a follower: a snapshot far ahead, in the leader's name.
+		{1, 0, 1, 5, 0, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+		// To the leader: a rejection whose hint points below everything.
+		{0, 1, 1, 2, 0, 0, 0, 0, 0, 0, 1, 5, 0, 0},
+	} {
+		f.Add([]byte(nil), p)
+	}
+	f.Fuzz(func(t *testing.T, data, program []byte) {
 		ev := &collectEvents{}
 		tr := &transport{id: 1, log: slog.New(slog.DiscardHandler), ev: ev, origin: time.Now(),
 			maxMsgFrame: 1 << 20, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
@@ -109,7 +133,7 @@ func FuzzPeerFrames(f *testing.F) {
 			for _, m := range ev.msgs {
 				m = proto.Clone(m).(*pb.Message)
 				last, _ := ms.LastIndex()
-				if refuseStep(m, last) != nil {
+				if refuseStep(m, last, rn.BasicStatus().RaftState == raft.StateLeader) != nil {
 					continue
 				}
 				if err := rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) && !errors.Is(err, raft.ErrProposalDropped) {
@@ -128,6 +152,11 @@ func FuzzPeerFrames(f *testing.F) {
 				}
 			}
 		}
+
+		// Well-formed messages with hostile fields, to a live group.
+		if len(program) > 0 {
+			hostileRun(t, program)
+		}
 	})
 }
 
@@ -141,7 +170,7 @@ func fuzzRaftNode(t *testing.T, leader bool) (*raft.RawNode, *raft.MemoryStorage
 		ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}})
 	ms.Append([]*pb.Entry{{Index: new(uint64(2)), Term: new(uint64(2)), Type: &normal}, {Index: new(uint64(3)), Term: new(uint64(2)), Type: &normal}})
 	ms.SetHardState(&pb.HardState{Term: new(uint64(2)), Commit: new(uint64(3)), Vote: new(uint64(2))})
-	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: ms, Applied: 1,
+	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: raftStorage{ms}, Applied: 1,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 64, CheckQuorum: true, PreVote: true, StepDownOnRemoval: true,
 		Logger: raftLogger{slog.New(slog.DiscardHandler)}})
 	if err != nil {

@@ -328,7 +328,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   r.mem,
+		Storage:                   raftStorage{r.mem},
 		Applied:                   r.snapIndex,
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxCommittedSizePerReady:  64 << 20,
@@ -855,7 +855,11 @@ func (r *Replica) drain() {
 
 func (r *Replica) step(m *pb.Message) {
 	last, _ := r.mem.LastIndex()
-	if err := refuseStep(m, last); err != nil {
+	leads := false
+	if m.GetType() == pb.MsgTransferLeader { // the only check that needs it
+		leads = r.rn.BasicStatus().RaftState == raft.StateLeader
+	}
+	if err := refuseStep(m, last, leads); err != nil {
 		r.refused++
 		if now := time.Now(); now.Sub(r.refusedLogged) > 10*time.Second {
 			r.log.Error("refusing a peer message raft would crash on", "from", m.GetFrom(), "type", m.GetType().String(), "err", err, "refused", r.refused)
@@ -947,9 +951,40 @@ func (r *Replica) releaseHeld(now time.Time) {
 // commit index beyond what this member acknowledged; one that does comes
 // from a confused peer or means this member lost its log, and raft's answer
 // to both, a panic, would take the server down on a network message.
-func refuseStep(m *pb.Message, last uint64) error {
-	if m.GetType() == pb.MsgHeartbeat && m.GetCommit() > last {
+//
+// An acknowledgement (MsgAppResp, not a rejection) of an index beyond this
+// member's last entry is a lie: a member acknowledges only entries the leader
+// of its term sent it, and a leader never loses entries in its term (a stale
+// one from an older term, after this member's log was cut back, raft drops
+// on its term anyway). The leader sends entries before writing them, but the
+// loop steps the answer only after the Ready that sent them is in storage,
+// so last covers them. raft would record the peer as holding entries it
+// never had, count them toward commits, and ask storage for a snapshot
+// because it cannot build the next append from its own log (raftStorage
+// answers that without panicking; this keeps the bookkeeping honest).
+//
+// What is not refused here, because raft gives no way to tell it from the
+// truth: a message of a higher term. raft (with PreVote and CheckQuorum)
+// ignores a higher-term vote request while it hears from a leader (the
+// lease), but a heartbeat, append or snapshot of a higher term makes it a
+// follower of the sender at that term, and any other message of a higher
+// term makes it a leaderless follower; that is how a legitimately elected
+// leader takes over. A forged one deposes the real leader until the next
+// election; keeping forgers off the peer port (authentication) is the
+// answer, not a clock-based filter here.
+//
+// A leadership transfer request with a term reaching a member that does not
+// lead is refused too: raft would forward it to the leader and panic sending
+// a forwarded message with a term. A follower forwards a request only to the
+// leader of its term, which handles it, so no honest peer sends one here.
+func refuseStep(m *pb.Message, last uint64, leads bool) error {
+	switch {
+	case m.GetType() == pb.MsgTransferLeader && m.GetTerm() != 0 && !leads:
+		return fmt.Errorf("leadership transfer request of term %d to a member that does not lead", m.GetTerm())
+	case m.GetType() == pb.MsgHeartbeat && m.GetCommit() > last:
 		return fmt.Errorf("heartbeat commits %d beyond the last index %d (log lost, or a confused peer)", m.GetCommit(), last)
+	case m.GetType() == pb.MsgAppResp && !m.GetReject() && m.GetIndex() > last:
+		return fmt.Errorf("append acknowledged at %d beyond the last index %d (a confused or lying peer)", m.GetIndex(), last)
 	}
 	return nil
 }
@@ -1087,22 +1122,27 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 			if len(e.GetData()) > 0 {
 				r.sm.Apply(e.GetIndex(), e.GetTerm(), e.GetData())
 			}
-		case pb.EntryConfChange:
-			var cc pb.ConfChange
-			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
-			}
-			if r.applyConfChange(e.GetIndex(), cc.AsV2()) {
-				if err := r.snapshotAt(e.GetIndex()); err != nil {
-					return err
+		case pb.EntryConfChange, pb.EntryConfChangeV2:
+			cc, err := decodeConfChange(e)
+			if err == nil {
+				cs := r.confState
+				if cs == nil { // the bootstrap's first change
+					cs = &pb.ConfState{}
 				}
+				last, _ := r.mem.LastIndex()
+				_, err = checkConfChange(cs, last, cc)
 			}
-		case pb.EntryConfChangeV2:
-			var cc pb.ConfChangeV2
-			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-				return fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
+			if err != nil {
+				// This leader's proposals and the changes it accepts from
+				// followers are checked before they enter the log, so such
+				// an entry came from a peer that lied (or a bug). raft
+				// panics applying it; its documented alternative is not to
+				// apply it: the entry becomes a no-op. Every member holds
+				// the same entry and configuration, so all skip it alike.
+				r.log.Error("skipping a committed membership change that cannot be applied", "index", e.GetIndex(), "err", err)
+				continue
 			}
-			if r.applyConfChange(e.GetIndex(), &cc) {
+			if r.applyConfChange(e.GetIndex(), cc) {
 				if err := r.snapshotAt(e.GetIndex()); err != nil {
 					return err
 				}
@@ -1111,6 +1151,22 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 	}
 	r.applied.set(ents[len(ents)-1].GetIndex())
 	return nil
+}
+
+// decodeConfChange decodes a configuration change entry of either version.
+func decodeConfChange(e *pb.Entry) (*pb.ConfChangeV2, error) {
+	if e.GetType() == pb.EntryConfChange {
+		var cc pb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return nil, fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
+		}
+		return cc.AsV2(), nil
+	}
+	var cc pb.ConfChangeV2
+	if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+		return nil, fmt.Errorf("conf change at %d: %w", e.GetIndex(), err)
+	}
+	return &cc, nil
 }
 
 // maybeSnapshot snapshots the state machine every SnapshotEntries applied

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -263,4 +264,25 @@ func (d *disk) setClusterID(id uint64) error {
 	binary.BigEndian.PutUint64(v[4:], id)
 	binary.BigEndian.PutUint32(v, crc32.Checksum(v[4:], crcTable))
 	return d.db.Set(keyClusterID, v, pebble.Sync)
+}
+
+// raftStorage is the log as raft reads it: the replica's MemoryStorage,
+// except that before the first snapshot is taken it has no snapshot to offer.
+//
+// raft asks for a snapshot when it cannot build an append for a follower:
+// the entry before the follower's Next is compacted away, or lies beyond the
+// leader's own last index. The second only happens when a follower's
+// acknowledgement claims entries this leader never had (a forged or confused
+// MsgAppResp); MemoryStorage then hands back its empty initial snapshot and
+// raft panics with "need non-empty snapshot", taking the leader down on one
+// network message. ErrSnapshotTemporarilyUnavailable is raft's own answer for
+// "no snapshot now": it skips that follower and tries again later.
+type raftStorage struct{ *raft.MemoryStorage }
+
+func (s raftStorage) Snapshot() (*pb.Snapshot, error) {
+	snap, err := s.MemoryStorage.Snapshot()
+	if err == nil && raft.IsEmptySnap(snap) {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	return snap, err
 }

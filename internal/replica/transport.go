@@ -668,6 +668,14 @@ func (t *transport) validate(m *pb.Message, sender uint64, snapFrame bool) error
 		return fmt.Errorf("%s from this member itself", typ)
 	}
 	ents := m.GetEntries()
+	if err := inRange(m); err != nil {
+		return err
+	}
+	// raft sends proposals and read requests without a term (they belong
+	// to none) and panics forwarding one to the leader that carries one.
+	if (typ == pb.MsgProp || typ == pb.MsgReadIndex) && m.GetTerm() != 0 {
+		return fmt.Errorf("%s with a term", typ)
+	}
 	switch typ {
 	case pb.MsgVote, pb.MsgPreVote, pb.MsgVoteResp, pb.MsgPreVoteResp:
 		// raft answers a vote with the request's term and panics sending
@@ -711,6 +719,13 @@ func (t *transport) validate(m *pb.Message, sender uint64, snapFrame bool) error
 		if md == nil || md.GetIndex() == 0 || len(md.GetConfState().GetVoters()) == 0 {
 			return errors.New("snapshot without metadata")
 		}
+		// A leader of term T holds no entry of a later term. A member that
+		// installed such a snapshot won the next election with it and then
+		// sent appends whose terms went down from it, which every follower
+		// refuses: the group stopped committing.
+		if md.GetTerm() > m.GetTerm() {
+			return fmt.Errorf("snapshot of term %d above message term %d", md.GetTerm(), m.GetTerm())
+		}
 		// Every member it names must be known here or be in the address
 		// book it carries (members added since this one's configuration).
 		bk, _, err := unwrapSnapshot(m.GetSnapshot().GetData())
@@ -736,6 +751,30 @@ func (t *transport) validate(m *pb.Message, sender uint64, snapFrame bool) error
 					return fmt.Errorf("snapshot configuration names non-member %d", id)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// maxRaftValue bounds every index and term a peer may send. raft adds to
+// them (the next index to send, the next term, the first index after a
+// snapshot) and wraps around at the top of uint64: a snapshot at index
+// 2^64-2, installed by a follower that then won an election, made its
+// first append panic ("invalid slice"). No real log or term comes near
+// 2^62 (a million entries a second for 146,000 years).
+const maxRaftValue = 1 << 62
+
+// inRange refuses a message with an index or term beyond maxRaftValue.
+func inRange(m *pb.Message) error {
+	md := m.GetSnapshot().GetMetadata()
+	for _, v := range []uint64{m.GetTerm(), m.GetLogTerm(), m.GetIndex(), m.GetCommit(), m.GetRejectHint(), md.GetIndex(), md.GetTerm()} {
+		if v > maxRaftValue {
+			return fmt.Errorf("%s carries %d, beyond any real index or term", m.GetType(), v)
+		}
+	}
+	for _, e := range m.GetEntries() {
+		if e.GetIndex() > maxRaftValue || e.GetTerm() > maxRaftValue {
+			return fmt.Errorf("%s carries an entry at index %d, term %d, beyond any real index or term", m.GetType(), e.GetIndex(), e.GetTerm())
 		}
 	}
 	return nil
