@@ -271,17 +271,7 @@ func TestZKFourLetterWordCounters(t *testing.T) {
 	tc := newTestCluster(t, 3, func(c *Config) { c.FourLetterWords = []string{"*"} })
 	tc.leader()
 	addr := tc.zkAddrs()[0]
-	word := func(w string) string {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.Write([]byte(w))
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, _ := io.ReadAll(c)
-		return string(b)
-	}
+	word := func(w string) string { return fourLetter(t, addr, w) }
 	field := func(text, key string) string {
 		for _, line := range strings.Split(text, "\n") {
 			if k, v, ok := strings.Cut(line, key); ok && k == "" {

@@ -1,14 +1,8 @@
 package server
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +12,7 @@ import (
 
 	gozk "github.com/go-zookeeper/zk"
 
+	"github.com/meridian-coord/meridian/internal/pki"
 	zk "github.com/meridian-coord/meridian/internal/zkproto"
 )
 
@@ -25,45 +20,28 @@ import (
 // certificate, all PEM, and returns their paths and the CA pool.
 func testPKI(t *testing.T) (dir string, pool *x509.CertPool) {
 	dir = t.TempDir()
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	write := func(name, typ string, der []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	caKey := newKey()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, err := pki.NewCA("test ca")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	write("ca.pem", "CERTIFICATE", caDER)
-	for i, name := range []string{"server", "client"} {
-		k := newKey()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kd, _ := x509.MarshalPKCS8PrivateKey(k)
-		write(name+".pem", "CERTIFICATE", der)
-		write(name+"-key.pem", "PRIVATE KEY", kd)
+	if err := ca.Write(dir); err != nil {
+		t.Fatal(err)
 	}
-	pool = x509.NewCertPool()
-	pool.AddCert(ca)
-	return dir, pool
+	srv, err := ca.IssueMember("server", []string{"127.0.0.1"})
+	if err == nil {
+		err = srv.Write(dir, "server")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := ca.IssueClient("client", "")
+	if err == nil {
+		err = cl.Write(dir, "client")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, ca.Pool()
 }
 
 // The TLS ZooKeeper port serves a client with a certificate the CA signed
