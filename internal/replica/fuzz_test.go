@@ -100,7 +100,7 @@ func FuzzPeerFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data, program []byte) {
 		ev := &collectEvents{}
 		tr := &transport{id: 1, log: slog.New(slog.DiscardHandler), ev: ev, origin: time.Now(),
-			maxMsgFrame: 1 << 20, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+			maxMsgFrame: 1 << 20, conns: map[net.Conn]struct{}{}, unauth: map[string]int{}, unauthAddr: map[net.Conn]string{}, stop: make(chan struct{})}
 		members := map[uint64]string{1: "", 2: "", 3: ""}
 		peers := map[uint64]*peerConn{2: {id: 2}, 3: {id: 3}}
 		tr.members.Store(&members)

@@ -428,3 +428,60 @@ func TestClusterIDStored(t *testing.T) {
 		t.Fatal("data lost")
 	}
 }
+
+// TestUnauthenticatedConnectionsPerAddress: one address holding as many
+// silent connections as it may (never saying hello) gets further ones
+// closed at once, while the members, from another address, still connect:
+// a member that restarts gets back in and the group commits.
+func TestUnauthenticatedConnectionsPerAddress(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	c.put(lead, "a", "1")
+	f := (lead + 1) % 3
+	addr := c.peers[f].Addr
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 2 * time.Second}
+	var silent []net.Conn
+	t.Cleanup(func() {
+		for _, s := range silent {
+			s.Close()
+		}
+	})
+	for range maxUnauthPerAddr {
+		s, err := dialer.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, s)
+	}
+	// Let the acceptor take them all before the one over the limit.
+	time.Sleep(200 * time.Millisecond)
+	extra, err := dialer.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if took, closed := closedAfter(extra, time.Second); !closed {
+		t.Fatalf("connection %d from one unauthenticated address still open after %v", maxUnauthPerAddr+1, took)
+	}
+	// The members (dialing from 127.0.0.1) are not held back: the third
+	// member restarts and redials f, whose inbound connections are then
+	// the silent ones, the leader's and the third member's.
+	g := (lead + 2) % 3
+	c.stop(g)
+	c.start(g)
+	tr := c.reps[f].tr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tr.mu.Lock()
+		n := tr.inbound
+		tr.mu.Unlock()
+		if n == maxUnauthPerAddr+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member %d has %d inbound connections, want %d silent + 2 members", f+1, n, maxUnauthPerAddr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.put(c.leader(), "b", "2")
+}

@@ -55,8 +55,15 @@ const (
 	// writeBatch bounds messages coalesced into one write.
 	writeBatch = 256
 	// maxInbound bounds inbound connections; more are closed at accept.
-	maxInbound  = 256
-	dialTimeout = time.Second
+	maxInbound = 256
+	// maxUnauthPerAddr bounds the inbound connections from one address
+	// that have not yet finished their TLS handshake and hello (each for at
+	// most helloTimeout): without it, one address that keeps opening
+	// connections and saying nothing holds every inbound slot, and a member
+	// that restarts cannot get back in. A member dials each other member
+	// once at a time, so a host running several members needs a few.
+	maxUnauthPerAddr = 16
+	dialTimeout      = time.Second
 	// writeTimeout (plus a second per MiB) bounds one batched write, so a
 	// peer that stopped reading is noticed and redialled.
 	writeTimeout = 5 * time.Second
@@ -107,9 +114,13 @@ type transport struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	inbound int
-	closed  bool
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// unauth counts, per remote address, the inbound connections not yet
+	// authenticated; unauthAddr is each such connection's address.
+	unauth     map[string]int
+	unauthAddr map[net.Conn]string
+	closed     bool
+	stop       chan struct{}
+	wg         sync.WaitGroup
 }
 
 type peerConn struct {
@@ -183,7 +194,7 @@ func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, sec t
 		return nil, fmt.Errorf("peer listener: %w", err)
 	}
 	t := &transport{id: id, log: log, ev: ev, lat: lat, origin: time.Now(), ln: ln,
-		maxMsgFrame: maxMsgFrame, conns: map[net.Conn]struct{}{}, stop: make(chan struct{}),
+		maxMsgFrame: maxMsgFrame, conns: map[net.Conn]struct{}{}, unauth: map[string]int{}, unauthAddr: map[net.Conn]string{}, stop: make(chan struct{}),
 		tls: sec.tls, adopt: sec.adopt}
 	t.cluster.Store(sec.cluster)
 	t.setPeers(peers)
@@ -276,25 +287,60 @@ func (t *transport) untrack(c net.Conn) {
 	c.Close()
 }
 
-// admit tracks an inbound connection unless maxInbound are already open.
+// admit tracks an inbound connection unless maxInbound are already open
+// or its address already has maxUnauthPerAddr that have not authenticated.
 func (t *transport) admit(c net.Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || t.inbound >= maxInbound {
+	host := remoteHost(c)
+	if t.closed || t.inbound >= maxInbound || t.unauth[host] >= maxUnauthPerAddr {
 		c.Close()
 		return false
 	}
 	t.inbound++
 	t.conns[c] = struct{}{}
+	t.unauth[host]++
+	t.unauthAddr[c] = host
 	return true
+}
+
+// authenticated stops counting c against its address's unauthenticated
+// connections.
+func (t *transport) authenticated(c net.Conn) {
+	t.mu.Lock()
+	t.forgetUnauth(c)
+	t.mu.Unlock()
+}
+
+// forgetUnauth is authenticated's bookkeeping; t.mu is held.
+func (t *transport) forgetUnauth(c net.Conn) {
+	host, ok := t.unauthAddr[c]
+	if !ok {
+		return
+	}
+	delete(t.unauthAddr, c)
+	if t.unauth[host]--; t.unauth[host] <= 0 {
+		delete(t.unauth, host)
+	}
 }
 
 func (t *transport) release(c net.Conn) {
 	t.mu.Lock()
 	t.inbound--
 	delete(t.conns, c)
+	t.forgetUnauth(c)
 	t.mu.Unlock()
 	c.Close()
+}
+
+// remoteHost is c's remote IP address (the whole address when it has no
+// port).
+func remoteHost(c net.Conn) string {
+	a := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(a); err == nil {
+		return host
+	}
+	return a
 }
 
 // send queues a raft message without blocking.
@@ -514,7 +560,7 @@ func (t *transport) accept() {
 			continue
 		}
 		if !t.admit(c) {
-			t.log.Warn("too many inbound peer connections; closing", "remote", c.RemoteAddr().String())
+			t.log.Warn("too many inbound peer connections (in all, or unauthenticated from this address); closing", "remote", c.RemoteAddr().String())
 			continue
 		}
 		t.wg.Add(1)
@@ -532,6 +578,7 @@ func (t *transport) reader(raw net.Conn) {
 	if !ok {
 		return
 	}
+	t.authenticated(raw)
 	var hdr [4 + frameHeader]byte
 	bad := func(reason string, args ...any) {
 		t.log.Warn("bad peer frame; closing connection", append([]any{"remote", raw.RemoteAddr().String(), "member", sender, "reason", reason}, args...)...)
