@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -208,26 +207,38 @@ func LoadConfig(path string) (Config, error) {
 
 // zkTLSConfig builds the TLS config of the secure ZooKeeper port.
 func (c *Config) zkTLSConfig() (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(c.ZKTLSCert, c.ZKTLSKey)
+	return serverTLS("zk tls", c.ZKTLSCert, c.ZKTLSKey, c.ZKTLSClientCA, c.ZKTLSClientAuth)
+}
+
+// memberTLSConfig is the gRPC and HTTP ports' TLS: this member's
+// certificate, client certificates verified against the cluster CA when
+// given ("want", the default) or required ("need").
+func (c *Config) memberTLSConfig() (*tls.Config, error) {
+	return serverTLS("tls", c.TLS.Cert, c.TLS.Key, c.TLS.CA, c.TLS.ClientAuth)
+}
+
+// serverTLS is a listener's TLS configuration: the certificate to serve,
+// and client certificates verified against the CA in caFile when
+// clientAuth is "want" (if given) or "need" (always); "none" or "" asks
+// for none. what names the setting in errors.
+func serverTLS(what, certFile, keyFile, caFile, clientAuth string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("zk tls: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	switch c.ZKTLSClientAuth {
+	switch clientAuth {
 	case "need":
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	case "want":
 		tc.ClientAuth = tls.VerifyClientCertIfGiven
 	}
-	if c.ZKTLSClientCA != "" {
-		pem, err := os.ReadFile(c.ZKTLSClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("zk tls: %w", err)
+	if caFile != "" {
+		if tc.ClientCAs, err = pki.LoadPool(caFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		tc.ClientCAs = x509.NewCertPool()
-		if !tc.ClientCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("zk tls: no certificates in %s", c.ZKTLSClientCA)
-		}
+	} else if tc.ClientAuth != tls.NoClientCert {
+		return nil, fmt.Errorf("%s: client_auth %s without a CA", what, clientAuth)
 	}
 	return tc, nil
 }

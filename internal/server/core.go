@@ -151,28 +151,6 @@ func redactACL(t *tree.Tree, path string, acl []tree.ACL, ids []tree.ID) []tree.
 
 // ---- the native port ----
 
-// grpcTLSConfig is the gRPC port's TLS: this member's certificate, client
-// certificates verified against the CA when given ("want", the default) or
-// required ("need").
-func (c *Config) grpcTLSConfig() (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(c.TLS.Cert, c.TLS.Key)
-	if err != nil {
-		return nil, fmt.Errorf("grpc tls: %w", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, ClientAuth: tls.VerifyClientCertIfGiven}
-	if c.TLS.ClientAuth == "need" {
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	if c.TLS.CA != "" {
-		if tc.ClientCAs, err = pki.LoadPool(c.TLS.CA); err != nil {
-			return nil, fmt.Errorf("grpc tls: %w", err)
-		}
-	} else if tc.ClientAuth == tls.RequireAndVerifyClientCert {
-		return nil, fmt.Errorf("grpc tls: client_auth need without a CA")
-	}
-	return tc, nil
-}
-
 // grpcIdentity resolves the caller of a native call: its address and
 // verified certificate from the connection, its digests from the
 // meridian-auth metadata.

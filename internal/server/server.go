@@ -205,7 +205,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth)}
 	if !cfg.Insecure {
-		tc, err := cfg.grpcTLSConfig()
+		tc, err := cfg.memberTLSConfig()
 		if err != nil {
 			rep.Close()
 			return nil, err
@@ -255,7 +255,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		// certificate, when given, is verified and names an admin for
 		// /status and the profiles (http.go).
 		if !cfg.Insecure {
-			tc, err := cfg.grpcTLSConfig()
+			tc, err := cfg.memberTLSConfig()
 			if err != nil {
 				s.lnHTTP.Close()
 				s.lnGRPC.Close()

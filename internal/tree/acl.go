@@ -30,8 +30,9 @@ func intern(acl []ACL) []ACL {
 // identities and validates the rest. The result is a fresh slice.
 //
 // As in ZooKeeper only authenticated identities take part in the "auth"
-// expansion: digest, sasl and x509 (a verified client certificate) ones. ip identities are not (ZooKeeper's IP provider is
-// not "authenticated"), world is anyone, and super may not appear in an ACL.
+// expansion: digest, sasl and x509 (a verified client certificate) ones.
+// ip identities are not (ZooKeeper's IP provider is not "authenticated"),
+// world is anyone, and super may not appear in an ACL.
 func fixupACL(in []ACL, auth []ID) ([]ACL, error) {
 	if len(in) == 0 || len(in) > MaxACLEntries {
 		return nil, errs.ErrInvalidACL
