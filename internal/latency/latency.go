@@ -1,5 +1,5 @@
 // Package latency owns the round-trip times a server measures to its peers
-// (seed 001's cloud latency tester, run continuously): per peer, and per
+// (the cloud latency tester of "Cloudy forecast", run continuously): per peer, and per
 // probe round the time to hear from a majority (what a commit waits for) and
 // from every peer. Each is an HDR histogram over a sliding window plus one
 // since start, so both the present and the long tail are visible.
@@ -40,10 +40,14 @@ type Series struct {
 	Lost          int64
 }
 
-// PeerSeries is the round trip to one peer.
+// PeerSeries is the round trip to one peer. Series holds every sample;
+// Net (over the window) only those taken while the peer was answering
+// steadily, and Stalled counts the samples left out of Net (see Reply).
 type PeerSeries struct {
 	Peer uint64
 	Series
+	Net     Stats
+	Stalled int64
 }
 
 // Snapshot is everything a Tracker knows, at one instant.
@@ -60,6 +64,20 @@ type series struct {
 	lost             int64
 }
 
+// peerState is what Reply knows about one peer: every sample (all), the
+// network samples (net: cur and prev only), when its last reply came and
+// since when its probes count again.
+type peerState struct {
+	all, net  *series
+	lastReply time.Time
+	resumed   time.Time
+	stalled   int64
+}
+
+func newPeerState() *peerState {
+	return &peerState{all: newSeries(), net: &series{cur: newHist(), prev: newHist()}} // net: window only
+}
+
 func newSeries() *series {
 	return &series{cur: newHist(), prev: newHist(), total: newHist()}
 }
@@ -69,7 +87,9 @@ func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(minMicros, maxM
 func (s *series) record(d time.Duration) {
 	us := min(max(d.Microseconds(), minMicros), maxMicros)
 	s.cur.RecordValue(us)
-	s.total.RecordValue(us)
+	if s.total != nil {
+		s.total.RecordValue(us)
+	}
 }
 
 func (s *series) rotate() {
@@ -81,7 +101,11 @@ func (s *series) snapshot() Series {
 	w := newHist()
 	w.Merge(s.prev)
 	w.Merge(s.cur)
-	return Series{Window: stats(w), Total: stats(s.total), Lost: s.lost}
+	out := Series{Window: stats(w), Lost: s.lost}
+	if s.total != nil {
+		out.Total = stats(s.total)
+	}
+	return out
 }
 
 func stats(h *hdrhistogram.Histogram) Stats {
@@ -95,11 +119,13 @@ func stats(h *hdrhistogram.Histogram) Stats {
 }
 
 type round struct {
-	seq     uint64
-	started time.Time
-	replied map[uint64]bool
-	votes   int  // replies from voters, plus this server if it votes
-	quorum  bool // the majority latency was recorded
+	seq      uint64
+	started  time.Time
+	replied  map[uint64]bool
+	votes    int           // replies from voters, plus this server if it votes
+	quorum   bool          // the majority latency was recorded
+	slowest  time.Duration // the longest round trip replied so far
+	slowVote time.Duration // the same, among voters
 }
 
 // Tracker accumulates measurements; safe for concurrent use.
@@ -111,9 +137,10 @@ type Tracker struct {
 	window    time.Duration
 	now       func() time.Time
 	maxAge    time.Duration // a round older than this is expired
+	stallGap  time.Duration // a peer silent this long has stalled (see Reply)
 
 	mu      sync.Mutex
-	perPeer map[uint64]*series
+	perPeer map[uint64]*peerState
 	quorum  *series
 	all     *series
 	open    []*round // oldest first
@@ -127,7 +154,7 @@ type Tracker struct {
 // round whose replies have not all come within maxAge is expired. now is
 // the clock (time.Now outside tests).
 func New(self uint64, peers, voters []uint64, window, maxAge time.Duration, now func() time.Time) *Tracker {
-	t := &Tracker{self: self, window: window, maxAge: maxAge, now: now, perPeer: map[uint64]*series{},
+	t := &Tracker{self: self, window: window, maxAge: maxAge, stallGap: DefaultStallGap, now: now, perPeer: map[uint64]*peerState{},
 		voters: map[uint64]bool{}, quorum: newSeries(), all: newSeries(), nextSeq: 1, rotated: now()}
 	for _, v := range voters {
 		t.voters[v] = true
@@ -136,11 +163,24 @@ func New(self uint64, peers, voters []uint64, window, maxAge time.Duration, now 
 	for _, p := range peers {
 		if p != self {
 			t.peers = append(t.peers, p)
-			t.perPeer[p] = newSeries()
+			t.perPeer[p] = newPeerState()
 		}
 	}
 	slices.Sort(t.peers)
 	return t
+}
+
+// DefaultStallGap is the silence after which a peer counts as having
+// stalled: three probe intervals at the default 200 ms.
+const DefaultStallGap = 600 * time.Millisecond
+
+// SetStallGap sets how long a peer may go without answering before the
+// probes it answers late are left out of its network samples; about three
+// probe intervals (a steady peer answers one per interval, however far).
+func (t *Tracker) SetStallGap(d time.Duration) {
+	t.mu.Lock()
+	t.stallGap = d
+	t.mu.Unlock()
 }
 
 // SetPeers changes who is probed and who votes, after a membership change.
@@ -158,7 +198,7 @@ func (t *Tracker) SetPeers(peers, voters []uint64) {
 		t.voters[v] = true
 	}
 	t.selfVotes = t.voters[t.self]
-	per := map[uint64]*series{}
+	per := map[uint64]*peerState{}
 	t.peers = nil
 	for _, p := range peers {
 		if p == t.self || per[p] != nil {
@@ -168,7 +208,7 @@ func (t *Tracker) SetPeers(peers, voters []uint64) {
 		if s := t.perPeer[p]; s != nil {
 			per[p] = s
 		} else {
-			per[p] = newSeries()
+			per[p] = newPeerState()
 		}
 	}
 	slices.Sort(t.peers)
@@ -213,14 +253,27 @@ func (t *Tracker) StartRound() uint64 {
 // Reply records peer's echo of round seq, which took rtt (measured by the
 // caller from the send time carried in the probe). Unknown peers, rounds
 // already expired and duplicates are ignored.
+//
+// Every sample goes into the peer's Series. Only network samples go into
+// Net: a peer that stops answering for longer than the stall gap (paused,
+// restarting, cut off, or this server itself stalled) answers the probes
+// that waited meanwhile in a burst when it comes back, each with a round
+// trip as long as its wait, which says nothing about the network. So when
+// a reply ends such a silence (or is the peer's first), every probe sent
+// before that moment is left out of Net; probes sent after it count. A
+// steady peer answers one probe per interval however far away it is, so a
+// slow network keeps counting; a stall shorter than the gap can leak a few
+// samples, which a robust statistic over the window absorbs.
 func (t *Tracker) Reply(peer, seq uint64, rtt time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.maintain(t.now())
-	s := t.perPeer[peer]
-	if s == nil {
+	now := t.now()
+	t.maintain(now)
+	ps := t.perPeer[peer]
+	if ps == nil {
 		return
 	}
+	s := ps.all
 	i := slices.IndexFunc(t.open, func(r *round) bool { return r.seq == seq })
 	if i < 0 {
 		return
@@ -231,17 +284,32 @@ func (t *Tracker) Reply(peer, seq uint64, rtt time.Duration) {
 	}
 	r.replied[peer] = true
 	s.record(rtt)
+	if ps.lastReply.IsZero() || now.Sub(ps.lastReply) > t.stallGap {
+		ps.resumed = now
+	}
+	ps.lastReply = now
+	if now.Add(-rtt).Before(ps.resumed) {
+		ps.stalled++
+	} else {
+		ps.net.record(rtt)
+	}
 	if t.voters[peer] {
 		r.votes++
 	}
-	// Replies arrive in round-trip order, so this one completes a majority
-	// or all, and its rtt is that latency.
+	// This reply completes a majority or all; the round's latency is the
+	// longest round trip among the replies counted (each probe carries its
+	// own send time, stamped when written, so replies need not arrive in
+	// round-trip order).
+	r.slowest = max(r.slowest, rtt)
+	if t.voters[peer] {
+		r.slowVote = max(r.slowVote, rtt)
+	}
 	if !r.quorum && r.votes >= t.majority() {
 		r.quorum = true
-		t.quorum.record(rtt)
+		t.quorum.record(r.slowVote)
 	}
 	if len(r.replied) == len(t.peers) {
-		t.all.record(rtt)
+		t.all.record(r.slowest)
 		t.open = slices.Delete(t.open, i, i+1)
 	}
 }
@@ -255,8 +323,9 @@ func (t *Tracker) maintain(now time.Time) {
 		t.open = t.open[1:]
 	}
 	if now.Sub(t.rotated) >= t.window/2 {
-		for _, s := range t.perPeer {
-			s.rotate()
+		for _, ps := range t.perPeer {
+			ps.all.rotate()
+			ps.net.rotate()
 		}
 		t.quorum.rotate()
 		t.all.rotate()
@@ -267,7 +336,7 @@ func (t *Tracker) maintain(now time.Time) {
 func (t *Tracker) expire(r *round) {
 	for _, p := range t.peers {
 		if !r.replied[p] {
-			t.perPeer[p].lost++
+			t.perPeer[p].all.lost++
 		}
 	}
 	if !r.quorum {
@@ -283,7 +352,8 @@ func (t *Tracker) Snapshot() Snapshot {
 	t.maintain(t.now())
 	out := Snapshot{Self: t.self, Window: t.window, Quorum: t.quorum.snapshot(), All: t.all.snapshot()}
 	for _, p := range t.peers {
-		out.Peers = append(out.Peers, PeerSeries{Peer: p, Series: t.perPeer[p].snapshot()})
+		ps := t.perPeer[p]
+		out.Peers = append(out.Peers, PeerSeries{Peer: p, Series: ps.all.snapshot(), Net: ps.net.snapshot().Window, Stalled: ps.stalled})
 	}
 	return out
 }

@@ -149,3 +149,68 @@ func BenchmarkSnapshot(b *testing.B) {
 		tr.Snapshot()
 	}
 }
+
+// A paused peer answers the probes that waited in a burst when it resumes;
+// those round trips are its pause, not the network, and stay out of Net
+// (but in the Series, which shows everything).
+func TestStalledPeerLeftOutOfNet(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	tr := New(1, []uint64{1, 2}, []uint64{1, 2}, time.Minute, 10*time.Second, c.now)
+	tr.SetStallGap(600 * time.Millisecond)
+	every := 200 * time.Millisecond
+	steady := func(n int, rtt time.Duration) {
+		for i := 0; i < n; i++ {
+			seq := tr.StartRound()
+			c.add(rtt)
+			tr.Reply(2, seq, rtt)
+			c.add(every - rtt)
+		}
+	}
+	steady(50, ms(1))
+	if s := tr.Snapshot().Peers[0]; s.Net.Count != 49 || s.Stalled != 1 || !near(s.Net.Max, ms(1)) {
+		t.Fatalf("steady peer (its first reply is left out): net %+v stalled %d", s.Net, s.Stalled)
+	}
+	// Paused 4 s: twenty probes wait, then all are answered at once.
+	var seqs []uint64
+	var sent []time.Time
+	for i := 0; i < 20; i++ {
+		seqs = append(seqs, tr.StartRound())
+		sent = append(sent, c.now())
+		c.add(every)
+	}
+	for i, seq := range seqs {
+		tr.Reply(2, seq, c.now().Sub(sent[i]))
+	}
+	steady(50, ms(1))
+	s := tr.Snapshot().Peers[0]
+	if s.Window.Max < 3*time.Second {
+		t.Fatalf("the series keeps the stall: %+v", s.Window)
+	}
+	if s.Net.Count != 99 || s.Stalled != 21 || !near(s.Net.P99, ms(1)) || !near(s.Net.Max, ms(1)) {
+		t.Fatalf("net samples must exclude the stall: net %+v stalled %d", s.Net, s.Stalled)
+	}
+	// A slow network answers every probe, one per interval, late: that
+	// is the network, and it counts.
+	c2 := &fakeClock{t: time.Unix(100, 0)}
+	tr = New(1, []uint64{1, 2}, []uint64{1, 2}, time.Minute, 10*time.Second, c2.now)
+	tr.SetStallGap(600 * time.Millisecond)
+	type probe struct {
+		seq  uint64
+		sent time.Time
+	}
+	var open []probe
+	for i := 0; i < 60; i++ { // a round trip of 1 s, probes every 200 ms
+		open = append(open, probe{tr.StartRound(), c2.now()})
+		if len(open) > 5 {
+			p := open[0]
+			open = open[1:]
+			tr.Reply(2, p.seq, c2.now().Sub(p.sent))
+		}
+		c2.add(every)
+	}
+	// The first reply and the four probes in flight behind it predate the
+	// first answer and are left out; the other 50 count.
+	if s := tr.Snapshot().Peers[0]; s.Net.Count != 50 || s.Stalled != 5 || !near(s.Net.P50, time.Second) {
+		t.Fatalf("a slow network is the network: net %+v stalled %d", s.Net, s.Stalled)
+	}
+}
