@@ -373,6 +373,9 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	// A probe round unanswered for an election timeout is lost: a commit
 	// that slow would have looked like a dead leader anyway.
 	r.lat = latency.New(cfg.ID, ids, voters(peers), cfg.LatencyWindow, max(cfg.TickInterval*time.Duration(cfg.ElectionTicks), time.Second), time.Now)
+	if cfg.ProbeInterval > 0 {
+		r.lat.SetStallGap(3 * cfg.ProbeInterval)
+	}
 	cid, err := d.clusterID()
 	if err != nil {
 		d.close()
@@ -789,26 +792,44 @@ func (r *Replica) loop() {
 	}
 }
 
-// Ticks from measurements.
+// Ticks from measurements: the failure detector follows the network.
 const (
 	adaptEvery      = 5 * time.Second
-	adaptMinSamples = 20   // probes in the window before the measurement counts
-	adaptHysteresis = 0.25 // a new tick must differ by more than this fraction
-	adaptFactor     = 1.5  // tick ≥ this × the p99 round trip to the slowest voter
+	adaptMinSamples = 20   // network samples in the window before the measurement counts
+	adaptGrow       = 0.10 // a longer tick is taken when it exceeds the current by this fraction
+	adaptShrink     = 0.25 // a shorter one when it is below the current by this fraction
+	adaptFactor     = 1.5  // tick ≥ this × the p90 network round trip to the slowest voter
+	adaptMaxGrowth  = 2    // a tick at most doubles per step (adaptEvery)
 )
 
 // AdaptiveTick is the rule for ticks from measurements: one tick (the
-// heartbeat interval) is at least adaptFactor times the p99 round trip to
-// the slowest voter peer, so a heartbeat and its answer fit in one tick and
-// the election timeout (ElectionTicks ticks, 10 by default) is at least 15
-// of those round trips, the ratio etcd's tuning guide recommends; never
-// below floor (the configured tick, what a LAN gets) nor above ceiling.
-func AdaptiveTick(floor, ceiling, slowestP99 time.Duration) time.Duration {
-	return min(max(floor, time.Duration(adaptFactor*float64(slowestP99))), ceiling)
+// heartbeat interval) is at least adaptFactor times the p90 network round
+// trip to the slowest voter peer, so a heartbeat and its answer fit in one
+// tick and the election timeout (ElectionTicks ticks, 10 by default) is at
+// least 15 of those round trips, the ratio etcd's tuning guide recommends;
+// never below floor (the configured tick, what a LAN gets) nor above
+// ceiling, and at most adaptMaxGrowth times the current tick.
+//
+// The round trips are the latency tracker's network samples (PeerSeries.Net):
+// probes sent while the peer was answering steadily, so a paused,
+// restarting or cut-off peer, or a stall of this server, does not count as
+// network latency; the probes jump the raft queue and are stamped when
+// written, so load does not either. The p90 rather than the p99 because
+// wide-area round trips have spikes and several modes ("Cloudy forecast"):
+// a heartbeat that is late once is followed by ElectionTicks-1 more before
+// anyone campaigns, so the timeout must cover the usual round trip with
+// margin, not its rarest spike.
+func AdaptiveTick(floor, ceiling, current, slowestP90 time.Duration) time.Duration {
+	want := max(floor, time.Duration(adaptFactor*float64(slowestP90)))
+	if current > 0 {
+		want = min(want, adaptMaxGrowth*current)
+	}
+	return min(want, ceiling)
 }
 
 // adaptTick recomputes the tick from the latency window; it returns the
-// new tick when it moved by more than the hysteresis.
+// new tick when it moved by more than the hysteresis (smaller for growing
+// than for shrinking: when in doubt, the longer timeout).
 func (r *Replica) adaptTick() (time.Duration, bool) {
 	snap := r.lat.Snapshot()
 	var slowest time.Duration
@@ -816,16 +837,16 @@ func (r *Replica) adaptTick() (time.Duration, bool) {
 		if !r.isVoter(p.Peer) {
 			continue
 		}
-		if p.Window.Count < adaptMinSamples {
+		if p.Net.Count < adaptMinSamples {
 			return 0, false // not measured yet: keep what we have
 		}
-		slowest = max(slowest, p.Window.P99)
+		slowest = max(slowest, p.Net.P90)
 	}
-	want := AdaptiveTick(r.cfg.TickInterval, r.cfg.MaxTickInterval, slowest)
-	if diff := float64(want - r.tick); diff <= adaptHysteresis*float64(r.tick) && -diff <= adaptHysteresis*float64(r.tick) {
+	want := AdaptiveTick(r.cfg.TickInterval, r.cfg.MaxTickInterval, r.tick, slowest)
+	if diff := float64(want - r.tick); diff <= adaptGrow*float64(r.tick) && -diff <= adaptShrink*float64(r.tick) {
 		return 0, false
 	}
-	r.log.Info("raft tick from measured round trips", "tick", want, "was", r.tick, "slowest_voter_p99", slowest,
+	r.log.Info("raft tick from measured network round trips", "tick", want, "was", r.tick, "slowest_voter_p90", slowest,
 		"election_timeout", want*time.Duration(r.cfg.ElectionTicks))
 	r.tick = want
 	return want, true

@@ -52,6 +52,9 @@ const (
 	// messages are dropped and raft is told the peer is unreachable (it
 	// retransmits).
 	peerQueue = 4096
+	// urgentQueue bounds probes and echoes waiting for one peer (a few
+	// rounds); at the limit new ones are dropped and counted lost.
+	urgentQueue = 16
 	// writeBatch bounds messages coalesced into one write.
 	writeBatch = 256
 	// maxInbound bounds inbound connections; more are closed at accept.
@@ -128,7 +131,10 @@ type peerConn struct {
 	addr     string
 	identity string // what its certificate must assert
 	q        chan outMsg
-	quit     chan struct{} // closed when the peer leaves the configuration
+	// urgent carries probes and their echoes, which go ahead of queued
+	// raft traffic so they measure the network, not this queue.
+	urgent chan outMsg
+	quit   chan struct{} // closed when the peer leaves the configuration
 }
 
 // peer returns the connection to id, nil when id is not a peer.
@@ -163,7 +169,7 @@ func (t *transport) setPeers(peers []Peer) {
 			next[p.ID] = pc
 			continue
 		}
-		pc := &peerConn{id: p.ID, addr: p.Addr, identity: ident, q: make(chan outMsg, peerQueue), quit: make(chan struct{})}
+		pc := &peerConn{id: p.ID, addr: p.Addr, identity: ident, q: make(chan outMsg, peerQueue), urgent: make(chan outMsg, urgentQueue), quit: make(chan struct{})}
 		next[p.ID] = pc
 		if !closed {
 			t.wg.Add(1)
@@ -209,7 +215,10 @@ func newTransport(id uint64, listen string, peers []Peer, maxMsgFrame int, sec t
 
 // probe sends a round of probes to every peer at a steady rate. A probe
 // that finds its peer's queue full is dropped (and counted lost when its
-// round expires), like any message to an overloaded peer.
+// round expires), like any message to an overloaded peer. Probes and
+// echoes jump the raft queue and a probe's send time is stamped when it is
+// written (writer), so a round trip is the network and the two processes'
+// turnaround, not the time spent queued behind raft traffic or a dial.
 func (t *transport) probe(every time.Duration) {
 	defer t.wg.Done()
 	tick := time.NewTicker(every)
@@ -221,12 +230,11 @@ func (t *transport) probe(every time.Duration) {
 		case <-tick.C:
 		}
 		seq := t.lat.StartRound()
-		payload := make([]byte, probePayload)
-		binary.BigEndian.PutUint64(payload, seq)
-		binary.BigEndian.PutUint64(payload[8:], uint64(time.Since(t.origin)))
 		for _, pc := range *t.peers.Load() {
+			payload := make([]byte, probePayload) // stamped by the writer
+			binary.BigEndian.PutUint64(payload, seq)
 			select {
-			case pc.q <- outMsg{kind: kindProbe, side: payload}:
+			case pc.urgent <- outMsg{kind: kindProbe, side: payload}:
 			default:
 			}
 		}
@@ -238,7 +246,7 @@ func (t *transport) probed(kind byte, from uint64, payload []byte) {
 	if kind == kindProbe {
 		if pc := t.peer(from); pc != nil {
 			select {
-			case pc.q <- outMsg{kind: kindProbeReply, side: append([]byte(nil), payload...)}:
+			case pc.urgent <- outMsg{kind: kindProbeReply, side: append([]byte(nil), payload...)}:
 			default:
 			}
 		}
@@ -397,6 +405,8 @@ func (t *transport) writer(pc *peerConn) {
 			return
 		case <-pc.quit:
 			return
+		case m := <-pc.urgent:
+			batch = append(batch, m)
 		case m := <-pc.q:
 			batch = append(batch, m)
 		case <-keepalive.C:
@@ -409,12 +419,19 @@ func (t *transport) writer(pc *peerConn) {
 	drain:
 		for len(batch) < writeBatch {
 			select {
-			case m := <-pc.q:
+			case m := <-pc.urgent:
 				batch = append(batch, m)
 			default:
-				break drain
+				select {
+				case m := <-pc.q:
+					batch = append(batch, m)
+				default:
+					break drain
+				}
 			}
 		}
+		// Probes and echoes first: they are independent of raft's order.
+		slices.SortStableFunc(batch, func(a, b outMsg) int { return cmpBool(isUrgent(b.kind), isUrgent(a.kind)) })
 		frames, size := t.encode(pc.id, batch)
 		if len(frames) == 0 {
 			continue
@@ -456,6 +473,7 @@ func (t *transport) writer(pc *peerConn) {
 			conn, raw, w = c, rc, bufio.NewWriterSize(c, 64<<10)
 		}
 		keepalive.Reset(keepaliveEvery)
+		stampProbes(frames, time.Since(t.origin))
 		conn.SetWriteDeadline(time.Now().Add(writeTimeout + time.Duration(size>>20)*time.Second))
 		err := writeFrames(w, t.id, frames)
 		if err == nil {
@@ -472,6 +490,28 @@ func (t *transport) writer(pc *peerConn) {
 			if f.kind == kindSnap {
 				t.ev.snapshotDone(pc.id, true)
 			}
+		}
+	}
+}
+
+func isUrgent(kind byte) bool { return kind == kindProbe || kind == kindProbeReply }
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// stampProbes writes the send time (an offset from the transport's origin)
+// into every probe about to be written.
+func stampProbes(frames []frame, at time.Duration) {
+	for _, f := range frames {
+		if f.kind == kindProbe {
+			binary.BigEndian.PutUint64(f.payload[8:], uint64(at))
 		}
 	}
 }
