@@ -4907,9 +4907,15 @@ type StatusResponse struct {
 	// The leader's last placement evaluation (placement: auto), with why.
 	Placement string `protobuf:"bytes,14,opt,name=placement,proto3" json:"placement,omitempty"`
 	// The operator's preferred leader region (meridian leader prefer).
-	PreferRegion  string `protobuf:"bytes,15,opt,name=prefer_region,json=preferRegion,proto3" json:"prefer_region,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PreferRegion string `protobuf:"bytes,15,opt,name=prefer_region,json=preferRegion,proto3" json:"prefer_region,omitempty"`
+	// The raft tick in use (the heartbeat interval; it follows the measured
+	// network round trips when max_tick_ms > tick_ms) and the election
+	// timeout it makes (election_ticks ticks): how long a silent leader goes
+	// unreplaced at least.
+	TickMs            int64 `protobuf:"varint,16,opt,name=tick_ms,json=tickMs,proto3" json:"tick_ms,omitempty"`
+	ElectionTimeoutMs int64 `protobuf:"varint,17,opt,name=election_timeout_ms,json=electionTimeoutMs,proto3" json:"election_timeout_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -5045,6 +5051,20 @@ func (x *StatusResponse) GetPreferRegion() string {
 		return x.PreferRegion
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetTickMs() int64 {
+	if x != nil {
+		return x.TickMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetElectionTimeoutMs() int64 {
+	if x != nil {
+		return x.ElectionTimeoutMs
+	}
+	return 0
 }
 
 type MemberListRequest struct {
@@ -6142,7 +6162,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"matchIndex\x12\x18\n" +
 	"\alearner\x18\t \x01(\bR\alearner\x12\x1a\n" +
 	"\bidentity\x18\n" +
-	" \x01(\tR\bidentity\"\xe8\x03\n" +
+	" \x01(\tR\bidentity\"\xb1\x04\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
@@ -6159,7 +6179,9 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x0esnapshot_index\x18\f \x01(\x04R\rsnapshotIndex\x12\x18\n" +
 	"\aversion\x18\r \x01(\tR\aversion\x12\x1c\n" +
 	"\tplacement\x18\x0e \x01(\tR\tplacement\x12#\n" +
-	"\rprefer_region\x18\x0f \x01(\tR\fpreferRegion\"\x13\n" +
+	"\rprefer_region\x18\x0f \x01(\tR\fpreferRegion\x12\x17\n" +
+	"\atick_ms\x18\x10 \x01(\x03R\x06tickMs\x12.\n" +
+	"\x13election_timeout_ms\x18\x11 \x01(\x03R\x11electionTimeoutMs\"\x13\n" +
 	"\x11MemberListRequest\"\x93\x01\n" +
 	"\x12MemberListResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12-\n" +

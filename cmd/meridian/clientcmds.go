@@ -410,6 +410,9 @@ func statusAll() error {
 				if s.GetPlacement() != "" {
 					fmt.Printf("placement: %s\n", s.GetPlacement())
 				}
+				if s.GetTickMs() > 0 {
+					fmt.Printf("raft tick: %d ms (election timeout %d ms)\n", s.GetTickMs(), s.GetElectionTimeoutMs())
+				}
 			}
 		}
 	})

@@ -489,6 +489,7 @@ func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusRespon
 		CommitIndex: st.Commit, AppliedIndex: st.Applied, Role: st.Role, SnapshotIndex: st.SnapshotIndex,
 		Sessions: int64(sessions), Znodes: int64(nodes), Watches: int64(a.s.watches.Count()), Version: Version,
 		Placement: a.s.PlacementDecision().Reason, PreferRegion: a.s.preferredRegion(),
+		TickMs: st.Tick.Milliseconds(), ElectionTimeoutMs: (st.Tick * time.Duration(a.s.cfg.ElectionTicks)).Milliseconds(),
 	}
 	for _, m := range a.s.members() {
 		out.Members = append(out.Members, toPBMember(m, st.Progress[m.ID]))
