@@ -175,3 +175,59 @@ func TestGapWithoutFault(t *testing.T) {
 		t.Fatalf("gap %+v violations %q", gap, v)
 	}
 }
+
+// Shards' figures merge into the distribution one run would have given,
+// through their JSON files.
+func TestAvailabilityStatsMerge(t *testing.T) {
+	res := func(seed uint64, next ...time.Duration) *Result {
+		r := &Result{Seed: seed, ElectionTimeout: et, LongestGap: Gap{Start: 0, End: next[0], Fault: KillLeader, Bound: AvailabilityRatio * et}}
+		for _, n := range next {
+			r.Faults = append(r.Faults, FaultRecord{Kind: KillLeader, ToNextWrite: n, Bound: AvailabilityRatio * et})
+		}
+		return r
+	}
+	dir := t.TempDir()
+	a, b := NewAvailabilityStats(), NewAvailabilityStats()
+	for i := 1; i <= 50; i++ {
+		a.Add(res(uint64(i), atD(float64(i)/10)))
+		b.Add(res(uint64(100+i), atD(float64(50+i)/10)))
+	}
+	b.Add(res(200, -1)) // no next write; its gap is not counted
+	pa, pb := dir+"/a.json", dir+"/b.json"
+	if err := a.WriteFile(pa); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteFile(pb); err != nil {
+		t.Fatal(err)
+	}
+	all := NewAvailabilityStats()
+	for _, p := range []string{pa, pb} {
+		s, err := ReadAvailabilityStats(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := all.Merge(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := Distribute(all.ToNextWriteMs[KillLeader])
+	// Samples 0.1..10 election timeouts in steps of 0.1: p50 is 5, p90 is 9.
+	if d.Count != 100 || d.P50 != ms(atD(5)) || d.P90 != ms(atD(9)) || d.Max != ms(atD(10)) {
+		t.Fatalf("merged distribution %+v", d)
+	}
+	if all.NoNextWrite[KillLeader] != 1 || all.Scenarios != 101 {
+		t.Fatalf("merged: none %d scenarios %d", all.NoNextWrite[KillLeader], all.Scenarios)
+	}
+	// Past 8 election timeouts: 8.1..10 is 20 faults, and their gaps.
+	if all.OverBound[KillLeader] != 20 || all.OverBound["gap:"+KillLeader] != 20 {
+		t.Fatalf("over bound %v", all.OverBound)
+	}
+	if !strings.Contains(all.Table(), KillLeader) {
+		t.Fatalf("table:\n%s", all.Table())
+	}
+	other := NewAvailabilityStats()
+	other.ElectionTimeoutMs = 1000
+	if err := all.Merge(other); err == nil {
+		t.Fatal("stats of different election timeouts merged")
+	}
+}
