@@ -160,8 +160,8 @@ func Distribute(samples []float64) Distribution {
 func (s *AvailabilityStats) Table() string {
 	var b strings.Builder
 	et := time.Duration(s.ElectionTimeoutMs * float64(time.Millisecond))
-	fmt.Fprintf(&b, "availability over %d scenarios (election timeout %v; bound %d × = %v, kill-all adds its planned down time)\n",
-		s.Scenarios, et, s.BoundRatio, time.Duration(s.BoundRatio)*et)
+	fmt.Fprintf(&b, "availability over %d scenarios (bound %d × election timeout %v = %v; kill-all adds its planned down time)\n",
+		s.Scenarios, s.BoundRatio, et, time.Duration(s.BoundRatio)*et)
 	row := func(w *tabwriter.Writer, k string, v []float64, extra ...any) {
 		d := Distribute(v)
 		fmt.Fprintf(w, "  %s\t%d\t%.0f\t%.0f\t%.0f\t%.0f", k, d.Count, d.P50, d.P90, d.P99, d.Max)
