@@ -117,6 +117,7 @@ func measureAvailability(ws []writeTimes, faults []FaultRecord, end, electionTim
 		if next < 0 || time.Duration(next) > end {
 			f.ToNextWrite = -1
 			if left := end - f.Start; left > f.Bound {
+				f.OverBound = true
 				v = append(v, fmt.Sprintf("availability: %s at %v: no acknowledged write in the %v to the end of the workload (bound %v = %s)",
 					f.Kind, f.Start.Round(time.Millisecond), left.Round(time.Millisecond), f.Bound, boundText(*f, electionTimeout)))
 			}
@@ -124,6 +125,7 @@ func measureAvailability(ws []writeTimes, faults []FaultRecord, end, electionTim
 		}
 		f.ToNextWrite = time.Duration(next) - f.Start
 		if f.ToNextWrite > f.Bound {
+			f.OverBound = true
 			v = append(v, fmt.Sprintf("availability: %s at %v: first acknowledged write after %v (bound %v = %s)",
 				f.Kind, f.Start.Round(time.Millisecond), f.ToNextWrite.Round(time.Millisecond), f.Bound, boundText(*f, electionTimeout)))
 		}

@@ -76,7 +76,7 @@ func TestAvailabilityWithinBound(t *testing.T) {
 	}
 	faults := []FaultRecord{{Kind: PauseFollower, Start: atD(5.05), Undone: atD(9), End: atD(9)}}
 	gap, v := measureAvailability(writesAt(pairs...), faults, atD(20), et)
-	if len(v) != 0 {
+	if len(v) != 0 || faults[0].OverBound {
 		t.Fatalf("violations: %v", v)
 	}
 	// The first write invoked after 5.05 is the one called at 5.2 and
@@ -114,7 +114,7 @@ func TestAvailabilityPastBoundIsAViolation(t *testing.T) {
 	ws := writesAt(0, 0.1, 0.5, 0.6, 1.5+r, 1.6+r, 2+r, 2.1+r)
 	faults := []FaultRecord{{Kind: PauseLeader, Start: atD(0.7), Undone: atD(6), End: atD(6)}}
 	gap, v := measureAvailability(ws, faults, atD(3+r), et)
-	if faults[0].ToNextWrite != atD(1.6+r)-atD(0.7) {
+	if faults[0].ToNextWrite != atD(1.6+r)-atD(0.7) || !faults[0].OverBound {
 		t.Fatalf("to next write %v", faults[0].ToNextWrite)
 	}
 	if gap.Fault != PauseLeader || gap.FaultIndex != 0 || gap.Start != atD(0.6) || gap.End != atD(1.6+r) {
@@ -160,8 +160,11 @@ func TestNoWriteAfterFault(t *testing.T) {
 	if len(v) != 0 || faults[0].ToNextWrite != -1 {
 		t.Fatalf("short tail: violations %q, to next write %v", v, faults[0].ToNextWrite)
 	}
+	if faults[0].OverBound {
+		t.Fatal("a fault the workload ended soon after is over its bound")
+	}
 	gap, v := measureAvailability(ws, faults, atD(r+2), et)
-	if len(v) != 2 || faults[0].ToNextWrite != -1 || gap.End != atD(r+2) || gap.Fault != PartitionLeader {
+	if len(v) != 2 || faults[0].ToNextWrite != -1 || !faults[0].OverBound || gap.End != atD(r+2) || gap.Fault != PartitionLeader {
 		t.Fatalf("long tail: violations %q, to next write %v, gap %+v", v, faults[0].ToNextWrite, gap)
 	}
 }
@@ -182,7 +185,7 @@ func TestAvailabilityStatsMerge(t *testing.T) {
 	res := func(seed uint64, next ...time.Duration) *Result {
 		r := &Result{Seed: seed, ElectionTimeout: et, LongestGap: Gap{Start: 0, End: next[0], Fault: KillLeader, Bound: AvailabilityRatio * et}}
 		for _, n := range next {
-			r.Faults = append(r.Faults, FaultRecord{Kind: KillLeader, ToNextWrite: n, Bound: AvailabilityRatio * et})
+			r.Faults = append(r.Faults, FaultRecord{Kind: KillLeader, ToNextWrite: n, Bound: AvailabilityRatio * et, OverBound: n > AvailabilityRatio*et})
 		}
 		return r
 	}

@@ -53,7 +53,7 @@ func (s *AvailabilityStats) Add(r *Result) {
 		} else {
 			s.ToNextWriteMs[f.Kind] = append(s.ToNextWriteMs[f.Kind], ms(f.ToNextWrite))
 		}
-		if f.Bound > 0 && f.ToNextWrite > f.Bound {
+		if f.OverBound {
 			s.OverBound[f.Kind]++
 		}
 	}

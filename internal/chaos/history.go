@@ -178,8 +178,11 @@ type FaultRecord struct {
 	// first write invoked after it (see ackTimes); -1 when none came
 	// before the workload ended.
 	ToNextWrite time.Duration
-	// Bound is the unavailability allowed after this fault.
-	Bound time.Duration
+	// Bound is the unavailability allowed after this fault; OverBound
+	// says it was passed (no write within it, or none at all while the
+	// workload ran on past it).
+	Bound     time.Duration
+	OverBound bool
 }
 
 func (r *Recorder) fault(f FaultRecord) {
