@@ -26,7 +26,7 @@ type AvailabilityStats struct {
 	ToNextWriteMs map[string][]float64 `json:"to_next_write_ms"`
 	NoNextWrite   map[string]int       `json:"no_next_write,omitempty"`
 	// LongestGapMs: each scenario's longest window with no acknowledged
-	// write, under the kind of the fault it overlapped ("none").
+	// write, under the kind of the fault it overlapped ("no fault").
 	LongestGapMs map[string][]float64 `json:"longest_gap_ms"`
 	// OverBound counts availability violations by the kind they name.
 	OverBound map[string]int `json:"over_bound,omitempty"`
@@ -60,7 +60,7 @@ func (s *AvailabilityStats) Add(r *Result) {
 	if r.LongestGap.Len() > 0 {
 		k := r.LongestGap.Fault
 		if k == "" {
-			k = "none"
+			k = "no fault"
 		}
 		s.LongestGapMs[k] = append(s.LongestGapMs[k], ms(r.LongestGap.Len()))
 		if r.LongestGap.Len() > r.LongestGap.Bound {
