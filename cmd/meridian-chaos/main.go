@@ -4,6 +4,14 @@
 // reads). Scenario i uses seed --seed+i; a failing seed re-runs with
 // --seed N --count 1 and the same --faults and --duration (the schedule and
 // workload choices repeat; process timing does not).
+//
+// Besides the safety checks it measures availability: per fault, the time
+// to the next acknowledged write, and per scenario the longest window with
+// no acknowledged write. At the end it prints their distribution by fault
+// kind and writes it to availability.json in --out. Shards of one run
+// merge with
+//
+//	meridian-chaos -merge [-merged all.json] shard1/availability.json shard2/availability.json
 package main
 
 import (
@@ -29,7 +37,12 @@ func main() {
 	out := flag.String("out", filepath.Join(os.TempDir(), "meridian-chaos"), "scenario directories (kept when a scenario fails)")
 	nodes := flag.Int("nodes", 3, "servers per cluster")
 	verbose := flag.Bool("v", false, "log every fault and process event")
+	merge := flag.Bool("merge", false, "merge the availability.json files given as arguments, print the distribution and exit")
+	merged := flag.String("merged", "", "with -merge: also write the merged JSON here")
 	flag.Parse()
+	if *merge {
+		os.Exit(mergeStats(flag.Args(), *merged))
+	}
 	kinds, err := chaos.ParseFaults(*faults)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -54,6 +67,7 @@ func main() {
 	}
 	begin := time.Now()
 	var failed, faultCount, violations int
+	stats := chaos.NewAvailabilityStats()
 	for i := 0; i < *count && ctx.Err() == nil; i++ {
 		s := *seed + uint64(i)
 		fmt.Printf("scenario %d/%d seed %d (rerun: make chaos SEED=%d COUNT=1 DURATION=%v FAULTS=%s)\n", i+1, *count, s, s, *duration, *faults)
@@ -64,6 +78,7 @@ func main() {
 			continue
 		}
 		faultCount += len(res.Faults)
+		stats.Add(res)
 		violations += len(res.Violations)
 		fmt.Printf("  %s\n", res.Summary())
 		for _, f := range res.Faults {
@@ -85,9 +100,43 @@ func main() {
 			fmt.Printf("  logs and report kept in %s\n", res.Dir)
 		}
 	}
+	fmt.Print(stats.Table())
+	statsPath := filepath.Join(*out, "availability.json")
+	if err := stats.WriteFile(statsPath); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		fmt.Printf("availability figures: %s\n", statsPath)
+	}
 	fmt.Printf("done: %d scenarios, %d faults, %d violations, %d failed scenarios, %v\n",
 		*count, faultCount, violations, failed, time.Since(begin).Round(time.Second))
 	if failed > 0 {
 		os.Exit(1)
 	}
+}
+
+// mergeStats merges shards' availability.json files and prints the table.
+func mergeStats(paths []string, out string) int {
+	if len(paths) == 0 {
+		fmt.Fprintln(os.Stderr, "-merge: give the availability.json files to merge")
+		return 2
+	}
+	all := chaos.NewAvailabilityStats()
+	for _, p := range paths {
+		s, err := chaos.ReadAvailabilityStats(p)
+		if err == nil {
+			err = all.Merge(s)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", p, err)
+			return 1
+		}
+	}
+	fmt.Print(all.Table())
+	if out != "" {
+		if err := all.WriteFile(out); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return 0
 }

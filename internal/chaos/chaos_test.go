@@ -50,6 +50,7 @@ func TestChaosBattery(t *testing.T) {
 	const dur = 5 * time.Second
 	begin := time.Now()
 	var faults, violations int
+	stats := NewAvailabilityStats()
 	for i := 0; i < perKind*len(AllFaults); i++ {
 		kind := AllFaults[i%len(AllFaults)]
 		seed := base + uint64(i)
@@ -66,6 +67,7 @@ func TestChaosBattery(t *testing.T) {
 				t.Fatalf("harness: %v", err)
 			}
 			t.Log(res.Summary())
+			stats.Add(res)
 			for _, f := range res.Faults {
 				t.Logf("fault %s", f.Desc)
 			}
@@ -91,5 +93,6 @@ func TestChaosBattery(t *testing.T) {
 			}
 		})
 	}
+	t.Log("\n" + stats.Table())
 	t.Logf("battery: %d scenarios, %d faults, %d violations, %v", perKind*len(AllFaults), faults, violations, time.Since(begin).Round(time.Second))
 }

@@ -161,7 +161,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 			}
 		}
 		sc := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)), Members: ms,
-			ListenPeer: members[i].Peer, TickMs: cfg.TickMs, ElectionTicks: 10, SessionTickMs: cfg.SessionTickMs,
+			ListenPeer: members[i].Peer, TickMs: cfg.TickMs, ElectionTicks: electionTicks, SessionTickMs: cfg.SessionTickMs,
 			RequestTimeoutMs: cfg.RequestTimeoutMs, SnapshotEntries: cfg.SnapshotEntries, LogLevel: "info"}
 		if err := sc.UseDevTLS(filepath.Join(cfg.Dir, "tls")); err != nil {
 			c.Close()
@@ -195,6 +195,13 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// ElectionTimeout is the servers' configured election timeout: the raft
+// tick times the election ticks. The failure detector may stretch the
+// tick at run time; the availability bound uses the configured value.
+func (c *Cluster) ElectionTimeout() time.Duration {
+	return time.Duration(c.cfg.TickMs*electionTicks) * time.Millisecond
 }
 
 // Endpoints returns every node's gRPC address, starting at node first

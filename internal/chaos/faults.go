@@ -75,7 +75,16 @@ type faultEnv struct {
 	logf       func(string, ...any)
 	holderLog  io.Writer
 	violations *[]string
+
+	// Set by runFault for the fault under way (history clock): when it
+	// took hold, when it was undone, and the planned down time of kills.
+	at, undone, down time.Duration
 }
+
+// hit marks the moment the fault takes hold; undo the moment it is taken
+// back (processes continued or restarted, links healed).
+func (e *faultEnv) hit()  { e.at = time.Duration(e.rec.Now()); e.undone = e.at }
+func (e *faultEnv) undo() { e.undone = time.Duration(e.rec.Now()) }
 
 func (e *faultEnv) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(e.rng.Int64N(int64(hi-lo)+1))
@@ -127,20 +136,28 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 		if kind == KillFollower {
 			id = other()
 		}
+		e.hit()
+		e.down = down
 		e.cl.Kill(id)
 		sleepCtx(ctx, down)
-		return fmt.Sprintf("SIGKILL node %d (leader %d), down %v", id, leader, down), e.cl.Start(id)
+		err := e.cl.Start(id)
+		e.undo()
+		return fmt.Sprintf("SIGKILL node %d (leader %d), down %v", id, leader, down), err
 	case PauseFollower, PauseLeader:
 		id := leader
 		if kind == PauseFollower {
 			id = other()
 		}
+		e.hit()
 		e.cl.Pause(id)
 		sleepCtx(ctx, pause)
 		e.cl.Resume(id)
+		e.undo()
 		return fmt.Sprintf("SIGSTOP node %d (leader %d) for %v", id, leader, pause), nil
 	case KillAll:
 		order := e.rng.Perm(len(e.cl.Nodes))
+		e.hit()
+		e.down = down
 		for _, i := range order {
 			e.cl.Kill(uint64(i + 1))
 		}
@@ -150,9 +167,11 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 				return "", err
 			}
 		}
+		e.undo()
 		return fmt.Sprintf("SIGKILL all (order %v), down %v", order, down), nil
 	case TransferLeader:
 		to := other()
+		e.hit()
 		err := e.cl.TransferLeader(ctx, leader, to)
 		desc := fmt.Sprintf("transfer leadership %d → %d", leader, to)
 		if err != nil {
@@ -170,6 +189,7 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 		}
 		out := kind != PartitionLeaderRx
 		in := kind != PartitionLeaderTx
+		e.hit()
 		for _, n := range e.cl.Nodes {
 			if n.ID == id {
 				continue
@@ -183,6 +203,7 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 		}
 		sleepCtx(ctx, cut)
 		e.cl.Heal()
+		e.undo()
 		return fmt.Sprintf("cut node %d (leader %d) out=%v in=%v for %v", id, leader, out, in, cut), nil
 	case SlowLinks, SlowLeader:
 		if !e.cl.Proxied() {
@@ -214,11 +235,13 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 				parts = append(parts, fmt.Sprintf("%d→%d %v±%v", from, to, d.Round(time.Millisecond), j.Round(time.Millisecond)))
 			}
 		}
+		e.hit()
 		for _, l := range set {
 			e.cl.SetDelay(l.from, l.to, l.oneWay, l.jitter)
 		}
 		sleepCtx(ctx, cut)
 		e.cl.Heal()
+		e.undo()
 		return fmt.Sprintf("delay (leader %d) for %v: %s", leader, cut, strings.Join(parts, ", ")), nil
 	case DiskFull:
 		// Any member, the leader included. A member that cannot write its
@@ -226,6 +249,7 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 		// once the disk has room again, as a supervisor would. Everything
 		// acknowledged must survive, and the others must go on.
 		id := uint64(r1%uint64(len(e.cl.Nodes))) + 1
+		e.hit()
 		free, err := e.cl.FillDisk(id)
 		if err != nil {
 			return "", err
@@ -233,6 +257,7 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 		sleepCtx(ctx, cut)
 		exited := e.cl.Reap(id)
 		free()
+		e.undo()
 		// A write that failed while the disk was full may surface at the
 		// next commit, after the ballast is gone: give it a moment.
 		for t0 := time.Now(); !exited && time.Since(t0) < 2*time.Second; {
@@ -242,7 +267,9 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 		desc := fmt.Sprintf("disk of node %d (leader %d) full for %v", id, leader, cut)
 		if exited {
 			desc += "; it exited and was restarted"
-			return desc, e.cl.Start(id)
+			err := e.cl.Start(id)
+			e.undo()
+			return desc, err
 		}
 		return desc + "; it kept running", nil
 	case PauseHolder:
@@ -287,6 +314,7 @@ func pauseHolder(ctx context.Context, e *faultEnv) (string, error) {
 	}
 	before := write("own")
 	pausedAt := e.rec.Now()
+	e.hit()
 	h.stop()
 	// Wait for the lock to move on: the holder's session (1 s) expires and
 	// a lock worker is granted a larger token.
@@ -304,6 +332,7 @@ func pauseHolder(ctx context.Context, e *faultEnv) (string, error) {
 	}
 	stoppedFor := time.Duration(e.rec.Now() - pausedAt).Round(time.Millisecond)
 	h.cont()
+	e.undo()
 	if next == 0 {
 		*e.violations = append(*e.violations, fmt.Sprintf(
 			"liveness: lock holder (session %d, token %d) stopped for %v, yet no one was granted the lock after it", h.Sess, h.Token, stoppedFor))

@@ -149,8 +149,10 @@ func (r *Recorder) lock(e lockEvent) {
 
 // durableCreate is a create of a unique node by the durability writer.
 type durableCreate struct {
-	Path  string
-	Acked bool
+	Path   string
+	Acked  bool
+	Call   int64 // history clock at the call and the reply
+	Return int64
 }
 
 func (r *Recorder) durable(d durableCreate) {
@@ -159,12 +161,28 @@ func (r *Recorder) durable(d durableCreate) {
 	r.mu.Unlock()
 }
 
-// FaultRecord is one injected fault, for the report.
+// FaultRecord is one injected fault, for the report. Times are on the
+// history clock.
 type FaultRecord struct {
-	Kind  string
-	Desc  string
-	Start time.Duration
-	End   time.Duration
+	Kind string
+	Desc string
+	// Start is when the fault took hold (the signal sent, the links cut,
+	// the transfer asked); Undone when it was taken back (processes
+	// continued or restarted, links healed), equal to Start for a fault
+	// with nothing to undo; End when the fault's step returned.
+	Start, Undone, End time.Duration
+	// Down is the planned time the processes stay down (kills); the
+	// availability bound of a kill-all adds it.
+	Down time.Duration
+	// ToNextWrite is the time from Start to the acknowledgment of the
+	// first write invoked after it (see ackTimes); -1 when none came
+	// before the workload ended.
+	ToNextWrite time.Duration
+	// Bound is the unavailability allowed after this fault; OverBound
+	// says it was passed (no write within it, or none at all while the
+	// workload ran on past it).
+	Bound     time.Duration
+	OverBound bool
 }
 
 func (r *Recorder) fault(f FaultRecord) {

@@ -46,9 +46,14 @@ type Result struct {
 	// a session's end (the watcher was told).
 	WatchEvents, WatchLost int
 	ZKOps                  int // register operations made through the ZooKeeper protocol
-	Violations             []string
-	Notes                  []string
-	Elapsed                time.Duration
+	// ElectionTimeout is the servers' configured election timeout (tick ×
+	// election ticks), the unit of the availability bound; LongestGap the
+	// longest window with no acknowledged write during the workload.
+	ElectionTimeout time.Duration
+	LongestGap      Gap
+	Violations      []string
+	Notes           []string
+	Elapsed         time.Duration
 }
 
 // Failed reports a violation or a porcupine verdict other than Ok.
@@ -58,13 +63,14 @@ func (r *Result) Failed() bool {
 
 // Summary is one line for logs.
 func (r *Result) Summary() string {
-	var kinds []string
+	var kinds, nexts []string
 	for _, f := range r.Faults {
 		kinds = append(kinds, f.Kind)
+		nexts = append(nexts, nextText(f))
 	}
-	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (zk %d, unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d watch-events=%d (ended %d) violations=%d elapsed=%v",
+	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (zk %d, unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d watch-events=%d (ended %d) to-next-write=[%s] longest-gap=%s violations=%d elapsed=%v",
 		r.Seed, strings.Join(kinds, ","), r.Lin.Ops, r.ZKOps, r.Lin.Unknown, r.Lin.Result, r.SeqReads, r.LockGrants, r.Fenced, r.Durable,
-		r.WatchEvents, r.WatchLost, len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
+		r.WatchEvents, r.WatchLost, strings.Join(nexts, ","), r.LongestGap, len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
 }
 
 // Run runs one scenario: cluster up, workload, faults, heal, final reads,
@@ -124,7 +130,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	sleepCtx(ctx, 700*time.Millisecond) // warm up before the first fault
 	for time.Since(begin) < o.Duration && ctx.Err() == nil {
 		kind := o.Faults[env.rng.IntN(len(o.Faults))]
-		start := time.Duration(rec.Now())
+		env.at, env.undone, env.down = time.Duration(rec.Now()), -1, 0
 		desc, err := runFault(ctx, env, kind)
 		end := time.Duration(rec.Now())
 		if err != nil {
@@ -133,12 +139,31 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			res.Violations = append(res.Violations, "availability: "+harnessErr.Error())
 			break
 		}
-		rec.fault(FaultRecord{Kind: kind, Desc: desc, Start: start, End: end})
+		if env.undone < 0 {
+			env.undone = env.at
+		}
+		rec.fault(FaultRecord{Kind: kind, Desc: desc, Start: env.at, Undone: env.undone, End: end, Down: env.down})
 		logf("fault %s: %s", kind, desc)
 		// Let the cluster recover under load before the next fault.
 		sleepCtx(ctx, env.between(500*time.Millisecond, 1500*time.Millisecond))
 	}
+	// The last fault's next write may still be to come: keep the workload
+	// up until it is acknowledged or the fault's bound has passed.
+	res.ElectionTimeout = cl.ElectionTimeout()
+	rec.mu.Lock()
+	faults := append([]FaultRecord(nil), rec.faults...)
+	rec.mu.Unlock()
+	if n := len(faults); n > 0 {
+		awaitWrite(ctx, rec, faults[n-1].Start, faultBound(faults[n-1], res.ElectionTimeout))
+	}
+	workEnd := time.Duration(rec.Now())
 	stopWorkers()
+	rec.mu.Lock()
+	ws := ackedWrites(rec.kv, rec.locks, rec.durab)
+	rec.mu.Unlock()
+	gap, av := measureAvailability(ws, faults, workEnd, res.ElectionTimeout)
+	res.LongestGap = gap
+	res.Violations = append(res.Violations, av...)
 	// Crashes: a process that exited without being killed by us.
 	for _, id := range cl.Exited() {
 		tail := logTail(cl.Nodes[id-1].logPath, 40)
@@ -176,7 +201,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Violations = append(res.Violations, wt.violations...)
 	wt.mu.Unlock()
 	rec.mu.Lock()
-	res.Faults = rec.faults
+	res.Faults = faults
 	res.Notes = rec.notes
 	rec.mu.Unlock()
 	res.Elapsed = time.Since(begin)
@@ -323,13 +348,37 @@ func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res
 	return final, err
 }
 
+// nextText is a fault's time to the next acknowledged write ("none").
+func nextText(f FaultRecord) string {
+	if f.ToNextWrite < 0 {
+		return "none"
+	}
+	return f.ToNextWrite.Round(time.Millisecond).String()
+}
+
+// awaitWrite waits until a write invoked at or after since has been
+// acknowledged, or the history clock passes since+bound.
+func awaitWrite(ctx context.Context, rec *Recorder, since, bound time.Duration) {
+	for ctx.Err() == nil && time.Duration(rec.Now()) < since+bound {
+		rec.mu.Lock()
+		ws := ackedWrites(rec.kv, rec.locks, rec.durab)
+		rec.mu.Unlock()
+		if firstWriteAfter(ws, int64(since)) >= 0 {
+			return
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+}
+
 // writeReport writes the scenario's result and fault list next to the logs.
 func writeReport(r *Result) {
 	var b strings.Builder
 	fmt.Fprintln(&b, r.Summary())
 	for _, f := range r.Faults {
-		fmt.Fprintf(&b, "fault %-18s %8v–%-8v %s\n", f.Kind, f.Start.Round(time.Millisecond), f.End.Round(time.Millisecond), f.Desc)
+		fmt.Fprintf(&b, "fault %-18s %8v–%-8v undone %-8v next write %-8s (bound %v) %s\n", f.Kind, f.Start.Round(time.Millisecond),
+			f.End.Round(time.Millisecond), f.Undone.Round(time.Millisecond), nextText(f), f.Bound, f.Desc)
 	}
+	fmt.Fprintf(&b, "longest window with no acknowledged write: %s (bound %v; election timeout %v)\n", r.LongestGap, r.LongestGap.Bound, r.ElectionTimeout)
 	for _, v := range r.Violations {
 		fmt.Fprintln(&b, "VIOLATION:", v)
 	}

@@ -282,10 +282,12 @@ func (w *worker) durLoop(ctx context.Context, stop <-chan struct{}) {
 		}
 		p := fmt.Sprintf("%s/%s-%06d", durRoot, w.name, n)
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		call := w.rec.Now()
 		_, _, err := w.c.Create(octx, p, []byte(p), client.CreateOptions{})
+		ret := w.rec.Now()
 		cancel()
 		if classify(err) != NotApplied {
-			w.rec.durable(durableCreate{Path: p, Acked: err == nil})
+			w.rec.durable(durableCreate{Path: p, Acked: err == nil, Call: call, Return: ret})
 		}
 		if needsNewSession(err) {
 			w.c.Close()
