@@ -196,6 +196,7 @@ func TestAvailabilityStatsMerge(t *testing.T) {
 		b.Add(res(uint64(100+i), atD(float64(50+i)/10)))
 	}
 	b.Add(res(200, -1)) // no next write; its gap is not counted
+	b.Add(&Result{Seed: 300, ElectionTimeout: et, TickMoves: []string{"node 1: raft tick from measured ...", "node 2: raft tick from measured ..."}})
 	pa, pb := dir+"/a.json", dir+"/b.json"
 	if err := a.WriteFile(pa); err != nil {
 		t.Fatal(err)
@@ -218,8 +219,11 @@ func TestAvailabilityStatsMerge(t *testing.T) {
 	if d.Count != 100 || d.P50 != ms(atD(5)) || d.P90 != ms(atD(9)) || d.Max != ms(atD(10)) {
 		t.Fatalf("merged distribution %+v", d)
 	}
-	if all.NoNextWrite[KillLeader] != 1 || all.Scenarios != 101 {
+	if all.NoNextWrite[KillLeader] != 1 || all.Scenarios != 102 {
 		t.Fatalf("merged: none %d scenarios %d", all.NoNextWrite[KillLeader], all.Scenarios)
+	}
+	if all.TickMoves != 2 || all.TickMoveScenarios != 1 {
+		t.Fatalf("merged tick moves %d in %d scenarios, want 2 in 1", all.TickMoves, all.TickMoveScenarios)
 	}
 	// Past 8 election timeouts: 8.1..10 is 20 faults, and their gaps.
 	if all.OverBound[KillLeader] != 20 || all.OverBound["gap:"+KillLeader] != 20 {

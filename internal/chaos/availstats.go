@@ -30,6 +30,10 @@ type AvailabilityStats struct {
 	LongestGapMs map[string][]float64 `json:"longest_gap_ms"`
 	// OverBound counts availability violations by the kind they name.
 	OverBound map[string]int `json:"over_bound,omitempty"`
+	// TickMoves counts the servers' raft tick changes; TickMoveScenarios
+	// the scenarios with any.
+	TickMoves         int `json:"tick_moves"`
+	TickMoveScenarios int `json:"tick_move_scenarios"`
 }
 
 // NewAvailabilityStats returns empty stats.
@@ -44,6 +48,10 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func (s *AvailabilityStats) Add(r *Result) {
 	s.Scenarios++
 	s.Seeds = append(s.Seeds, r.Seed)
+	if len(r.TickMoves) > 0 {
+		s.TickMoves += len(r.TickMoves)
+		s.TickMoveScenarios++
+	}
 	if r.ElectionTimeout > 0 {
 		s.ElectionTimeoutMs = ms(r.ElectionTimeout)
 	}
@@ -83,6 +91,8 @@ func (s *AvailabilityStats) Merge(o *AvailabilityStats) error {
 	}
 	s.Scenarios += o.Scenarios
 	s.Seeds = append(s.Seeds, o.Seeds...)
+	s.TickMoves += o.TickMoves
+	s.TickMoveScenarios += o.TickMoveScenarios
 	for k, v := range o.ToNextWriteMs {
 		s.ToNextWriteMs[k] = append(s.ToNextWriteMs[k], v...)
 	}
@@ -190,6 +200,7 @@ func (s *AvailabilityStats) Table() string {
 	}
 	row(w, "all", all, "", "")
 	w.Flush()
+	fmt.Fprintf(&b, "raft tick moves off its floor: %d, in %d of %d scenarios\n", s.TickMoves, s.TickMoveScenarios, s.Scenarios)
 	return b.String()
 }
 

@@ -51,9 +51,13 @@ type Result struct {
 	// longest window with no acknowledged write during the workload.
 	ElectionTimeout time.Duration
 	LongestGap      Gap
-	Violations      []string
-	Notes           []string
-	Elapsed         time.Duration
+	// TickMoves are the servers' log lines announcing a raft tick moved
+	// from its floor by the failure detector. On loopback none should:
+	// faults are stalls, not distance.
+	TickMoves  []string
+	Violations []string
+	Notes      []string
+	Elapsed    time.Duration
 }
 
 // Failed reports a violation or a porcupine verdict other than Ok.
@@ -68,9 +72,9 @@ func (r *Result) Summary() string {
 		kinds = append(kinds, f.Kind)
 		nexts = append(nexts, nextText(f))
 	}
-	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (zk %d, unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d watch-events=%d (ended %d) to-next-write=[%s] longest-gap=%s violations=%d elapsed=%v",
+	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (zk %d, unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d watch-events=%d (ended %d) to-next-write=[%s] longest-gap=%s tick-moves=%d violations=%d elapsed=%v",
 		r.Seed, strings.Join(kinds, ","), r.Lin.Ops, r.ZKOps, r.Lin.Unknown, r.Lin.Result, r.SeqReads, r.LockGrants, r.Fenced, r.Durable,
-		r.WatchEvents, r.WatchLost, strings.Join(nexts, ","), r.LongestGap, len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
+		r.WatchEvents, r.WatchLost, strings.Join(nexts, ","), r.LongestGap, len(r.TickMoves), len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
 }
 
 // Run runs one scenario: cluster up, workload, faults, heal, final reads,
@@ -204,6 +208,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Faults = faults
 	res.Notes = rec.notes
 	rec.mu.Unlock()
+	res.TickMoves = tickMoves(cl)
 	res.Elapsed = time.Since(begin)
 	if ctx.Err() != nil {
 		// Stopped from outside (a signal, the test's deadline): what it
@@ -379,6 +384,9 @@ func writeReport(r *Result) {
 			f.End.Round(time.Millisecond), f.Undone.Round(time.Millisecond), nextText(f), f.Bound, f.Desc)
 	}
 	fmt.Fprintf(&b, "longest window with no acknowledged write: %s (bound %v; election timeout %v)\n", r.LongestGap, r.LongestGap.Bound, r.ElectionTimeout)
+	for _, m := range r.TickMoves {
+		fmt.Fprintln(&b, "tick moved:", m)
+	}
 	for _, v := range r.Violations {
 		fmt.Fprintln(&b, "VIOLATION:", v)
 	}
@@ -389,6 +397,24 @@ func writeReport(r *Result) {
 		fmt.Fprintln(&b, "note:", n)
 	}
 	os.WriteFile(filepath.Join(r.Dir, "report.txt"), []byte(b.String()), 0o644)
+}
+
+// tickMoves returns every server log line that announces a change of the
+// raft tick (replica.adaptTick logs each one).
+func tickMoves(cl *Cluster) []string {
+	var out []string
+	for _, n := range cl.Nodes {
+		b, err := os.ReadFile(n.logPath)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "raft tick from measured") {
+				out = append(out, fmt.Sprintf("node %d: %s", n.ID, line))
+			}
+		}
+	}
+	return out
 }
 
 // logTail returns the last n lines of a log (a crashed server's panic).
