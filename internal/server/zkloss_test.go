@@ -1,10 +1,14 @@
 package server
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,11 +102,45 @@ func TestZKConnectionLossClosesInsteadOfReplying(t *testing.T) {
 // cannot be committed (both followers of a 3-member cluster stopped) sees
 // the connection closed, as with ZooKeeper, not "unknown error: -4"; once
 // the followers are back it reconnects and goes on with the same session.
+// On the plain port and on the TLS port (where the end of stream is a TLS
+// close_notify).
 func TestZKOutcomeUnknownIsConnectionLoss(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { outcomeUnknownIsConnectionLoss(t, false) })
+	t.Run("tls", func(t *testing.T) { outcomeUnknownIsConnectionLoss(t, true) })
+}
+
+func outcomeUnknownIsConnectionLoss(t *testing.T, useTLS bool) {
+	var dir string
+	var pool *x509.CertPool
+	var ports []int
+	if useTLS {
+		dir, pool = testPKI(t)
+		ports = freePorts(t, 3)
+	}
 	// Long sessions: the client keeps its session through the outage.
-	tc := newTestCluster(t, 3, func(c *Config) { c.SessionTickMs = 1000 })
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.SessionTickMs = 1000
+		if useTLS {
+			c.ZKSecureListen = "127.0.0.1:" + strconv.Itoa(ports[c.ID-1])
+			c.ZKTLSCert, c.ZKTLSKey = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+			c.ZKTLSClientCA = filepath.Join(dir, "ca.pem")
+		}
+	})
 	lead := tc.leader()
-	conn, events, err := gozk.Connect(tc.zkAddrs()[lead:lead+1], 15*time.Second, gozk.WithLogInfo(false))
+	addr := tc.zkAddrs()[lead]
+	dial := gozk.Dialer(net.DialTimeout)
+	if useTLS {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = "127.0.0.1:" + strconv.Itoa(ports[lead])
+		dial = func(network, addr string, timeout time.Duration) (net.Conn, error) {
+			return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, addr,
+				&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}})
+		}
+	}
+	conn, events, err := gozk.Connect([]string{addr}, 15*time.Second, gozk.WithDialer(dial), gozk.WithLogInfo(false))
 	if err != nil {
 		t.Fatal(err)
 	}
