@@ -243,12 +243,17 @@ type zkConn struct {
 // close ends the connection: the writer flushes what is queued (the reply
 // to closeSession, the expired ConnectResponse) and then closes the socket,
 // which also unblocks the reader. False if it was already closed.
-func (c *zkConn) close(why string) bool {
+func (c *zkConn) close(why string) bool { return c.closeAs(why, false) }
+
+// closeAs is close; lost marks a close for connection loss (see
+// lingerAfterLoss), set before the writer can see the connection closed.
+func (c *zkConn) closeAs(why string, lost bool) bool {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return false
 	}
+	c.lost.Store(lost)
 	c.closed, c.closeWhy = true, why
 	close(c.done)
 	c.mu.Unlock()
@@ -706,15 +711,8 @@ func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
 // loss, decides what to retry). The session is not closed: the client
 // reconnects with its id and password within its timeout and goes on.
 func (c *zkConn) loseConnection(xid int32, err error) {
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
-		return
-	}
-	c.lost.Store(true) // before close: the writer reads it once it sees closed
-	if !c.close("cannot answer: " + err.Error()) {
-		return
+	if !c.closeAs("cannot answer: "+err.Error(), true) {
+		return // already closed: this reply would not have been sent either
 	}
 	c.s.log.Info("zk: closing connection instead of replying (connection loss)", "remote", c.c.RemoteAddr().String(),
 		"session", fmt.Sprintf("0x%x", c.session), "xid", xid, "err", err)
@@ -730,8 +728,9 @@ func (c *zkConn) loseConnection(xid int32, err error) {
 // order, which is the order raft logs them (a follower forwards them to the
 // leader in that order), and replies are queued in request order, each
 // after its predecessor's. A write whose outcome is unknown (the leader
-// changed under it) is answered so while later ones may have applied, as
-// when the writes were served one at a time. False: serve it in turn.
+// changed under it) closes the connection at its turn (see
+// loseConnection) while later ones may still apply, as with ZooKeeper.
+// False: serve it in turn.
 func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 	if c.readOnly {
 		return false
