@@ -5,10 +5,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +27,13 @@ import (
 // startZKCluster starts three server processes and returns their
 // ZooKeeper addresses.
 func startZKCluster(t *testing.T) []string {
+	addrs, _ := startZKClusterWith(t, nil)
+	return addrs
+}
+
+// startZKClusterWith is startZKCluster with tweak applied to each member's
+// configuration; it also returns the processes.
+func startZKClusterWith(t *testing.T, tweak func(*server.Config)) ([]string, []*proc) {
 	dir := t.TempDir()
 	ports := freePorts(t, 9)
 	var members []server.Member
@@ -34,18 +45,84 @@ func startZKCluster(t *testing.T) []string {
 		members = append(members, m)
 		zkAddrs = append(zkAddrs, m.ZK)
 	}
+	var procs []*proc
 	for i := 0; i < 3; i++ {
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members}
 		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
 			t.Fatal(err)
 		}
+		if tweak != nil {
+			tweak(&cfg)
+		}
 		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
 		if err := cfg.WriteFile(p); err != nil {
 			t.Fatal(err)
 		}
-		startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)))
+		procs = append(procs, startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1))))
 	}
-	return zkAddrs
+	return zkAddrs, procs
+}
+
+// zkLeader returns the index of the member whose ZooKeeper port reports
+// itself leader (four-letter word srvr), waiting up to 30 s for one.
+func zkLeader(t *testing.T, zkAddrs []string) int {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for i, a := range zkAddrs {
+			c, err := net.DialTimeout("tcp", a, time.Second)
+			if err != nil {
+				continue
+			}
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			c.Write([]byte("srvr"))
+			out, _ := io.ReadAll(c)
+			c.Close()
+			if strings.Contains(string(out), "Mode: leader") {
+				return i
+			}
+		}
+	}
+	t.Fatal("no member reports itself leader")
+	return -1
+}
+
+// TestKazooConnectionLoss runs tests/compat/kazoo_connloss.py: with both
+// followers stopped (SIGSTOP) the leader cannot commit kazoo's write, so
+// its outcome is unknown; kazoo must see ConnectionLoss (the connection
+// closed, as ZooKeeper does), not an error code in a reply, and after the
+// followers resume it must go on with the same session.
+func TestKazooConnectionLoss(t *testing.T) {
+	py := os.Getenv("MERIDIAN_PYTHON")
+	if py == "" {
+		t.Fatal("MERIDIAN_PYTHON is not set: run through `make test` (it prepares .venv)")
+	}
+	// A request timeout well inside kazoo's own heartbeat timeout (two
+	// thirds of its 30 s session): the server, not kazoo, ends the
+	// connection.
+	zkAddrs, procs := startZKClusterWith(t, func(c *server.Config) { c.RequestTimeoutMs = 3000 })
+	lead := zkLeader(t, zkAddrs)
+	var pids []string
+	for i, p := range procs {
+		if i != lead {
+			pids = append(pids, strconv.Itoa(p.cmd.Process.Pid))
+		}
+	}
+	// Whatever the script does, the followers end up running (and are
+	// killed by startServer's cleanup).
+	t.Cleanup(func() {
+		for i, p := range procs {
+			if i != lead {
+				p.cmd.Process.Signal(syscall.SIGCONT)
+			}
+		}
+	})
+	script, _ := filepath.Abs("../../tests/compat/kazoo_connloss.py")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, py, append([]string{script, zkAddrs[lead]}, pids...)...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "KAZOO CONNLOSS OK") {
+		t.Fatalf("kazoo connection loss: %v\n%s", err, out)
+	}
 }
 
 // TestKazoo runs tests/compat/kazoo_smoke.py (CRUD, watches, transactions,

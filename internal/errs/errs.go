@@ -252,6 +252,29 @@ func FromGRPC(err error) error {
 	return err
 }
 
+// ZKConnectionLoss reports whether the ZooKeeper port answers a request
+// that failed with err by closing the client's connection instead of
+// sending a reply, as a ZooKeeper server does: it never sends connection
+// loss (-4) or operation timeout (-7) in a reply header. The set is every
+// error that maps to connection loss (ErrNotLeader, ErrUnavailable,
+// ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss: this server cannot
+// serve the request now, or cannot tell whether it took effect) and
+// ErrTimeout (the outcome is unknown), plus a bare context deadline or
+// cancellation, which mean the same. The client reconnects with its session
+// id and password (the session lives on) and decides what to retry. The
+// coordination waits that time out (ErrLockWaitTimeout and the like) have
+// a definite outcome and no ZooKeeper form; they are not in the set.
+func ZKConnectionLoss(err error) bool {
+	if err == nil {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.ZK == zkConnectionLoss || e == ErrTimeout
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
 // Retryable reports whether a request that failed with err definitely did not
 // take effect and may be sent again (to this or another server).
 func Retryable(err error) bool {

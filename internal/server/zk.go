@@ -49,6 +49,10 @@ const (
 	// pipelined writes together; beyond it a write is not pipelined but
 	// served in turn, after the connection's earlier writes.
 	zkMaxPipelinedBytes = 64 << 20
+	// zkLossLinger bounds how long a connection closed for connection loss
+	// waits, after its last reply and end of stream, for the client to
+	// close its end (see lingerAfterLoss).
+	zkLossLinger = 2 * time.Second
 )
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -160,7 +164,7 @@ func (l *zkListener) accept(ln net.Listener) {
 			continue
 		}
 		zc := &zkConn{l: l, s: l.s, c: c, signal: make(chan struct{}, 1), wrote: make(chan struct{}, 1), done: make(chan struct{}),
-			tail: closedChan, slots: make(chan struct{}, zkPipelineDepth)}
+			tail: closedChan, slots: make(chan struct{}, zkPipelineDepth), readerDone: make(chan struct{})}
 		l.conns[zc] = struct{}{}
 		l.mu.Unlock()
 		l.s.wg.Add(2)
@@ -231,20 +235,29 @@ type zkConn struct {
 	closed   bool
 	done     chan struct{}
 	closeWhy string
+
+	lost       atomic.Bool   // closed for connection loss: linger before closing the socket
+	readerDone chan struct{} // closed when the reader has stopped reading
 }
 
 // close ends the connection: the writer flushes what is queued (the reply
 // to closeSession, the expired ConnectResponse) and then closes the socket,
-// which also unblocks the reader.
-func (c *zkConn) close(why string) {
+// which also unblocks the reader. False if it was already closed.
+func (c *zkConn) close(why string) bool { return c.closeAs(why, false) }
+
+// closeAs is close; lost marks a close for connection loss (see
+// lingerAfterLoss), set before the writer can see the connection closed.
+func (c *zkConn) closeAs(why string, lost bool) bool {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return
+		return false
 	}
+	c.lost.Store(lost)
 	c.closed, c.closeWhy = true, why
 	close(c.done)
 	c.mu.Unlock()
+	return true
 }
 
 func (c *zkConn) queued() int {
@@ -360,6 +373,7 @@ func (c *zkConn) writeLoop() {
 			}
 		}
 		if closed {
+			c.lingerAfterLoss()
 			return
 		}
 		select {
@@ -369,8 +383,50 @@ func (c *zkConn) writeLoop() {
 	}
 }
 
+// lingerAfterLoss, on a connection closed for connection loss, ends the
+// stream behind the replies just written and waits (at most zkLossLinger,
+// less if the server stops) for the reader to read what the client still
+// sends until the client closes its end. Closing a TCP socket with unread
+// requests in it resets the connection, and a reset discards replies not
+// yet transmitted: the replies to the requests before the lost one must
+// arrive first, as ZooKeeper sends them.
+func (c *zkConn) lingerAfterLoss() {
+	if !c.lost.Load() || closeWrite(c.c) != nil {
+		return
+	}
+	t := time.NewTimer(zkLossLinger)
+	defer t.Stop()
+	select {
+	case <-c.readerDone:
+	case <-t.C:
+	case <-c.s.stop:
+	}
+}
+
+// closeWrite ends the stream to the client (a TLS close_notify, a TCP FIN)
+// and keeps reading possible.
+func closeWrite(c net.Conn) error {
+	if p, ok := c.(*perIPConn); ok {
+		return closeWrite(p.Conn)
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 func (c *zkConn) readLoop() {
 	defer c.s.wg.Done()
+	// After a connection loss, what the client still sends is read and
+	// dropped until it closes its end (see lingerAfterLoss). Runs last.
+	var r *bufio.Reader
+	defer func() {
+		if c.lost.Load() && r != nil {
+			c.c.SetReadDeadline(time.Now().Add(zkLossLinger))
+			io.Copy(io.Discard, r)
+		}
+		close(c.readerDone)
+	}()
 	defer func() {
 		c.close("connection ended")
 		c.s.watches.RemoveAll(c)
@@ -387,7 +443,7 @@ func (c *zkConn) readLoop() {
 	// Small: requests are small, and a large frame is read past the buffer
 	// (io.ReadFull into the frame). 64 KiB per connection, idle or not, was
 	// 640 MiB of heap at the connection limit.
-	r := bufio.NewReaderSize(c.c, 4<<10)
+	r = bufio.NewReaderSize(c.c, 4<<10)
 	// Four-letter words arrive instead of a length prefix.
 	c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if head, err := r.Peek(4); err == nil && isFourLetterWord(string(head)) {
@@ -625,7 +681,12 @@ func toZKACL(in []tree.ACL) []zk.ACL {
 
 // reply queues the reply to request xid. Called by one goroutine at a time,
 // in request order: the reader, or the pipelined write whose turn it is.
+// A request that failed with connection loss gets no reply: see loseConnection.
 func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
+	if errs.ZKConnectionLoss(err) {
+		c.loseConnection(xid, err)
+		return
+	}
 	if zxid > c.lastZxid {
 		c.lastZxid = zxid
 	}
@@ -639,6 +700,25 @@ func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
 	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: xid, Zxid: zxid, Err: code}, body))
 }
 
+// loseConnection answers request xid, which failed with err (one of
+// errs.ZKConnectionLoss: this server cannot serve it now, or cannot tell
+// whether it took effect), by closing the connection, as ZooKeeper does:
+// it never sends connection loss or operation timeout in a reply. Replies
+// are queued in request order and the writer flushes the queue before it
+// closes the socket, so every earlier request's reply still reaches the
+// client; this request and every later one get none (a later pipelined
+// write may still apply: the client, which sees all of them as connection
+// loss, decides what to retry). The session is not closed: the client
+// reconnects with its id and password within its timeout and goes on.
+func (c *zkConn) loseConnection(xid int32, err error) {
+	if !c.closeAs("cannot answer: "+err.Error(), true) {
+		return // already closed: this reply would not have been sent either
+	}
+	c.s.log.Info("zk: closing connection instead of replying (connection loss)", "remote", c.c.RemoteAddr().String(),
+		"session", fmt.Sprintf("0x%x", c.session), "xid", xid, "err", err)
+	c.s.metrics.requests.WithLabelValues("zk", "connection_closed").Inc()
+}
+
 // pipeline starts pkt if it is a write whose commit may overlap those of
 // the connection's earlier writes (create, delete, setData, setACL, multi), as
 // ZooKeeper's commit pipeline overlaps them: a client that sends writes
@@ -648,8 +728,9 @@ func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
 // order, which is the order raft logs them (a follower forwards them to the
 // leader in that order), and replies are queued in request order, each
 // after its predecessor's. A write whose outcome is unknown (the leader
-// changed under it) is answered so while later ones may have applied, as
-// when the writes were served one at a time. False: serve it in turn.
+// changed under it) closes the connection at its turn (see
+// loseConnection) while later ones may still apply, as with ZooKeeper.
+// False: serve it in turn.
 func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 	if c.readOnly {
 		return false
@@ -1065,6 +1146,10 @@ func (c *zkConn) setWatches(rel int64, data, exist, child, pers, rec []string) {
 	c.s.mu.RLock()
 	err := c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree, int64(c.s.mu.applied)}, data, exist, child, pers, rec)
 	c.s.mu.RUnlock()
+	if errs.ZKConnectionLoss(err) {
+		c.loseConnection(zk.XidSetWatches, err)
+		return
+	}
 	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: int64(c.s.appliedIndex()), Err: errs.ZKCode(err)}, nil))
 }
 
