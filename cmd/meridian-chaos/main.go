@@ -84,6 +84,9 @@ func main() {
 		for _, f := range res.Faults {
 			fmt.Printf("    fault %s\n", f.Desc)
 		}
+		for _, m := range res.TickMoves {
+			fmt.Printf("    tick moved: %s\n", m)
+		}
 		if *verbose {
 			for _, n := range res.Notes {
 				fmt.Printf("    note %s\n", n)

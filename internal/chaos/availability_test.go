@@ -196,7 +196,8 @@ func TestAvailabilityStatsMerge(t *testing.T) {
 		b.Add(res(uint64(100+i), atD(float64(50+i)/10)))
 	}
 	b.Add(res(200, -1)) // no next write; its gap is not counted
-	b.Add(&Result{Seed: 300, ElectionTimeout: et, TickMoves: []string{"node 1: raft tick from measured ...", "node 2: raft tick from measured ..."}})
+	b.Add(&Result{Seed: 300, ElectionTimeout: et, Faults: []FaultRecord{{Kind: SlowLinks, ToNextWrite: -1}, {Kind: SlowLinks, ToNextWrite: -1}},
+		TickMoves: []string{"node 1: raft tick from measured ...", "node 2: raft tick from measured ..."}})
 	pa, pb := dir+"/a.json", dir+"/b.json"
 	if err := a.WriteFile(pa); err != nil {
 		t.Fatal(err)
@@ -222,8 +223,8 @@ func TestAvailabilityStatsMerge(t *testing.T) {
 	if all.NoNextWrite[KillLeader] != 1 || all.Scenarios != 102 {
 		t.Fatalf("merged: none %d scenarios %d", all.NoNextWrite[KillLeader], all.Scenarios)
 	}
-	if all.TickMoves != 2 || all.TickMoveScenarios != 1 {
-		t.Fatalf("merged tick moves %d in %d scenarios, want 2 in 1", all.TickMoves, all.TickMoveScenarios)
+	if all.TickMoves != 2 || all.TickMoveScenarios != 1 || all.TickMovesWith[SlowLinks] != 1 || len(all.TickMovesWith) != 1 {
+		t.Fatalf("merged tick moves %d in %d scenarios (%v), want 2 in 1 (slow-links 1)", all.TickMoves, all.TickMoveScenarios, all.TickMovesWith)
 	}
 	// Past 8 election timeouts: 8.1..10 is 20 faults, and their gaps.
 	if all.OverBound[KillLeader] != 20 || all.OverBound["gap:"+KillLeader] != 20 {

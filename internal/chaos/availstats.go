@@ -31,15 +31,17 @@ type AvailabilityStats struct {
 	// OverBound counts availability violations by the kind they name.
 	OverBound map[string]int `json:"over_bound,omitempty"`
 	// TickMoves counts the servers' raft tick changes; TickMoveScenarios
-	// the scenarios with any.
-	TickMoves         int `json:"tick_moves"`
-	TickMoveScenarios int `json:"tick_move_scenarios"`
+	// the scenarios with any, TickMovesWith those scenarios by each fault
+	// kind they contained (to tell emulated delays from stalls).
+	TickMoves         int            `json:"tick_moves"`
+	TickMoveScenarios int            `json:"tick_move_scenarios"`
+	TickMovesWith     map[string]int `json:"tick_moves_with,omitempty"`
 }
 
 // NewAvailabilityStats returns empty stats.
 func NewAvailabilityStats() *AvailabilityStats {
 	return &AvailabilityStats{BoundRatio: AvailabilityRatio, ToNextWriteMs: map[string][]float64{}, NoNextWrite: map[string]int{},
-		LongestGapMs: map[string][]float64{}, OverBound: map[string]int{}}
+		LongestGapMs: map[string][]float64{}, OverBound: map[string]int{}, TickMovesWith: map[string]int{}}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -51,6 +53,13 @@ func (s *AvailabilityStats) Add(r *Result) {
 	if len(r.TickMoves) > 0 {
 		s.TickMoves += len(r.TickMoves)
 		s.TickMoveScenarios++
+		seen := map[string]bool{}
+		for _, f := range r.Faults {
+			if !seen[f.Kind] {
+				seen[f.Kind] = true
+				s.TickMovesWith[f.Kind]++
+			}
+		}
 	}
 	if r.ElectionTimeout > 0 {
 		s.ElectionTimeoutMs = ms(r.ElectionTimeout)
@@ -93,6 +102,9 @@ func (s *AvailabilityStats) Merge(o *AvailabilityStats) error {
 	s.Seeds = append(s.Seeds, o.Seeds...)
 	s.TickMoves += o.TickMoves
 	s.TickMoveScenarios += o.TickMoveScenarios
+	for k, v := range o.TickMovesWith {
+		s.TickMovesWith[k] += v
+	}
 	for k, v := range o.ToNextWriteMs {
 		s.ToNextWriteMs[k] = append(s.ToNextWriteMs[k], v...)
 	}
@@ -127,7 +139,7 @@ func ReadAvailabilityStats(path string) (*AvailabilityStats, error) {
 	if err := json.Unmarshal(b, s); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, m := range []*map[string]int{&s.NoNextWrite, &s.OverBound} {
+	for _, m := range []*map[string]int{&s.NoNextWrite, &s.OverBound, &s.TickMovesWith} {
 		if *m == nil {
 			*m = map[string]int{}
 		}
@@ -200,7 +212,15 @@ func (s *AvailabilityStats) Table() string {
 	}
 	row(w, "all", all, "", "")
 	w.Flush()
-	fmt.Fprintf(&b, "raft tick moves off its floor: %d, in %d of %d scenarios\n", s.TickMoves, s.TickMoveScenarios, s.Scenarios)
+	fmt.Fprintf(&b, "raft tick moves: %d, in %d of %d scenarios", s.TickMoves, s.TickMoveScenarios, s.Scenarios)
+	if len(s.TickMovesWith) > 0 {
+		var with []string
+		for _, k := range sortedKeys(nil, s.TickMovesWith) {
+			with = append(with, fmt.Sprintf("%s %d", k, s.TickMovesWith[k]))
+		}
+		fmt.Fprintf(&b, "; those scenarios held: %s", strings.Join(with, ", "))
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
