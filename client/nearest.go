@@ -166,8 +166,9 @@ func (c *Client) hedgeAPI() pb.MeridianClient {
 
 // hedgedRead runs a read through the session's server and, when rc asks
 // for it and it is safe, at the same time on the nearest other server; the
-// first answer wins and the other is cancelled (seed 004: a read that takes
-// the fastest of two replicas has a tail close to its average).
+// first answer wins and the other is cancelled. Asking several servers and
+// taking the first answer keeps a read's tail close to its average ("Tail
+// Latency in ZooKeeper and a Simple Reimplementation", Michael Graczyk).
 //
 // Only sequential reads without a watch are hedged, and only while the
 // client has no watches: the other server cannot order its answer after

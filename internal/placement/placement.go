@@ -2,7 +2,8 @@
 // the leader a round trip to the nearest majority of voters, and every write
 // costs its client's server a round trip to the leader; so the best leader
 // is the voter that minimises that sum weighted by where writes come from
-// (the "center of gravity" of seed 001). Moves are damped: the best
+// (the "center of gravity" policy of Aleksey Charapko's "Keep the Data
+// Where You Use It"). Moves are damped: the best
 // candidate must beat the current leader by a margin, in several consecutive
 // evaluations, and not sooner than a minimum interval after the last move.
 //
@@ -79,15 +80,17 @@ func Cost(in Input, l uint64) (time.Duration, bool) {
 	return time.Duration(total / weight), true
 }
 
-// A Chooser names the voter it would have lead (seed 001's policies differ
-// only here); ok false when it cannot tell. The Policy damps its choices.
+// A Chooser names the voter it would have lead (the policies of "Keep the
+// Data Where You Use It" differ only here); ok false when it cannot tell.
+// The Policy damps its choices.
 type Chooser interface {
 	Choose(in Input) (best uint64, ok bool)
 	Name() string
 }
 
 // CenterOfGravity picks the voter of least Cost: topology-aware, it can
-// settle between several busy regions (seed 001's best performer).
+// settle between several busy regions (the best performer in "Keep the
+// Data Where You Use It").
 type CenterOfGravity struct{}
 
 func (CenterOfGravity) Name() string { return "center-of-gravity" }
@@ -125,8 +128,8 @@ func (Majority) Choose(in Input) (uint64, bool) {
 // EMA keeps an exponential moving average of the "average server" of the
 // writes, with voters numbered in the order given (meant to follow
 // geography), and moves at most one step along that order per decision.
-// Seed 001 found it slow and easily misled by real geography; it is here for
-// comparison.
+// "Keep the Data Where You Use It" found it slow and easily misled by real
+// geography; it is here for comparison.
 type EMA struct {
 	Alpha float64 // weight of the newest evaluation (default 0.3)
 	avg   float64
@@ -202,7 +205,8 @@ type Policy struct {
 	MinInterval time.Duration
 	// Chooser names the best voter (default CenterOfGravity). With another
 	// chooser the margin is not applied (its pick has no cost to compare)
-	// but Consecutive and MinInterval are: seed 001's n-consecutive rule.
+	// but Consecutive and MinInterval are: the n-consecutive rule of "Keep
+	// the Data Where You Use It".
 	Chooser Chooser
 
 	leader    uint64

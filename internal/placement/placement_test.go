@@ -7,7 +7,9 @@ import (
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 
-// Seed 004's three regions: 1 and 2 close (CA, OR: 20 ms), 3 far (VA: 70 ms).
+// The three regions of "Tail Latency in ZooKeeper and a Simple
+// Reimplementation" (Michael Graczyk): 1 and 2 close (CA, OR: 20 ms), 3 far
+// (VA: 70 ms).
 func matrix(pairs map[[2]uint64]time.Duration) func(a, b uint64) (time.Duration, bool) {
 	return func(a, b uint64) (time.Duration, bool) {
 		if d, ok := pairs[[2]uint64{a, b}]; ok {
@@ -104,7 +106,8 @@ func TestPolicyPreferAndUnknowns(t *testing.T) {
 	}
 }
 
-// Seed 001's other policies, behind the same damping.
+// The other policies of "Keep the Data Where You Use It" (Aleksey
+// Charapko), behind the same damping.
 func TestMajorityAndEMAChoosers(t *testing.T) {
 	line := matrix(map[[2]uint64]time.Duration{{1, 2}: ms(20), {2, 3}: ms(20), {1, 3}: ms(40), {4, 3}: ms(5), {4, 1}: ms(45), {4, 2}: ms(25)})
 	in := Input{Voters: []uint64{1, 2, 3}, Leader: 1, RTT: line, Load: map[uint64]float64{1: 1, 3: 2}}

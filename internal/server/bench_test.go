@@ -114,9 +114,10 @@ func BenchmarkRead(b *testing.B) {
 }
 
 // BenchmarkLock measures acquire latency (the percentiles; ops/s counts
-// whole acquire-hold-release cycles) for seed 003's
-// workloads: 1, 3, 5 clients, each on its own lock or all on one lock; every
-// client acquires, holds briefly, releases.
+// whole acquire-hold-release cycles) for the workloads of "Evaluation of
+// Key-Value Stores for Distributed Locking Purposes" (Piotr Grzesik and
+// Dariusz Mrozek): 1, 3, 5 clients, each on its own lock or all on one lock;
+// every client acquires, holds briefly, releases.
 func BenchmarkLock(b *testing.B) {
 	for _, same := range []bool{false, true} {
 		for _, n := range []int{1, 3, 5} {
@@ -194,9 +195,10 @@ func lockOp(ctx context.Context, before func()) func(*client.Client, int) (time.
 	}
 }
 
-// zkCreateOp times seed 000's test-and-set through the ZooKeeper port, an
-// ephemeral create (then deletes it, untimed), after before when it is
-// not nil.
+// zkCreateOp times the test-and-set lock attempt of "The Cost of Consensus:
+// Synchronization in Geo-distributed Systems" (Faisal Nawab and Alexander
+// Pucher) through the ZooKeeper port, an ephemeral create (then deletes it,
+// untimed), after before when it is not nil.
 func zkCreateOp(conn *gozk.Conn, before func()) func(*client.Client, int) (time.Duration, error) {
 	return func(*client.Client, int) (time.Duration, error) {
 		if before != nil {
@@ -213,8 +215,9 @@ func zkCreateOp(conn *gozk.Conn, before func()) func(*client.Client, int) (time.
 // BenchmarkUncontendedAcquire compares one client's uncontended acquire on
 // one member three ways: the native API's server-side lock, the native
 // API's ephemeral create (a test-and-set), and an ephemeral create through
-// the ZooKeeper port (seed 000's test-and-set). Each is one commit; the
-// differences are the APIs' own costs. The release is not timed.
+// the ZooKeeper port (the test-and-set of "The Cost of Consensus"). Each is
+// one commit; the differences are the APIs' own costs. The release is not
+// timed.
 func BenchmarkUncontendedAcquire(b *testing.B) {
 	ctx := context.Background()
 	b.Run("native-lock", func(b *testing.B) {
@@ -276,10 +279,11 @@ func BenchmarkUncontendedAcquire(b *testing.B) {
 }
 
 // BenchmarkIdleGap compares one request through each API on the leader,
-// back to back and after an idle gap (the seed 000 grid's clients ask a few
-// times a second). A process whose threads have parked pays a wake-up per
-// goroutine hand-off on the request's path, so the gap shows how many
-// hand-offs each API makes more than its raw cost does.
+// back to back and after an idle gap (the clients in the RTT grid of "The
+// Cost of Consensus" ask a few times a second). A process whose threads
+// have parked pays a wake-up per goroutine hand-off on the request's path,
+// so the gap shows how many hand-offs each API makes more than its raw cost
+// does.
 func BenchmarkIdleGap(b *testing.B) {
 	ctx := context.Background()
 	for _, gap := range []time.Duration{0, 20 * time.Millisecond} {

@@ -19,8 +19,9 @@ import (
 // commits them, and writes forwarded to the leader while it hands over are
 // kept for the new leader instead of dropped. Before, every write in flight
 // at the change was answered connection loss (-4), outcome unknown, and a
-// forwarded one could be lost (seed 002's ZNONODE errors: a setup create
-// lost in a placement move).
+// forwarded one could be lost (the ZNONODE errors of the benchmark
+// modelled on "DIDA-GSTORE" by Lucas Lobo, João Freitas and Bruno Freitas:
+// a setup create lost in a placement move).
 func TestPlannedLeaderMoveAnswersWrites(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	lead := tc.leader()

@@ -1,12 +1,3 @@
-// Package server wires one Meridian server together: the replicated data tree
-// (tree on replica), sessions, watches, and the APIs (native gRPC, HTTP
-// metrics and health).
-//
-// Data flows one way: request → proposal → raft → apply → result and watch
-// events → connections. The server decides nothing itself that must be the
-// same on every replica; that happens in tree.Apply. What it does decide, on
-// the leader only, is *when* to propose time-driven commands (session expiry,
-// TTL/container reaping), stamping its wall clock into them.
 package server
 
 import (

@@ -722,9 +722,10 @@ func (c *zkConn) loseConnection(xid int32, err error) {
 // pipeline starts pkt if it is a write whose commit may overlap those of
 // the connection's earlier writes (create, delete, setData, setACL, multi), as
 // ZooKeeper's commit pipeline overlaps them: a client that sends writes
-// without waiting (an async API, Curator's background calls, seed 000's
-// asynchronous strategies) pays one commit latency for the batch instead
-// of one per write. Order is kept: writes are handed to raft in request
+// without waiting (an async API, Curator's background calls, the
+// asynchronous lock strategies of "The Cost of Consensus: Synchronization
+// in Geo-distributed Systems", Faisal Nawab and Alexander Pucher) pays one
+// commit latency for the batch instead of one per write. Order is kept: writes are handed to raft in request
 // order, which is the order raft logs them (a follower forwards them to the
 // leader in that order), and replies are queued in request order, each
 // after its predecessor's. A write whose outcome is unknown (the leader

@@ -1,0 +1,69 @@
+// Package server wires one Meridian member together: the replicated state
+// (tree and coord, applied from the replica's raft loop), sessions, watches,
+// and the client ports (the ZooKeeper protocol, the native gRPC API, HTTP
+// for metrics and health). It decides nothing that must be the same on every
+// replica (that happens in tree.Apply and coord.Apply); what it decides, on
+// the leader only, is when to propose time-driven commands, stamping its
+// wall clock into them.
+//
+// Data flows one way: request → proposal → raft → apply → result and watch
+// events → connections. Each file has one job:
+//
+//   - server.go: Server, New/Serve/Close; the state machine the replica
+//     drives (stateMachine.Apply, Snapshot, Restore) and the per-member
+//     reactions to an apply (afterApply, endSession); proposals and their
+//     waiters (propose, submitTree, proposeAsync); readBarrier; and the
+//     leader's duties (duties: session expiry, TTL and container reaping,
+//     the coord tick for lock-delays and queue leases, keepalive forwarding
+//     from followers).
+//   - core.go: the request core both ports share: who is calling (identify,
+//     digestIdentity, grpcIdentity), what a read may see (authorizeRead,
+//     redactACL), and the native port's per-method rules (grpcRules, the
+//     unaryAuth and streamAuth interceptors).
+//   - zk.go: the ZooKeeper listener: accept, the connection's read loop and
+//     outbound queue with their backpressure, the handshake (session create
+//     or resume, read-only sessions), write pipelining (pipeline), the
+//     opcode dispatch (serve), multi, the synthetic /meridian and
+//     /zookeeper/config views, and the four-letter words. sasl.go is its
+//     DIGEST-MD5 authentication, zkreconfig.go its reconfig opcode.
+//   - api.go: the native gRPC service: tree reads and writes, sessions,
+//     watch streams, status, leader transfer. locks.go, queues.go and
+//     election.go hold the lock, queue, barrier, election and counter
+//     methods; locks.go also applies coordination commands (applyCoord,
+//     applyFenced), proposes them, answers waiting acquires and pops from
+//     apply (deliverGrants), and frames the snapshot (tree and coord).
+//   - hub.go: a session's watch sink for its gRPC Watch stream.
+//   - members.go: run-time membership over the replica's address book;
+//     placement.go: write-load reports to the leader and its leadership
+//     moves; latency.go: measured round trips for the API and Prometheus.
+//   - http.go: /metrics, /livez, /readyz, /status and pprof; metrics.go:
+//     every Prometheus metric.
+//   - config.go: the YAML configuration and its defaults; zoocfg.go and
+//     jks.go: starting from a ZooKeeper zoo.cfg and its Java keystores;
+//     limits.go: connection caps per client address, the file-descriptor
+//     budget, idle timeouts, the four-letter-word allow list.
+//
+// A ZooKeeper request: zkListener.accept (connection caps) → zkConn.readLoop
+// (a four-letter word is answered and the connection closed) → handshake
+// (a new session is proposed; a resumed one waits for a linearizable
+// barrier and the client's last zxid; identities from core.go) →
+// per frame, a write goes to pipeline (handed to raft in request order, its
+// reply queued after its predecessor's) and anything else waits for the
+// pipelined writes, then serve: a read checks authorizeRead and reads the
+// tree under s.mu, registering its watch and queueing its reply under the
+// same lock; a write is proposed → the connection's writeLoop sends the
+// reply.
+//
+// A native request: the gRPC interceptors in core.go (identities, the
+// method's rule, meridian_requests_total) → the api method → a read is
+// api.read (validate, readBarrier, authorizeRead, read, watch into the
+// session's hub); a write is api.write → propose (fenced: proposeFenced)
+// → the waiter receives the result when this member applies the entry.
+//
+// Apply: the replica's raft loop calls stateMachine.Apply with each
+// committed entry in log order. A tree command goes to tree.Apply under s.mu
+// (watch events are triggered under the same lock; ending a session also
+// releases its locks in coord), a coordination command to applyCoord; then
+// afterApply and deliverGrants do this member's bookkeeping and
+// waiters.deliver answers the request that proposed it, if it was here.
+package server
