@@ -795,32 +795,33 @@ func (r *Replica) loop() {
 // Ticks from measurements: the failure detector follows the network.
 const (
 	adaptEvery      = 5 * time.Second
-	adaptMinSamples = 20   // network samples in the window before the measurement counts
+	adaptMinSamples = 50   // network samples per voter in the window (10 s of probes) before the measurement counts
+	adaptFactor     = 2    // tick = this × the median network round trip to the slowest voter
 	adaptGrow       = 0.10 // a longer tick is taken when it exceeds the current by this fraction
 	adaptShrink     = 0.25 // a shorter one when it is below the current by this fraction
-	adaptFactor     = 1.5  // tick ≥ this × the p90 network round trip to the slowest voter
 	adaptMaxGrowth  = 2    // a tick at most doubles per step (adaptEvery)
 )
 
 // AdaptiveTick is the rule for ticks from measurements: one tick (the
-// heartbeat interval) is at least adaptFactor times the p90 network round
-// trip to the slowest voter peer, so a heartbeat and its answer fit in one
-// tick and the election timeout (ElectionTicks ticks, 10 by default) is at
-// least 15 of those round trips, the ratio etcd's tuning guide recommends;
-// never below floor (the configured tick, what a LAN gets) nor above
-// ceiling, and at most adaptMaxGrowth times the current tick.
+// heartbeat interval) is adaptFactor times the median network round trip
+// to the slowest voter peer, so the election timeout (ElectionTicks ticks,
+// 10 by default) is 20 of those round trips, twice what etcd's tuning guide
+// asks for; never below floor (the configured tick, what a LAN gets) nor
+// above ceiling, and at most adaptMaxGrowth times the current tick.
 //
 // The round trips are the latency tracker's network samples (PeerSeries.Net):
 // probes sent while the peer was answering steadily, so a paused,
 // restarting or cut-off peer, or a stall of this server, does not count as
 // network latency; the probes jump the raft queue and are stamped when
-// written, so load does not either. The p90 rather than the p99 because
-// wide-area round trips have spikes and several modes ("Cloudy forecast"):
-// a heartbeat that is late once is followed by ElectionTicks-1 more before
-// anyone campaigns, so the timeout must cover the usual round trip with
-// margin, not its rarest spike.
-func AdaptiveTick(floor, ceiling, current, slowestP90 time.Duration) time.Duration {
-	want := max(floor, time.Duration(adaptFactor*float64(slowestP90)))
+// written, so load does not either. The median, over a window of 30 to 60
+// s, because wide-area round trips have spikes and several modes ("Cloudy
+// Forecast"): a slowdown of a few seconds is a fault to detect, not a new
+// normal, and moves the median only once it lasts half the window; a late
+// heartbeat is followed by nine more before anyone campaigns, so the
+// timeout must cover the usual round trip with margin, not its rarest
+// spike.
+func AdaptiveTick(floor, ceiling, current, slowestP50 time.Duration) time.Duration {
+	want := max(floor, adaptFactor*slowestP50)
 	if current > 0 {
 		want = min(want, adaptMaxGrowth*current)
 	}
@@ -840,13 +841,13 @@ func (r *Replica) adaptTick() (time.Duration, bool) {
 		if p.Net.Count < adaptMinSamples {
 			return 0, false // not measured yet: keep what we have
 		}
-		slowest = max(slowest, p.Net.P90)
+		slowest = max(slowest, p.Net.P50)
 	}
 	want := AdaptiveTick(r.cfg.TickInterval, r.cfg.MaxTickInterval, r.tick, slowest)
 	if diff := float64(want - r.tick); diff <= adaptGrow*float64(r.tick) && -diff <= adaptShrink*float64(r.tick) {
 		return 0, false
 	}
-	r.log.Info("raft tick from measured network round trips", "tick", want, "was", r.tick, "slowest_voter_p90", slowest,
+	r.log.Info("raft tick from measured network round trips", "tick", want, "was", r.tick, "slowest_voter_median", slowest,
 		"election_timeout", want*time.Duration(r.cfg.ElectionTicks))
 	r.tick = want
 	return want, true

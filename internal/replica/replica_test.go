@@ -808,15 +808,15 @@ func TestLatencyProbes(t *testing.T) {
 
 func TestAdaptiveTickRule(t *testing.T) {
 	ms := time.Millisecond
-	for _, c := range []struct{ floor, ceil, cur, p90, want time.Duration }{
+	for _, c := range []struct{ floor, ceil, cur, p50, want time.Duration }{
 		{100 * ms, time.Second, 100 * ms, 300 * time.Microsecond, 100 * ms}, // LAN: the configured tick
-		{100 * ms, time.Second, 100 * ms, 150 * ms, 200 * ms},               // 150 ms WAN: 1.5× is 225, but at most double per step
-		{100 * ms, time.Second, 200 * ms, 150 * ms, 225 * ms},               // the next step gets there
+		{100 * ms, time.Second, 100 * ms, 150 * ms, 200 * ms},               // 150 ms WAN: 2× is 300, but at most double per step
+		{100 * ms, time.Second, 200 * ms, 150 * ms, 300 * ms},               // the next step gets there
 		{100 * ms, time.Second, 800 * ms, 2 * time.Second, time.Second},     // capped
 		{100 * ms, time.Second, time.Second, 10 * ms, 100 * ms},             // shrinks at once when the network is fast again
 	} {
-		if got := AdaptiveTick(c.floor, c.ceil, c.cur, c.p90); got != c.want {
-			t.Errorf("AdaptiveTick(%v, %v, %v, %v) = %v, want %v", c.floor, c.ceil, c.cur, c.p90, got, c.want)
+		if got := AdaptiveTick(c.floor, c.ceil, c.cur, c.p50); got != c.want {
+			t.Errorf("AdaptiveTick(%v, %v, %v, %v) = %v, want %v", c.floor, c.ceil, c.cur, c.p50, got, c.want)
 		}
 	}
 }
