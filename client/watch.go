@@ -405,9 +405,6 @@ func (c *Client) watchLoop() {
 			if up {
 				attempt = 0 // the stream was up: reconnect at once, back off only when it fails to come up
 			}
-			if err == nil {
-				first = false
-			}
 		}
 		cancel()
 		err = errs.FromGRPC(err)

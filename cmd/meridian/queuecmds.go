@@ -169,7 +169,7 @@ left). Exit status: COMMAND's, or 2 if entering failed.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := strconv.Atoi(args[1])
 			if err != nil {
-				return fmt.Errorf("N: %w", err)
+				return fmt.Errorf("participant count: %w", err)
 			}
 			return untilInterrupted(func(ctx context.Context, c *client.Client) error {
 				db := c.DoubleBarrier(args[0], n)

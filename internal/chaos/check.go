@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/meridian-coord/meridian/internal/errs"
 )
 
 // LinResult is the linearizability verdict.
@@ -187,4 +185,3 @@ func checkDurable(creates []durableCreate, present map[string]bool) (acked int, 
 func dur(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
 
 // isStale reports a fenced write refused for its token.
-func isStale(err error) bool { return errors.Is(err, errs.ErrStaleToken) }

@@ -90,17 +90,6 @@ func (e *faultEnv) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(e.rng.Int64N(int64(hi-lo)+1))
 }
 
-// pick chooses a member other than not (0: any).
-func (e *faultEnv) pick(not uint64) uint64 {
-	var ids []uint64
-	for _, n := range e.cl.Nodes {
-		if n.ID != not {
-			ids = append(ids, n.ID)
-		}
-	}
-	return ids[e.rng.IntN(len(ids))]
-}
-
 func sleepCtx(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():

@@ -554,9 +554,9 @@ func TestCorruptStorageFailsOpen(t *testing.T) {
 			if tc.bad == nil {
 				err = db.Delete(tc.key, pebble.Sync)
 			} else {
-				v, closer, err := db.Get(tc.key)
-				if err != nil {
-					t.Fatal(err)
+				v, closer, gerr := db.Get(tc.key)
+				if gerr != nil {
+					t.Fatal(gerr)
 				}
 				bad := tc.bad(slices.Clone(v))
 				closer.Close()

@@ -34,8 +34,7 @@ func TestPlacementReportCodec(t *testing.T) {
 // the near pair, where a commit no longer pays the far round trip.
 func TestPlacementMovesLeaderToTheWork(t *testing.T) {
 	const oneWay = 25 * time.Millisecond
-	var tc *testCluster
-	tc = newTestCluster(t, 3, func(c *Config) {
+	tc := newTestCluster(t, 3, func(c *Config) {
 		c.Placement = "auto"
 		c.PlacementMinIntervalMs = 1000
 		// Every link to or from member 3 passes a delaying proxy: each

@@ -133,7 +133,6 @@ func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
 	c.ReadOnlyMode = sysProps["readonlymode.enabled"] == "true"
 	c.JAASConfig = sysProps["java.security.auth.login.config"]
 
-	var ids []uint64
 	for k, v := range props {
 		if !strings.HasPrefix(k, "server.") {
 			continue
@@ -148,7 +147,6 @@ func FromZooCfg(path string, sysProps map[string]string) (ZooCfg, error) {
 			return out, fmt.Errorf("zoo.cfg %s: %s: %w", path, k, err)
 		}
 		c.Members = append(c.Members, m)
-		ids = append(ids, id)
 	}
 	sort.Slice(c.Members, func(i, j int) bool { return c.Members[i].ID < c.Members[j].ID })
 
