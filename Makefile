@@ -1,12 +1,15 @@
 # Meridian — the two commands that matter: `make dev` runs a local 3-node
-# cluster, `make test` runs the test suite (what CI runs).
+# cluster, `make test` runs the test suite (what CI runs). `make check` is
+# the fast tier for the inner loop.
 GO ?= go
 TOOLS := $(CURDIR)/.tools
 BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+# staticcheck 2026.2.2
+STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build dev test test-short vet proto tools clean kazoo-test chaos fuzz bench-deps bench-report bench-quick
+.PHONY: all build dev test check vet staticcheck proto tools clean kazoo-test chaos fuzz bench-deps bench-report bench-quick
 
 all: build
 
@@ -21,10 +24,26 @@ vet:
 	cd bench && $(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
+$(TOOLS)/staticcheck:
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+staticcheck: $(TOOLS)/staticcheck
+	$(TOOLS)/staticcheck ./...
+	cd bench && $(TOOLS)/staticcheck ./...
+
+# The inner loop: vet, gofmt, staticcheck, and every package's tests without
+# the race detector, but not the real-process suites (the chaos battery,
+# cmd/meridian's end-to-end and compatibility tests, kazoo). No root, no
+# downloads beyond Go modules; the deterministic simulation runs its
+# default seeds. `make test` is the full suite.
+check: vet staticcheck
+	$(GO) test -count=1 -timeout 10m $$($(GO) list ./... | grep -v -e /internal/chaos$$ -e /cmd/meridian$$)
+	cd bench && $(GO) test -count=1 ./...
+
 # The chaos battery runs on its own after the other packages: it keeps
 # three server processes busy for minutes, and next to the in-process
 # cluster tests (20 ms raft ticks) that starves them into spurious elections.
-test: vet
+test: vet staticcheck
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v /internal/chaos$$)
 	$(GO) test -race -count=1 -timeout 10m ./internal/chaos
 	cd bench && $(GO) test -count=1 ./...
