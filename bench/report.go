@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -190,7 +193,8 @@ func (r *Report) WriteJSON(dir, section string) error {
 }
 
 // WriteJSONFile writes the report with every series' full histogram to
-// path (LoadReport reads it back).
+// path (LoadReport reads it back), gzip-compressed if path ends in .gz
+// (the raw results kept in bench/results/).
 func (r *Report) WriteJSONFile(path string) error {
 	for i := range r.Results {
 		if h := r.Results[i].Hist; h != nil {
@@ -200,6 +204,17 @@ func (r *Report) WriteJSONFile(path string) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
+	}
+	if strings.HasSuffix(path, ".gz") {
+		var z bytes.Buffer
+		w, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		if err := w.Close(); err != nil {
+			return err
+		}
+		b = z.Bytes()
 	}
 	return os.WriteFile(path, b, 0o644)
 }
@@ -779,12 +794,22 @@ func (r *Report) WritePlots(dir string) error {
 	return nil
 }
 
-// LoadReport reads a results.json written by WriteJSON and rebuilds every
-// series' histogram from its raw buckets (to redraw plots).
+// LoadReport reads a results JSON written by WriteJSON or WriteJSONFile
+// (gzip-compressed if its name ends in .gz) and rebuilds every series'
+// histogram from its raw buckets (to redraw plots).
 func LoadReport(path string) (*Report, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
+	}
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if b, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	var r Report
 	if err := json.Unmarshal(b, &r); err != nil {

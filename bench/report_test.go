@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -238,5 +239,33 @@ func TestThroughputCPUColumns(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("want %q in:\n%s", want, md)
 		}
+	}
+}
+
+// Raw results kept in bench/results/ are gzip-compressed: a .gz path is
+// written compressed and read back the same as plain JSON.
+func TestJSONGzipRoundTrip(t *testing.T) {
+	r := &Report{Started: "2026-11-26 06:07 UTC", Duration: "1m0s", Mode: "quick",
+		Results: []Result{{Workload: "locks", Topology: "loopback", Flavor: "Meridian (native)", Clients: 1, Hist: newHist()}}}
+	if err := r.Results[0].Hist.RecordValue(1500); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "run.json.gz")
+	if err := r.WriteJSONFile(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("%s is not gzip-compressed", path)
+	}
+	got, err := LoadReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Started != r.Started || len(got.Results) != 1 || got.Results[0].Hist.TotalCount() != 1 {
+		t.Errorf("read back %+v", got)
 	}
 }
