@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (seed 003), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (Key-value stores for locking), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -31,7 +31,7 @@ func main() {
 	bin := flag.String("meridian-bin", "", "meridian binary (default: built from -meridian-src)")
 	src := flag.String("meridian-src", "..", "the Meridian checkout to build the binary from")
 	keep := flag.Bool("keep", false, "keep run directories (logs, data)")
-	ops := flag.Int("ops", 0, "seed 004 operations per task (default 1000; quick 40)")
+	ops := flag.Int("ops", 0, "seed004 operations per task (Tail Latency in ZooKeeper's tasks) (default 1000; quick 40)")
 	lockIters := flag.Int("lock-iters", 0, "lock acquires per client (default 50; quick 8)")
 	warmup := flag.Duration("warmup", 10*time.Second, "writes from every client region before measuring each system")
 	replot := flag.String("replot", "", "redraw the plots of a results.json into -out, and stop")
@@ -146,7 +146,7 @@ func main() {
 		lockP.Iters = *lockIters
 	}
 	if *ops > 0 || *lockIters > 0 {
-		mode += fmt.Sprintf(" (%d seed 004 operations per task, %d lock acquires per client)", s4.Ops, lockP.Iters)
+		mode += fmt.Sprintf(" (%d seed004 operations per task, %d lock acquires per client)", s4.Ops, lockP.Iters)
 	}
 	if *tpClients != "" {
 		mode += fmt.Sprintf(" (throughput at %v clients)", tp.Clients)
