@@ -27,7 +27,7 @@ type Report struct {
 	Started  string
 	Duration string
 	Mode     string // quick or full
-	// Section is the docs/benchmarks.md section this report fills, if any
+	// Section is the report section this run fills (seed000-grid, seed002...), if any
 	// (set by the writer; it names plot files).
 	Section  string `json:"-"`
 	Links    map[string][]LinkCheck
