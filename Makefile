@@ -81,17 +81,23 @@ bench-deps:
 
 # The side-by-side benchmark suite (bench/, its own Go module; needs
 # root for etcd's per-member network namespaces and make bench-deps).
-# bench-report runs every workload on every topology in full and rewrites
-# the generated parts of docs/benchmarks.md, docs/bench/*.png and the raw
-# results docs/bench/results*.json. A full run takes hours, so it runs one
-# topology at a time into BENCH_PARTS and merges the parts at the end: an
-# interrupted bench-report run again resumes with the first topology not
-# yet done (each part's time and commit are in the report); the parts are
-# removed once the report is written. rm -rf .bench-parts to start afresh.
-# A part in which a system or workload could not run is kept, listed in
-# the report's "Could not run", and makes bench-report exit 2 after writing.
-# BENCH_FLAGS go to every part (e.g. --quick to try the pipeline).
-# bench-quick runs everything in small form (a smoke run, not figures).
+# bench-report runs every workload on every topology in full and writes
+# each report as a new file, docs/bench/runs/DATE-NAME.md (DATE: the day
+# its first part started; NAME: main, cost-of-consensus-grid,
+# cost-of-consensus-contention, dida-gstore), its plots into
+# docs/bench/runs/DATE-NAME/ and its raw results into
+# bench/results/DATE-NAME.json.gz; a report is never rewritten (a second
+# run of the same day gets DATE-NAME-2). docs/benchmarks.md's claims are
+# then updated by hand from the new reports. A full run takes hours, so
+# it runs one topology at a time into BENCH_PARTS and merges the parts at
+# the end: an interrupted bench-report run again resumes with the first
+# topology not yet done (each part's time and commit are in the report);
+# the parts are removed once the report is written. rm -rf .bench-parts
+# to start afresh. A part in which a system or workload could not run is
+# kept, listed in the report's "Could not run", and makes bench-report
+# exit 2 after writing. BENCH_FLAGS go to every part (e.g. --quick to try
+# the pipeline). bench-quick runs everything in small form (a smoke run,
+# not figures) and prints its report: it writes nothing under docs/.
 BENCH_TOPOLOGIES ?= topologies/loopback.yaml,topologies/1dc.yaml,topologies/2dc.yaml,topologies/3dc.yaml,topologies/5region.yaml
 BENCH_SYSTEMS ?= meridian,zookeeper,etcd,redis
 SEED000_GRID ?= topologies/seed000-u0-s0.yaml,topologies/seed000-u0-s100.yaml,topologies/seed000-u0-s250.yaml,topologies/seed000-u100-s0.yaml,topologies/seed000-u100-s100.yaml,topologies/seed000-u100-s250.yaml,topologies/seed000-u250-s0.yaml,topologies/seed000-u250-s100.yaml,topologies/seed000-u250-s250.yaml
@@ -109,8 +115,8 @@ BENCH := cd bench && $(GO) run ./cmd/meridian-bench
 # not run, exit 2: the merge reports it).
 part = @mkdir -p $(BENCH_PARTS); $(BENCH) $(BENCH_FLAGS) $(1) --topologies topologies/$*.yaml --part $@.tmp; rc=$$?; \
 	if [ $$rc -eq 0 ] || [ $$rc -eq 2 ]; then mv $@.tmp $@; else exit $$rc; fi
-# merge PARTS[,ARGS]: write the report section of these parts.
-merge = ($(BENCH) --out ../docs/bench --plot-ref bench --report ../docs/benchmarks.md --merge $(subst $(eval) ,$(comma),$(strip $(1))) $(2))
+# merge PARTS[,ARGS]: write the run report of these parts.
+merge = ($(BENCH) --runs ../docs/bench/runs --results results --merge $(subst $(eval) ,$(comma),$(strip $(1))) $(2))
 bench-report: $(MAIN_PARTS) $(SEED002_PARTS) $(GRID_PARTS) $(CONTENTION_PARTS)
 	rc=0; \
 	$(call merge,$(MAIN_PARTS)) || rc=$$?; \

@@ -10,7 +10,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// Follow the sun (issue 7's placement proof): the write load moves from one
+// Follow the sun (the placement proof): the write load moves from one
 // region with a voter to another and back; the leader should follow it
 // (placement: auto), and under a balanced load it should stay put. The
 // same load against ZooKeeper, whose leader stays where it was put (the

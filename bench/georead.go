@@ -9,7 +9,7 @@ import (
 	"github.com/meridian-coord/meridian/client"
 )
 
-// Far-region reads (issue 7's proof): a client in a region with no voter
+// Far-region reads (the placement proof): a client in a region with no voter
 // reads through the nearest voter, through a learner (non-voting replica)
 // in its own region, and hedged across the two nearest voters.
 

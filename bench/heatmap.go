@@ -17,13 +17,13 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// Seed 000's figure 10 (and its contention counterpart): one heat map per
+// Cost of Consensus's figure 10 (and its contention counterpart): one heat map per
 // system and strategy of the average acquire latency over two axes, all on
 // one log colour scale so that tiles compare.
 
 var s0Topo = regexp.MustCompile(`^seed000-u(\d+)-s(\d+)$`)
 
-// s0RTTs parses a seed 000 topology name: client↔server and server↔server
+// s0RTTs parses a Cost of Consensus topology name (seed000-uU-sS): client↔server and server↔server
 // round trips in ms.
 func s0RTTs(topology string) (user, server float64, ok bool) {
 	m := s0Topo.FindStringSubmatch(topology)

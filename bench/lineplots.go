@@ -14,7 +14,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// Seed 000's line plots (its figures 11 and 13–16): the average acquire
+// Cost of Consensus's line plots (its figures 11 and 13–16): the average acquire
 // latency of every system and strategy against one variable with the
 // others fixed. Which plots a report gets follows from the cells it holds:
 // a plot needs at least two values of its variable.
@@ -25,7 +25,7 @@ type lineSpec struct {
 	x                            func(Result) (float64, bool)
 }
 
-// s0Cell is one seed 000 setting: round trips, mean hold, mean time
+// s0Cell is one Cost of Consensus setting: round trips, mean hold, mean time
 // between requests (ms).
 type s0Cell struct{ user, server, hold, arrival float64 }
 
@@ -71,7 +71,7 @@ func (r *Report) seed000Lines() []lineSpec {
 				file:    fmt.Sprintf("seed000-vs-server-rtt-u%g-hold%g-every%g.png", u, l.hold, l.arrival),
 				title:   fmt.Sprintf("client RTT %g ms, mean hold %g ms, a request every %g ms", u, l.hold, l.arrival),
 				xLabel:  "server–server RTT ms",
-				caption: fmt.Sprintf("against the servers' round trip at client RTT %g ms (seed 000's figure 11)", u),
+				caption: fmt.Sprintf("against the servers' round trip at client RTT %g ms (figure 11 of Cost of Consensus)", u),
 				x: func(res Result) (float64, bool) {
 					ru, rs, ok := s0RTTs(res.Topology)
 					return rs, ok && ru == u && res.ServiceMs == l.hold && res.InterarrivalMs == l.arrival
@@ -91,7 +91,7 @@ func (r *Report) seed000Lines() []lineSpec {
 			file:    fmt.Sprintf("seed000-vs-client-rtt-hold%g-every%g.png", l.hold, l.arrival),
 			title:   fmt.Sprintf("server RTT 0 ms, mean hold %g ms, a request every %g ms", l.hold, l.arrival),
 			xLabel:  "client–server RTT ms",
-			caption: fmt.Sprintf("against the client's round trip, mean hold %g ms, a request every %g ms (seed 000's figure 15 is 1 and 500 ms, 16 is 150 and 200 ms)", l.hold, l.arrival),
+			caption: fmt.Sprintf("against the client's round trip, mean hold %g ms, a request every %g ms (figure 15 of Cost of Consensus is 1 and 500 ms, 16 is 150 and 200 ms)", l.hold, l.arrival),
 			x: func(res Result) (float64, bool) {
 				ru, rs, ok := s0RTTs(res.Topology)
 				return ru, ok && rs == 0 && res.ServiceMs == l.hold && res.InterarrivalMs == l.arrival
@@ -109,7 +109,7 @@ func (r *Report) seed000Lines() []lineSpec {
 			file:    fmt.Sprintf("seed000-vs-hold-u%g-s%g-every%g.png", k.user, k.server, k.arrival),
 			title:   fmt.Sprintf("client RTT %g ms, server RTT %g ms, a request every %g ms", k.user, k.server, k.arrival),
 			xLabel:  "mean hold ms",
-			caption: fmt.Sprintf("against the contention at client RTT %g ms (seed 000's figure 13 is at 100 ms, 14 at none)", k.user),
+			caption: fmt.Sprintf("against the contention at client RTT %g ms (figure 13 of Cost of Consensus is at 100 ms, 14 at none)", k.user),
 			x: func(res Result) (float64, bool) {
 				ru, rs, ok := s0RTTs(res.Topology)
 				return res.ServiceMs, ok && rtts{ru, rs, res.InterarrivalMs} == k
@@ -152,7 +152,7 @@ func (r *Report) writeLines(dir string, spec lineSpec) error {
 	}
 	slices.Sort(xs)
 	p := plot.New()
-	p.Title.Text = "Seed 000: average acquire ms, " + spec.title
+	p.Title.Text = "Cost of Consensus: average acquire ms, " + spec.title
 	p.X.Label.Text = spec.xLabel
 	p.Y.Label.Text = "average acquire ms (log)"
 	p.Y.Scale = plot.LogScale{}

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Local-first lock hand-off against FIFO (issue 7 item 6): clients in every
+// Local-first lock hand-off against FIFO: clients in every
 // client region contend for one Meridian lock; FIFO hands it to the oldest
 // waiter wherever it is, local-first (K) prefers a waiter in the previous
 // holder's region at most K times in a row.

@@ -13,7 +13,7 @@ import (
 )
 
 // ProbeRow is one ordered pair of servers: the round trip Meridian's own
-// probes measured (issue 7's latency matrix, what `meridian probe` prints)
+// probes measured (the latency matrix, what `meridian probe` prints)
 // next to the emulated round trip configured for that pair.
 type ProbeRow struct {
 	From, To             string // "1 OR"

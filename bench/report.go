@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -24,7 +27,7 @@ type Report struct {
 	Started  string
 	Duration string
 	Mode     string // quick or full
-	// Section is the docs/benchmarks.md section this report fills, if any
+	// Section is the report section this run fills (seed000-grid, seed002...), if any
 	// (set by the writer; it names plot files).
 	Section  string `json:"-"`
 	Links    map[string][]LinkCheck
@@ -190,7 +193,8 @@ func (r *Report) WriteJSON(dir, section string) error {
 }
 
 // WriteJSONFile writes the report with every series' full histogram to
-// path (LoadReport reads it back).
+// path (LoadReport reads it back), gzip-compressed if path ends in .gz
+// (the raw results kept in bench/results/).
 func (r *Report) WriteJSONFile(path string) error {
 	for i := range r.Results {
 		if h := r.Results[i].Hist; h != nil {
@@ -200,6 +204,17 @@ func (r *Report) WriteJSONFile(path string) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
+	}
+	if strings.HasSuffix(path, ".gz") {
+		var z bytes.Buffer
+		w, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		if err := w.Close(); err != nil {
+			return err
+		}
+		b = z.Bytes()
 	}
 	return os.WriteFile(path, b, 0o644)
 }
@@ -362,7 +377,7 @@ func (r *Report) Markdown(plotDir string) string {
 	}
 	if plotDir != "" {
 		for _, h := range r.seed000Heatmaps() {
-			fmt.Fprintf(&b, "Seed 000's figure 10 here (%s × %s): every system and strategy's average acquire latency, one colour scale (logarithmic) for all tiles.\n\n![%s](%s)\n\n",
+			fmt.Fprintf(&b, "Figure 10 of Cost of Consensus here (%s × %s): every system and strategy's average acquire latency, one colour scale (logarithmic) for all tiles.\n\n![%s](%s)\n\n",
 				h.xLabel, h.yLabel, strings.TrimSuffix(h.file, ".png"), filepath.ToSlash(filepath.Join(plotDir, h.file)))
 		}
 		for _, l := range r.seed000Lines() {
@@ -383,7 +398,7 @@ func (r *Report) Markdown(plotDir string) string {
 	return b.String()
 }
 
-// seed000Summary tests seed 000's claim cell by cell: at every topology and
+// seed000Summary tests the claim of Cost of Consensus cell by cell: at every topology and
 // contention level, Meridian's server-side lock against the best of the
 // four ZooKeeper-API strategies (on ZooKeeper and on Meridian's port), by
 // average acquire latency.
@@ -429,7 +444,7 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 	if len(cells) == 0 {
 		return
 	}
-	b.WriteString("### Seed 000: Meridian's server-side lock against the best ZooKeeper-API strategy, cell by cell (average acquire ms)\n\n")
+	b.WriteString("### Cost of Consensus: Meridian's server-side lock against the best ZooKeeper-API strategy, cell by cell (average acquire ms)\n\n")
 	b.WriteString("| topology | mean hold ms | inter-arrival ms | server-side lock | best on ZooKeeper 3.8 | best on Meridian's ZooKeeper port | server-side lock at least as fast? |\n|---|---|---|---|---|---|---|\n")
 	var queued []cell // cells where requests queued: the hand-off table's rows
 	paired := false   // some verdict compared waits request by request
@@ -489,7 +504,7 @@ func (r *Report) seed000Summary(b *strings.Builder) {
 	}
 	// Once requests queue, a strategy's average is decided by how fast the
 	// lock passes from holder to holder, and by whom it passes to.
-	b.WriteString("#### Seed 000: hand-offs where requests queued (the server-side lock against the fastest strategy of the cell)\n\n")
+	b.WriteString("#### Cost of Consensus: hand-offs where requests queued (the server-side lock against the fastest strategy of the cell)\n\n")
 	b.WriteString("A hand-off is a grant to a request already waiting when the previous holder began to release; its time runs from that release to the grant, as the clients saw them. \"On the leader\": the share of all grants that went to sessions on the leading server. Grants seen before the previous holder released (a broken lock) would be counted as overlaps.\n\n")
 	b.WriteString("| topology | mean hold ms | server-side lock: hand-offs, mean ms, on the leader | fastest strategy | its hand-offs, mean ms, on the leader | overlaps |\n|---|---|---|---|---|---|\n")
 	ho := func(r Result) string {
@@ -565,7 +580,7 @@ func firstErrors(b *strings.Builder, results []Result) {
 	}
 }
 
-// seed002Summary is seed 002's figure 3 as a table: the completion time of
+// seed002Summary is figure 3 of DIDA-GSTORE as a table: the completion time of
 // 10 clients x 25 writes to one object, per system, against the round trip.
 func (r *Report) seed002Summary(b *strings.Builder) {
 	type cell struct {
@@ -599,7 +614,7 @@ func (r *Report) seed002Summary(b *strings.Builder) {
 		return
 	}
 	slices.Sort(rtts)
-	b.WriteString("### Seed 002 figure 3: completion time (s) of the writes to one shared object (10 clients; 25 writes each in full mode), against the round trip between every pair of hosts\n\n| system |")
+	b.WriteString("### DIDA-GSTORE figure 3: completion time (s) of the writes to one shared object (10 clients; 25 writes each in full mode), against the round trip between every pair of hosts\n\n| system |")
 	for _, d := range rtts {
 		fmt.Fprintf(b, " %v |", d)
 	}
@@ -620,18 +635,18 @@ func (r *Report) seed002Summary(b *strings.Builder) {
 
 func workloadTitle(w string) string {
 	return map[string]string{
-		"locks":              "Seed 003 locks: acquire latency (ms)",
-		"seed004-read":       "Seed 004 task 1: one client reads a random 1000 B key (ms)",
-		"seed004-write":      "Seed 004 task 2: one client writes a random key, 1000 B (ms)",
-		"seed004-mixed-op":   "Seed 004 task 3: mixed conflicting task, per operation of client 0 (ms)",
-		"seed004-mixed-pair": "Seed 004 task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
+		"locks":              "Key-value stores for locking: acquire latency (ms)",
+		"seed004-read":       "Tail Latency in ZooKeeper, task 1: one client reads a random 1000 B key (ms)",
+		"seed004-write":      "Tail Latency in ZooKeeper, task 2: one client writes a random key, 1000 B (ms)",
+		"seed004-mixed-op":   "Tail Latency in ZooKeeper, task 3: mixed conflicting task, per operation of client 0 (ms)",
+		"seed004-mixed-pair": "Tail Latency in ZooKeeper, task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
 		"throughput-write":   "Throughput: 1000 B writes to random keys, closed-loop clients (latency ms)",
 		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
 		"followsun":          "Follow the sun: 100 B writes while the write load moves between regions with a voter (ms)",
 		"localfirst":         "Local-first lock hand-off vs FIFO: 2 clients per client region on one lock, hold 2 ms (acquire wait ms; ops/s = hand-offs/s)",
-		"seed000":            "Seed 000: lock strategies, random arrivals, time from a request's arrival to its acquisition (ms)",
-		"seed002-same":       "Seed 002: clients each writing one shared 100 B object (write latency ms; completion = first start to last write)",
-		"seed002-random":     "Seed 002: closed-loop clients writing random objects among 100, 100 B (latency ms; writes/s)",
+		"seed000":            "Cost of Consensus: lock strategies, random arrivals, time from a request's arrival to its acquisition (ms)",
+		"seed002-same":       "DIDA-GSTORE: clients each writing one shared 100 B object (write latency ms; completion = first start to last write)",
+		"seed002-random":     "DIDA-GSTORE: closed-loop clients writing random objects among 100, 100 B (latency ms; writes/s)",
 		"georead":            "Far-region reads: one client in a region without a voter reads a 100 B key; Meridian with a learner there (ms)",
 	}[w]
 }
@@ -666,7 +681,7 @@ func maxHold(rs []Result) float64 {
 }
 
 // plotName is the file of one workload's plot on one topology. In a named
-// report section whose name the workload does not start with (seed 000's
+// report section whose name the workload does not start with (Cost of Consensus's
 // grid and contention sweep share workload and topologies), the section
 // names the file, so sections do not overwrite each other's plots.
 func (r *Report) plotName(workload, topology string) string {
@@ -708,7 +723,7 @@ func (r *Report) WritePlots(dir string) error {
 			if (strings.HasPrefix(res.Workload, "throughput") || res.Workload == "seed002-random") && res.Clients != most {
 				continue
 			}
-			// Seed 000: the most contended setting only.
+			// Cost of Consensus: the most contended setting only.
 			if res.Workload == "seed000" && res.ServiceMs != maxHold(g.results) {
 				continue
 			}
@@ -779,12 +794,22 @@ func (r *Report) WritePlots(dir string) error {
 	return nil
 }
 
-// LoadReport reads a results.json written by WriteJSON and rebuilds every
-// series' histogram from its raw buckets (to redraw plots).
+// LoadReport reads a results JSON written by WriteJSON or WriteJSONFile
+// (gzip-compressed if its name ends in .gz) and rebuilds every series'
+// histogram from its raw buckets (to redraw plots).
 func LoadReport(path string) (*Report, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
+	}
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if b, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	var r Report
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -802,7 +827,7 @@ func LoadReport(path string) (*Report, error) {
 	return &r, nil
 }
 
-// followSunTargets writes issue 7's target check for one topology: for each
+// followSunTargets writes the placement target check for one topology: for each
 // shifted phase, Meridian's lock acquire after the leader arrived against
 // the physical floor (within 1.1×) and against ZooKeeper's recipe from the
 // same region with ZooKeeper's leader in the farthest region (3× faster).
@@ -819,7 +844,7 @@ func (r *Report) followSunTargets(b *strings.Builder, g group) {
 			continue
 		}
 		if !header {
-			fmt.Fprintf(b, "Targets (issue 7), topology %s: floor = client↔server + round trip to the nearest other voter (both p50 through the emulated links, above) + one fsync (p50 %s ms, measured in the run directory).\n\n", g.topology, fmtMs(ms(r.Fsync)))
+			fmt.Fprintf(b, "Placement targets, topology %s: floor = client↔server + round trip to the nearest other voter (both p50 through the emulated links, above) + one fsync (p50 %s ms, measured in the run directory).\n\n", g.topology, fmtMs(ms(r.Fsync)))
 			b.WriteString("| phase | leader arrived after | Meridian lock acquire avg (p99) | floor | Meridian / floor | ZooKeeper recipe avg (p99), its leader | ZooKeeper / Meridian |\n|---|---|---|---|---|---|---|\n")
 			header = true
 		}
@@ -847,8 +872,8 @@ func (r *Report) followSunTargets(b *strings.Builder, g group) {
 // topology returns a topology the run used, by name (nil: not recorded).
 func (r *Report) topology(name string) *Topology { return r.Topologies[name] }
 
-// seed004Figure7 is seed 004's published mixed-task figures (its figure 7,
-// ms per operation; ../shared/REFERENCE.md) by the shipped topology that
+// seed004Figure7 is the published mixed-task figures (its figure 7,
+// ms per operation) by the shipped topology that
 // reproduces each setting: ZooKeeper 3.4, and Safari, which skips consensus
 // and which the seed calls a lower bound for any ZooKeeper-like system.
 var seed004Figure7 = map[string]struct {
@@ -860,7 +885,7 @@ var seed004Figure7 = map[string]struct {
 	"3dc":      {"3 DCs: N. California, Oregon, Virginia, client in N. California", [3]float64{76.873, 93.481, 94.716}, [3]float64{45.981, 46.391, 47.748}},
 }
 
-// seed004Published puts seed 004's published mixed-task figures for the
+// seed004Published puts the published mixed-task figures for the
 // group's setting beside this run's, each as a ratio to the ZooKeeper of
 // its own run: the seed's hardware and ZooKeeper version differ from
 // ours, so the ratios compare, the absolute figures do not.
@@ -885,13 +910,13 @@ func seed004Published(b *strings.Builder, g group) {
 			return fmt.Sprintf("%.2f×", r)
 		}
 	}
-	fmt.Fprintf(b, "Beside seed 004's published figures for this setting (its figure 7, %s; ms per operation). Its hardware and ZooKeeper version are not ours: compare each row's ratio to the ZooKeeper of its own run.\n\n", pub.setting)
+	fmt.Fprintf(b, "Beside the published figures of Tail Latency in ZooKeeper for this setting (its figure 7, %s; ms per operation). Its hardware and ZooKeeper version are not ours: compare each row's ratio to the ZooKeeper of its own run.\n\n", pub.setting)
 	b.WriteString("| system | source | avg | p99 | p99.9 | avg ÷ ZooKeeper's avg |\n|---|---|---|---|---|---|\n")
 	for _, row := range []struct {
 		name string
 		f    [3]float64
 	}{{"ZooKeeper 3.4", pub.zookeeper}, {"Safari (no consensus)", pub.safari}} {
-		fmt.Fprintf(b, "| %s | seed 004 (published) | %s | %s | %s | %s |\n", row.name, fmtMs(row.f[0]), fmtMs(row.f[1]), fmtMs(row.f[2]), ratio(row.f[0], pub.zookeeper[0]))
+		fmt.Fprintf(b, "| %s | Tail Latency in ZooKeeper (published) | %s | %s | %s | %s |\n", row.name, fmtMs(row.f[0]), fmtMs(row.f[1]), fmtMs(row.f[2]), ratio(row.f[0], pub.zookeeper[0]))
 	}
 	for _, res := range g.results {
 		if res.Summary.Count == 0 {
@@ -908,7 +933,7 @@ func seed004Published(b *strings.Builder, g group) {
 }
 
 // lockTargets compares Meridian's native lock with ZooKeeper's recipe and
-// etcd's mutex in one topology against issue 4's targets: uncontended p99
+// etcd's mutex in one topology against the lock targets: uncontended p99
 // at most 1/5 of ZooKeeper's and 1/3 of etcd's, contended hand-offs per
 // second at least 3x ZooKeeper's.
 func lockTargets(b *strings.Builder, g group) {
@@ -941,7 +966,7 @@ func lockTargets(b *strings.Builder, g group) {
 			continue
 		}
 		if !header {
-			fmt.Fprintf(b, "Targets (issue 4), topology %s: uncontended (own locks) p99 ms, ZooKeeper's at least 5× and etcd's at least 3× Meridian's; contended (one lock) hand-offs/s, Meridian's at least 3× ZooKeeper's.\n\n", g.topology)
+			fmt.Fprintf(b, "Lock targets, topology %s: uncontended (own locks) p99 ms, ZooKeeper's at least 5× and etcd's at least 3× Meridian's; contended (one lock) hand-offs/s, Meridian's at least 3× ZooKeeper's.\n\n", g.topology)
 			b.WriteString("| clients, locks | measure | Meridian (native) | ZooKeeper recipe | etcd mutex | vs ZooKeeper (target) | vs etcd (target) |\n|---|---|---|---|---|---|---|\n")
 			header = true
 		}

@@ -3,12 +3,13 @@ package bench
 import (
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// The issue 4 target table: p99 ratios peer/Meridian for own locks,
+// The lock target table: p99 ratios peer/Meridian for own locks,
 // hand-off rate ratios Meridian/peer for one lock, "not run" for a peer
 // that did not run, nothing without a peer.
 func TestLockTargets(t *testing.T) {
@@ -97,7 +98,7 @@ func TestMergeParts(t *testing.T) {
 	}
 }
 
-// The mixed task's table on a setting seed 004 published is followed by the
+// The mixed task's table on a setting Tail Latency in ZooKeeper published is followed by the
 // seed's figures, every row as a ratio to its own run's ZooKeeper; other
 // topologies get none.
 func TestSeed004Published(t *testing.T) {
@@ -112,8 +113,8 @@ func TestSeed004Published(t *testing.T) {
 	out := b.String()
 	wantAll(t, out,
 		"3 DCs: N. California, Oregon, Virginia, client in N. California",
-		"| ZooKeeper 3.4 | seed 004 (published) | 76.9 | 93.5 | 94.7 | 1.00× |",
-		"| Safari (no consensus) | seed 004 (published) | 46.0 | 46.4 | 47.7 | 0.60× |",
+		"| ZooKeeper 3.4 | Tail Latency in ZooKeeper (published) | 76.9 | 93.5 | 94.7 | 1.00× |",
+		"| Safari (no consensus) | Tail Latency in ZooKeeper (published) | 46.0 | 46.4 | 47.7 | 0.60× |",
 		"| Meridian (native) | this run | 13.0 | 26.0 | 39.0 | 0.20× |",
 		"| ZooKeeper 3.8 | this run | 65.0 | 130 | 195 | 1.00× |")
 	if strings.Contains(out, "Redis") {
@@ -121,11 +122,11 @@ func TestSeed004Published(t *testing.T) {
 	}
 	b.Reset()
 	seed004Published(&b, group{workload: "seed004-mixed-op", topology: "2dc", results: g.results})
-	wantAll(t, b.String(), "| Safari (no consensus) | seed 004 (published) | 0.73 | 1.05 | 1.44 | 0.005× |") // a small ratio keeps its digits
+	wantAll(t, b.String(), "| Safari (no consensus) | Tail Latency in ZooKeeper (published) | 0.73 | 1.05 | 1.44 | 0.005× |") // a small ratio keeps its digits
 	b.Reset()
 	seed004Published(&b, group{workload: "seed004-mixed-op", topology: "1dc", results: g.results})
 	if b.Len() != 0 {
-		t.Errorf("seed 004 published nothing for 1dc, got:\n%s", b.String())
+		t.Errorf("Tail Latency in ZooKeeper published nothing for 1dc, got:\n%s", b.String())
 	}
 }
 
@@ -238,5 +239,33 @@ func TestThroughputCPUColumns(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("want %q in:\n%s", want, md)
 		}
+	}
+}
+
+// Raw results kept in bench/results/ are gzip-compressed: a .gz path is
+// written compressed and read back the same as plain JSON.
+func TestJSONGzipRoundTrip(t *testing.T) {
+	r := &Report{Started: "2026-11-26 06:07 UTC", Duration: "1m0s", Mode: "quick",
+		Results: []Result{{Workload: "locks", Topology: "loopback", Flavor: "Meridian (native)", Clients: 1, Hist: newHist()}}}
+	if err := r.Results[0].Hist.RecordValue(1500); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "run.json.gz")
+	if err := r.WriteJSONFile(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("%s is not gzip-compressed", path)
+	}
+	got, err := LoadReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Started != r.Started || len(got.Results) != 1 || got.Results[0].Hist.TotalCount() != 1 {
+		t.Errorf("read back %+v", got)
 	}
 }

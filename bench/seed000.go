@@ -16,7 +16,10 @@ import (
 	"github.com/meridian-coord/meridian/client"
 )
 
-// Seed 000: lock strategies under wide-area latency and contention. Lock
+// The seed000-grid and seed000-contention workloads, after "The Cost of
+// Consensus: Synchronization in Geo-distributed Systems" (Faisal Nawab and
+// Alexander Pucher; Cost of Consensus below): lock strategies under
+// wide-area latency and contention. Lock
 // requests arrive at random (exponential inter-arrival times with a fixed
 // mean), each holds the lock for an exponentially distributed time, and what
 // is measured is the time from a request's arrival to its acquisition
@@ -429,7 +432,7 @@ func RunSeed000(c *Cluster, t *Topology, f Flavor, p Seed000Params, progress fun
 // s0Run is one strategy at one contention level: requests arrive at random
 // for p.Duration (s0Schedule: the same requests for every strategy at this
 // point), each on a session no other request is using (then the
-// ones still waiting are let finish, bounded). Seed 000 models every
+// ones still waiting are let finish, bounded). Cost of Consensus models every
 // request as its own client; sharing a session between outstanding
 // requests would also be wrong for Meridian's server-side lock, whose
 // session is the owner: a second acquire from a session that holds the

@@ -134,7 +134,7 @@ func TestSeed000Heatmaps(t *testing.T) {
 	}
 }
 
-// Seed 000's line plots follow from the cells run: against the server RTT
+// Cost of Consensus's line plots follow from the cells run: against the server RTT
 // per client RTT (figure 11), against the client RTT without server RTT at
 // each arrival rate's longest hold (15, 16), against the hold per round
 // trips (13, 14); a variable with one value gets no plot.

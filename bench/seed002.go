@@ -9,7 +9,9 @@ import (
 	"time"
 )
 
-// Seed002Params sets seed 002's experiments: Same clients each write one
+// Seed002Params sets the experiments of DIDA-GSTORE, a geo-replicated store
+// (Lucas Lobo, João Freitas and Bruno Freitas, Instituto Superior Técnico),
+// for the seed002 workload: Same clients each write one
 // shared object Writes times (completion time against the round trip), and,
 // on the topology whose round trip is RandomAtRTT, closed-loop clients
 // writing random objects (latency and throughput against the number of
@@ -29,7 +31,7 @@ const seed002Keys = 100
 const seed002Size = 100
 
 // UniformRTT returns the round trip every pair of hosts has, and false when
-// the topology is not uniform (seed 002's experiments assume it is).
+// the topology is not uniform (DIDA-GSTORE's experiments assume it is).
 func (t *Topology) UniformRTT() (time.Duration, bool) {
 	regions := append(append([]string(nil), t.Servers...), t.Clients...)
 	var d time.Duration = -1
@@ -45,7 +47,7 @@ func (t *Topology) UniformRTT() (time.Duration, bool) {
 	return d, d >= 0
 }
 
-// RunSeed002 runs seed 002's experiments on one system flavor.
+// RunSeed002 runs the experiments of DIDA-GSTORE on one system flavor.
 func RunSeed002(c *Cluster, t *Topology, f Flavor, p Seed002Params, progress func(string)) []Result {
 	rtt, uniform := t.UniformRTT()
 	if !uniform {

@@ -55,7 +55,7 @@ func TestTopologyErrors(t *testing.T) {
 	}
 }
 
-// Seed 002's topologies are uniform at their round trip; seed 004's are not.
+// The DIDA-GSTORE topologies are uniform at their round trip; the Tail Latency in ZooKeeper ones are not.
 func TestSeed002Topologies(t *testing.T) {
 	for _, r := range []int{0, 10, 30, 60, 100} {
 		top, err := LoadTopology(fmt.Sprintf("topologies/seed002-rtt%d.yaml", r))
@@ -72,7 +72,7 @@ func TestSeed002Topologies(t *testing.T) {
 	}
 }
 
-// The seed 002 summary puts each system's completion time under its round trip.
+// The DIDA-GSTORE summary puts each system's completion time under its round trip.
 func TestSeed002Summary(t *testing.T) {
 	r := &Report{Topologies: map[string]*Topology{}}
 	for _, ms := range []int{10, 30} {

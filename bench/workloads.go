@@ -43,17 +43,17 @@ type Result struct {
 	// measured). On a machine the two share, they show where its cores went.
 	ServerCPUUs  float64 `json:",omitempty"`
 	HarnessCPUUs float64 `json:",omitempty"`
-	// TotalSec: seed 002, the time from the common start to the last write.
+	// TotalSec: DIDA-GSTORE, the time from the common start to the last write.
 	TotalSec float64 `json:",omitempty"`
-	// Seed 000: the mean critical-section time and the mean time between
+	// Cost of Consensus: the mean critical-section time and the mean time between
 	// lock requests (the contention); Series is the lock strategy.
 	ServiceMs      float64 `json:",omitempty"`
 	InterarrivalMs float64 `json:",omitempty"`
-	// Seed 000: every request's wait in µs, in the schedule's order (-1:
+	// Cost of Consensus: every request's wait in µs, in the schedule's order (-1:
 	// not granted), so that two strategies run on the same requests can be
 	// compared request by request.
 	Waits []int64 `json:",omitempty"`
-	// Seed 000 (s0Handoffs): grants to a request already waiting when the
+	// Cost of Consensus (s0Handoffs): grants to a request already waiting when the
 	// holder began to release, their mean time from that release, the
 	// share of grants to sessions on the leader's server, and grants seen
 	// before the previous holder released (a correct lock has none).
@@ -109,14 +109,16 @@ func serverFor(t *Topology, i int) (string, int) {
 	return r, ties[(i/len(t.Clients))%len(ties)]
 }
 
-// LockParams sets seed 003's lock workload.
+// LockParams sets the locks workload, after "Evaluation of Key-Value Stores
+// for Distributed Locking Purposes" (Piotr Grzesik and Dariusz Mrozek;
+// Key-value stores for locking below).
 type LockParams struct {
 	Clients []int         // e.g. 1, 3, 5
 	Iters   int           // acquires per client
 	Hold    time.Duration // the "short computation" while holding
 }
 
-// RunLocks runs seed 003: n clients acquire, hold, release Iters times, on
+// RunLocks runs the lock workload of Key-value stores for locking: n clients acquire, hold, release Iters times, on
 // one lock each or all on one lock; it records every acquire's latency.
 func RunLocks(c *Cluster, t *Topology, f Flavor, p LockParams, progress func(string)) []Result {
 	var out []Result
@@ -213,7 +215,8 @@ func leaderRegion(c *Cluster, t *Topology) string {
 	return "?"
 }
 
-// Seed004Params sets seed 004's tasks.
+// Seed004Params sets the seed004 workload's tasks, after "Tail Latency in
+// ZooKeeper and a Simple Reimplementation" (Michael Graczyk).
 type Seed004Params struct {
 	Ops          int // task 1 reads, task 2 writes, task 3 client 0's loops
 	MixedClients int // task 3's clients (6)
@@ -221,7 +224,7 @@ type Seed004Params struct {
 
 const seed004Keys, seed004Size = 5, 1000
 
-// RunSeed004 runs seed 004's three tasks: (1) one client reads a random key
+// RunSeed004 runs the three tasks of Tail Latency in ZooKeeper: (1) one client reads a random key
 // of 5 Ops times, (2) writes a random key Ops times with 1000 B, (3) the
 // mixed conflicting task: MixedClients clients each loop reading a random
 // key and writing a random key with the read value minus its last byte

@@ -15,7 +15,7 @@ import (
 )
 
 // Line plots of one measure against one variable, a line per system:
-// seed 002's figures 3–5 and the throughput sweep's throughput against
+// DIDA-GSTORE's figures 3–5 and the throughput sweep's throughput against
 // clients. A plot needs at least two values of its variable.
 
 // xyPlot is one such plot. It sits in the report under the table of the
@@ -48,22 +48,22 @@ func (r *Report) xyPlots() []xyPlot {
 					file:   fmt.Sprintf("seed002-latency-vs-clients-%s.png", g.topology),
 					title:  fmt.Sprintf("average write latency against clients, topology %s", g.topology),
 					xLabel: "clients", yLabel: "average write ms",
-					caption: "Average write latency against the number of clients (seed 002's figure 4).",
+					caption: "Average write latency against the number of clients (figure 4 of DIDA-GSTORE).",
 					point:   byClients(g.workload, g.topology, func(res Result) float64 { return res.Summary.Avg })},
 				xyPlot{workload: g.workload, topology: g.topology,
 					file:   fmt.Sprintf("seed002-throughput-vs-clients-%s.png", g.topology),
 					title:  fmt.Sprintf("writes per second against clients, topology %s", g.topology),
 					xLabel: "clients", yLabel: "writes/s (log)", logY: true,
-					caption: "Writes per second against the number of clients (seed 002's figure 5).",
+					caption: "Writes per second against the number of clients (figure 5 of DIDA-GSTORE).",
 					point:   byClients(g.workload, g.topology, func(res Result) float64 { return res.OpsPerSec })})
 		}
 	}
-	// Seed 002's figure 3 spans topologies: one point per uniform RTT.
+	// DIDA-GSTORE's figure 3 spans topologies: one point per uniform RTT.
 	out = append(out, xyPlot{workload: "seed002-same",
 		file:   "seed002-completion-vs-rtt.png",
 		title:  "10 clients writing one shared object: completion against the round trip",
 		xLabel: "round trip between every pair of hosts, ms", yLabel: "completion s",
-		caption: "Completion time of the writes to one shared object against the round trip (seed 002's figure 3).",
+		caption: "Completion time of the writes to one shared object against the round trip (figure 3 of DIDA-GSTORE).",
 		point: func(res Result) (float64, float64, bool) {
 			t := r.topology(res.Topology)
 			if res.Workload != "seed002-same" || t == nil || res.TotalSec <= 0 {

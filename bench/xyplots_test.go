@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// Throughput and seed 002 get their line plots (throughput against
-// clients; seed 002's figures 3-5) when a variable has two values, each
+// Throughput and DIDA-GSTORE get their line plots (throughput against
+// clients; DIDA-GSTORE's figures 3-5) when a variable has two values, each
 // under its table, and each holds exactly its own points.
 func TestXYPlots(t *testing.T) {
 	r := &Report{Topologies: map[string]*Topology{}}

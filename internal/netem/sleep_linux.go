@@ -23,7 +23,7 @@ const timerSlack = time.Millisecond
 // monitor took it back (20 µs to 10 ms later, by the monitor's back-off):
 // with GOMAXPROCS 2 and every chunk of every link ending in one, the links
 // queued behind each other's sleeps. BenchmarkClosedLoop (32 connections,
-// 0.2 ms round trip): see docs/benchmarks.md.
+// 0.2 ms round trip): see docs/bench/notes/suite.md.
 type sleeper struct {
 	f   *os.File // nil: no timerfd, nanosleep instead
 	buf [8]byte

@@ -20,18 +20,20 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (seed 003), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (Key-value stores for locking), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
 	out := flag.String("out", "", "directory for results.json and the plots (default: none)")
 	report := flag.String("report", "", "write the Markdown report here (default: stdout)")
-	section := flag.String("section", "", "with --report: replace only the part of the file between the markers of this name (<!-- meridian-bench:NAME:begin/end -->; default: meridian-bench:begin/end)")
+	runs := flag.String("runs", "", "write the Markdown report as a new file DIR/DATE-NAME.md and its plots into DIR/DATE-NAME/ (DATE: the run's first day; NAME: main, or the paper-named --section; an existing report is never overwritten), instead of -out and -report")
+	results := flag.String("results", "", "with --runs: write the raw results as DIR/DATE-NAME.json.gz")
+	section := flag.String("section", "", "with --report: replace only the part of the file between the markers of this name (<!-- meridian-bench:NAME:begin/end -->; default: meridian-bench:begin/end); with --runs: what the report covers, in its file name (seed000-grid, seed000-contention, seed002)")
 	plotRef := flag.String("plot-ref", "", "path of the plots as the report should link them (default: -out)")
 	bin := flag.String("meridian-bin", "", "meridian binary (default: built from -meridian-src)")
 	src := flag.String("meridian-src", "..", "the Meridian checkout to build the binary from")
 	keep := flag.Bool("keep", false, "keep run directories (logs, data)")
-	ops := flag.Int("ops", 0, "seed 004 operations per task (default 1000; quick 40)")
+	ops := flag.Int("ops", 0, "seed004 operations per task (Tail Latency in ZooKeeper's tasks) (default 1000; quick 40)")
 	lockIters := flag.Int("lock-iters", 0, "lock acquires per client (default 50; quick 8)")
 	warmup := flag.Duration("warmup", 10*time.Second, "writes from every client region before measuring each system")
 	replot := flag.String("replot", "", "redraw the plots of a results.json into -out, and stop")
@@ -79,7 +81,7 @@ func main() {
 			fail(err)
 		}
 		rep := bench.Merge(reps...)
-		if err := output(rep, *out, *plotRef, *report, *section); err != nil {
+		if err := write(rep, *runs, *results, *out, *plotRef, *report, *section); err != nil {
 			fail(err)
 		}
 		if len(rep.Failures) > 0 {
@@ -146,7 +148,7 @@ func main() {
 		lockP.Iters = *lockIters
 	}
 	if *ops > 0 || *lockIters > 0 {
-		mode += fmt.Sprintf(" (%d seed 004 operations per task, %d lock acquires per client)", s4.Ops, lockP.Iters)
+		mode += fmt.Sprintf(" (%d seed004 operations per task, %d lock acquires per client)", s4.Ops, lockP.Iters)
 	}
 	if *tpClients != "" {
 		mode += fmt.Sprintf(" (throughput at %v clients)", tp.Clients)
@@ -292,7 +294,7 @@ func main() {
 	if *part != "" {
 		err = rep.WriteJSONFile(*part)
 	} else {
-		err = output(rep, *out, *plotRef, *report, *section)
+		err = write(rep, *runs, *results, *out, *plotRef, *report, *section)
 	}
 	if err != nil {
 		fail(err)
@@ -347,6 +349,93 @@ func systemRuns(systems, workloads []string, topo *bench.Topology, zkLeader stri
 		out = append(out, systemRun{sys: sys, workloads: []string{"followsun"}, zk: bench.ZKOptions{LeaderRegion: far}})
 	}
 	return out
+}
+
+// write writes rep as a new run report under runs (with its raw results
+// under results, if set), or else as output does.
+func write(rep *bench.Report, runs, results, out, plotRef, report, section string) error {
+	if runs == "" {
+		if results != "" {
+			return fmt.Errorf("--results needs --runs")
+		}
+		return output(rep, out, plotRef, report, section)
+	}
+	if out != "" || report != "" || plotRef != "" {
+		return fmt.Errorf("--runs names its own files: leave out --out, --report and --plot-ref")
+	}
+	name, err := runName(runs, rep, section)
+	if err != nil {
+		return err
+	}
+	rep.Section = section
+	dir := filepath.Join(runs, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := rep.WritePlots(dir); err != nil {
+		return err
+	}
+	if results != "" {
+		if err := os.MkdirAll(results, 0o755); err != nil {
+			return err
+		}
+		if err := rep.WriteJSONFile(filepath.Join(results, name+".json.gz")); err != nil {
+			return err
+		}
+	}
+	md := fmt.Sprintf("# Benchmark run %s (generated)\n\nWritten by meridian-bench (`make bench-report`) and not edited afterwards; the readings are in docs/bench/notes/ and the claims on docs/benchmarks.md.\n\n", name) + rep.Markdown(name)
+	// O_EXCL: a run report, once written, is never replaced.
+	f, err := os.OpenFile(filepath.Join(runs, name+".md"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(md); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// runName names a run report DATE-LABEL: the day its first part started
+// (UTC) and what it covers (main, or the paper the section's workloads
+// come from), with -2, -3... if runs already has a report of that name.
+func runName(runs string, rep *bench.Report, section string) (string, error) {
+	started := rep.Started
+	for _, p := range rep.Parts {
+		if p.Started < started || started == "" {
+			started = p.Started
+		}
+	}
+	day, err := time.Parse("2006-01-02", strings.SplitN(started, " ", 2)[0])
+	if err != nil {
+		return "", fmt.Errorf("run start %q: %w", started, err)
+	}
+	base := day.Format("2006-01-02") + "-" + sectionLabel(section)
+	name := base
+	for i := 2; ; i++ {
+		if _, err := os.Stat(filepath.Join(runs, name+".md")); os.IsNotExist(err) {
+			return name, nil
+		} else if err != nil {
+			return "", err
+		}
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+}
+
+// sectionLabel names a report section in file names by the paper its
+// workloads follow; the section names themselves are workload names.
+func sectionLabel(section string) string {
+	switch section {
+	case "":
+		return "main"
+	case "seed000-grid":
+		return "cost-of-consensus-grid"
+	case "seed000-contention":
+		return "cost-of-consensus-contention"
+	case "seed002":
+		return "dida-gstore"
+	}
+	return section
 }
 
 // output writes rep's plots and raw JSON into out (if set) and its Markdown
@@ -409,10 +498,11 @@ func machine() string {
 	return fmt.Sprintf("%d vCPU %s, %s/%s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
 }
 
-// Generated report markers: a report file that has them keeps everything
-// outside them (docs/benchmarks.md's hand-written sections). A named
-// section has its own pair, so runs of different workloads can fill
-// different parts of one file.
+// Generated report markers, for --report: a report file that has them
+// keeps everything outside them (hand-written text around a generated
+// part). A named section has its own pair, so runs of different workloads
+// can fill different parts of one file. make bench-report uses --runs
+// instead: a new file per run.
 func markers(section string) (begin, end string) {
 	if section == "" {
 		return "<!-- meridian-bench:begin -->", "<!-- meridian-bench:end -->"
