@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -552,25 +551,6 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	return true
 }
 
-// identity is the connection's identities before any addauth: ZooKeeper
-// gives every connection the ip identity of its peer, and a TLS connection
-// with a verified client certificate its x509 subject.
-func (c *zkConn) identity() []tree.ID {
-	var state *tls.ConnectionState
-	if tc, ok := c.c.(*tls.Conn); ok {
-		st := tc.ConnectionState()
-		state = &st
-	}
-	ids, err := c.s.identify(c.c.RemoteAddr(), state, nil)
-	if err != nil {
-		// A certificate subject too long to carry: the connection keeps
-		// only its address, never more rights than it proved.
-		c.s.log.Warn("zk client identity", "remote", c.c.RemoteAddr().String(), "err", err)
-		return []tree.ID{{Scheme: "ip", ID: hostOf(c.c.RemoteAddr())}}
-	}
-	return ids
-}
-
 // readOnlyHandshake admits a client to a server that has no quorum, as
 // ZooKeeper's read-only mode does: the session is local to this server (not
 // replicated, no ephemerals), reads come from its possibly stale state,
@@ -977,33 +957,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		reply(applied(), err, nil)
 	case *zk.AuthPacket:
-		if r.Scheme != "digest" || !strings.Contains(string(r.Auth), ":") || len(c.auth) >= tree.MaxAuthIDs-1 {
-			// ZooKeeper answers an unusable scheme with AuthFailed and closes.
-			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Err: zk.CodeAuthFailed}, nil))
-			c.close("auth failed")
-			return false
-		}
-		ids, _ := c.s.digestIdentity(r.Auth)
-		c.auth = append(c.auth, ids...)
-		// ZooKeeper echoes the request's xid: kazoo sends -4, go-zookeeper a
-		// normal one.
-		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid}, nil))
+		return c.addAuth(hdr, r)
 	case *zk.SetSASLRequest:
-		if c.sasl == nil {
-			c.sasl = &digestMD5{users: c.s.saslUsers}
-		}
-		token, user, err := c.sasl.step(r.Token)
-		if err != nil || len(c.s.saslUsers) == 0 || len(c.auth) >= tree.MaxAuthIDs-1 {
-			// ZooKeeper drops a client whose authentication failed.
-			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Err: zk.CodeAuthFailed}, nil))
-			c.close("SASL authentication failed")
-			return false
-		}
-		if user != "" {
-			c.auth = append(c.auth, tree.ID{Scheme: "sasl", ID: user})
-			c.sasl = nil
-		}
-		reply(applied(), nil, &zk.SetSASLResponse{Token: token})
+		return c.saslStep(hdr, r, reply)
 	case *zk.GetEphemeralsRequest:
 		c.s.mu.RLock()
 		paths := c.s.mu.tree.Ephemerals(c.session, r.PrefixPath)
