@@ -104,37 +104,10 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 		return false
 	}
 	var cmd *tree.Command
-	var body func(tree.Result) zk.Record
 	// respond answers with the applied result (err: the proposal's error or
-	// the result's); by default the header's error and body(res).
-	respond := func(res tree.Result, idx uint64, err error) { c.reply(hdr.Xid, int64(idx), err, body(res)) }
-	create := func(path string, data []byte, acl []zk.ACL, flags int32, ttl int64) {
-		if hdr.Type == zk.OpCreateContainer {
-			flags = int32(tree.ModeContainer)
-		}
-		cmd = &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: path, Data: data, ACL: fromZKACL(acl), Mode: tree.CreateMode(flags), TTLMs: ttl}}
-		if hdr.Type == zk.OpCreate {
-			body = func(res tree.Result) zk.Record { return &zk.CreateResponse{Path: res.Op.Path} }
-		} else {
-			body = func(res tree.Result) zk.Record {
-				return &zk.Create2Response{Path: res.Op.Path, Stat: toZKStat(res.Op.Stat)}
-			}
-		}
-	}
+	// the result's).
+	var respond func(res tree.Result, idx uint64, err error)
 	switch r := req.(type) {
-	case *zk.CreateRequest:
-		create(r.Path, r.Data, r.ACL, r.Flags, 0)
-	case *zk.CreateTTLRequest:
-		create(r.Path, r.Data, r.ACL, r.Flags, r.TTL)
-	case *zk.DeleteRequest:
-		cmd = &tree.Command{Op: tree.Op{Type: tree.OpDelete, Path: r.Path, Version: r.Version}}
-		body = func(tree.Result) zk.Record { return nil }
-	case *zk.SetDataRequest:
-		cmd = &tree.Command{Op: tree.Op{Type: tree.OpSetData, Path: r.Path, Data: r.Data, Version: r.Version}}
-		body = func(res tree.Result) zk.Record { return &zk.SetDataResponse{Stat: toZKStat(res.Op.Stat)} }
-	case *zk.SetACLRequest:
-		cmd = &tree.Command{Op: tree.Op{Type: tree.OpSetACL, Path: r.Path, ACL: fromZKACL(r.ACL), Version: r.Version}}
-		body = func(res tree.Result) zk.Record { return &zk.SetACLResponse{Stat: toZKStat(res.Op.Stat)} }
 	case *zk.MultiRequest:
 		if hdr.Type != zk.OpMulti {
 			return false // multiRead
@@ -147,7 +120,14 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 			multiReply(r, res, int64(idx), err, func(zxid int64, err error, body zk.Record) { c.reply(hdr.Xid, zxid, err, body) })
 		}
 	default:
-		return false
+		op, ok := zkWriteOp(hdr.Type, req)
+		if !ok || hdr.Type == zk.OpDeleteContainer {
+			return false // not a write, or one served in turn
+		}
+		cmd = &tree.Command{Op: op}
+		respond = func(res tree.Result, idx uint64, err error) {
+			c.reply(hdr.Xid, int64(idx), err, zkWriteResponse(hdr.Type, res))
+		}
 	}
 	if !c.l.reservePipelined(len(pkt)) {
 		return false
@@ -270,35 +250,13 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		return err
 	}
-	create := func(path string, data []byte, acl []zk.ACL, flags int32, ttl int64, op int32) {
-		if op == zk.OpCreateContainer {
-			flags = int32(tree.ModeContainer)
-		}
-		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: path, Data: data, ACL: fromZKACL(acl), Mode: tree.CreateMode(flags), TTLMs: ttl}})
-		if op == zk.OpCreate {
-			reply(idx, err, &zk.CreateResponse{Path: res.Op.Path})
-		} else {
-			reply(idx, err, &zk.Create2Response{Path: res.Op.Path, Stat: toZKStat(res.Op.Stat)})
-		}
+	if op, ok := zkWriteOp(hdr.Type, req); ok {
+		res, idx, err := write(&tree.Command{Op: op})
+		reply(idx, err, zkWriteResponse(hdr.Type, res))
+		return true
 	}
 
 	switch r := req.(type) {
-	case *zk.CreateRequest:
-		create(r.Path, r.Data, r.ACL, r.Flags, 0, hdr.Type)
-	case *zk.CreateTTLRequest:
-		create(r.Path, r.Data, r.ACL, r.Flags, r.TTL, hdr.Type)
-	case *zk.DeleteRequest:
-		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpDelete, Path: r.Path, Version: r.Version}})
-		reply(idx, err, nil)
-	case *zk.DeleteContainerRequest:
-		_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpDelete, Path: r.Path, Version: -1}})
-		reply(idx, err, nil)
-	case *zk.SetDataRequest:
-		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpSetData, Path: r.Path, Data: r.Data, Version: r.Version}})
-		reply(idx, err, &zk.SetDataResponse{Stat: toZKStat(res.Op.Stat)})
-	case *zk.SetACLRequest:
-		res, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpSetACL, Path: r.Path, ACL: fromZKACL(r.ACL), Version: r.Version}})
-		reply(idx, err, &zk.SetACLResponse{Stat: toZKStat(res.Op.Stat)})
 	case *zk.ExistsRequest:
 		var st tree.Stat
 		read(r.Path, r.Watch, watch.KindExist, readExists, func(t *tree.Tree) (err error) { st, err = t.Exists(r.Path); return },
@@ -506,22 +464,16 @@ func multiCommand(r *zk.MultiRequest) (*tree.Command, bool) {
 	cmd := &tree.Command{Op: tree.Op{Type: tree.OpMulti}}
 	for _, o := range r.Ops {
 		switch op := o.Op.(type) {
-		case *zk.CreateRequest:
-			mode := tree.CreateMode(op.Flags)
-			if o.Type == zk.OpCreateContainer {
-				mode = tree.ModeContainer
-			}
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCreate, Path: op.Path, Data: op.Data, ACL: fromZKACL(op.ACL), Mode: mode})
-		case *zk.CreateTTLRequest:
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCreate, Path: op.Path, Data: op.Data, ACL: fromZKACL(op.ACL), Mode: tree.CreateMode(op.Flags), TTLMs: op.TTL})
-		case *zk.DeleteRequest:
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpDelete, Path: op.Path, Version: op.Version})
-		case *zk.SetDataRequest:
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpSetData, Path: op.Path, Data: op.Data, Version: op.Version})
 		case *zk.CheckVersionRequest:
 			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCheck, Path: op.Path, Version: op.Version})
+		case *zk.SetACLRequest, *zk.DeleteContainerRequest:
+			return nil, false // not ops of a multi
 		default:
-			return nil, false
+			w, ok := zkWriteOp(o.Type, o.Op)
+			if !ok {
+				return nil, false
+			}
+			cmd.Ops = append(cmd.Ops, w)
 		}
 	}
 	return cmd, true
@@ -567,4 +519,48 @@ func (c *zkConn) malformed(op int32, err error) bool {
 	c.closeWhy = fmt.Sprintf("malformed request (%s): %v", zk.OpName(op), err)
 	c.s.log.Warn("zk: closing connection", "remote", c.c.RemoteAddr().String(), "why", c.closeWhy)
 	return false
+}
+
+// zkWriteOp is the one translation of a ZooKeeper write into a tree
+// operation, for pipeline, serve and multi alike: op is the opcode of the
+// request (or of the multi's op), req its decoded record. False: not a
+// write (check, outside a multi, is served as a read).
+func zkWriteOp(op int32, req any) (tree.Op, bool) {
+	create := func(path string, data []byte, acl []zk.ACL, flags int32, ttl int64) tree.Op {
+		if op == zk.OpCreateContainer {
+			flags = int32(tree.ModeContainer)
+		}
+		return tree.Op{Type: tree.OpCreate, Path: path, Data: data, ACL: fromZKACL(acl), Mode: tree.CreateMode(flags), TTLMs: ttl}
+	}
+	switch r := req.(type) {
+	case *zk.CreateRequest:
+		return create(r.Path, r.Data, r.ACL, r.Flags, 0), true
+	case *zk.CreateTTLRequest:
+		return create(r.Path, r.Data, r.ACL, r.Flags, r.TTL), true
+	case *zk.DeleteRequest:
+		return tree.Op{Type: tree.OpDelete, Path: r.Path, Version: r.Version}, true
+	case *zk.DeleteContainerRequest:
+		return tree.Op{Type: tree.OpDelete, Path: r.Path, Version: -1}, true
+	case *zk.SetDataRequest:
+		return tree.Op{Type: tree.OpSetData, Path: r.Path, Data: r.Data, Version: r.Version}, true
+	case *zk.SetACLRequest:
+		return tree.Op{Type: tree.OpSetACL, Path: r.Path, ACL: fromZKACL(r.ACL), Version: r.Version}, true
+	}
+	return tree.Op{}, false
+}
+
+// zkWriteResponse is the body of the reply to a write (not a multi) of
+// opcode op with its applied result.
+func zkWriteResponse(op int32, res tree.Result) zk.Record {
+	switch op {
+	case zk.OpCreate:
+		return &zk.CreateResponse{Path: res.Op.Path}
+	case zk.OpCreate2, zk.OpCreateContainer, zk.OpCreateTTL:
+		return &zk.Create2Response{Path: res.Op.Path, Stat: toZKStat(res.Op.Stat)}
+	case zk.OpSetData:
+		return &zk.SetDataResponse{Stat: toZKStat(res.Op.Stat)}
+	case zk.OpSetACL:
+		return &zk.SetACLResponse{Stat: toZKStat(res.Op.Stat)}
+	}
+	return nil // delete, deleteContainer
 }
