@@ -56,8 +56,10 @@
 // reply queued after its predecessor's) and anything else waits for the
 // pipelined writes, then serve: a read checks authorizeRead and reads the
 // tree under s.mu, registering its watch and queueing its reply under the
-// same lock; a write is proposed → the connection's writeLoop sends the
-// reply.
+// same lock; a write is proposed (zkWriteOp is the one translation of a
+// write, for pipeline, serve and multi) → reply counts the request in
+// meridian_requests_total as zk:<opname> → the connection's writeLoop
+// sends the reply.
 //
 // A native request: the gRPC interceptors in core.go (identities, the
 // method's rule, meridian_requests_total) → the api method → a read is

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"strings"
 
+	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/tree"
 	zk "github.com/meridian-coord/meridian/internal/zkproto"
 )
@@ -38,6 +39,7 @@ func (c *zkConn) identity() []tree.ID {
 func (c *zkConn) addAuth(hdr zk.RequestHeader, r *zk.AuthPacket) bool {
 	if r.Scheme != "digest" || !strings.Contains(string(r.Auth), ":") || len(c.auth) >= tree.MaxAuthIDs-1 {
 		// ZooKeeper answers an unusable scheme with AuthFailed and closes.
+		c.count(hdr.Type, errs.ErrAuthFailed)
 		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Err: zk.CodeAuthFailed}, nil))
 		c.close("auth failed")
 		return false
@@ -46,6 +48,7 @@ func (c *zkConn) addAuth(hdr zk.RequestHeader, r *zk.AuthPacket) bool {
 	c.auth = append(c.auth, ids...)
 	// ZooKeeper echoes the request's xid: kazoo sends -4, go-zookeeper a
 	// normal one.
+	c.count(hdr.Type, nil)
 	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid}, nil))
 	return true
 }
@@ -60,6 +63,7 @@ func (c *zkConn) saslStep(hdr zk.RequestHeader, r *zk.SetSASLRequest, reply func
 	token, user, err := c.sasl.step(r.Token)
 	if err != nil || len(c.s.saslUsers) == 0 || len(c.auth) >= tree.MaxAuthIDs-1 {
 		// ZooKeeper drops a client whose authentication failed.
+		c.count(hdr.Type, errs.ErrAuthFailed)
 		c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Err: zk.CodeAuthFailed}, nil))
 		c.close("SASL authentication failed")
 		return false

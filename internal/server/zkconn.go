@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/session"
 	"github.com/meridian-coord/meridian/internal/tree"
 	zk "github.com/meridian-coord/meridian/internal/zkproto"
@@ -476,6 +477,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	req, err := zk.DecodeConnectRequest(pkt)
 	if err != nil {
 		c.closeWhy = "malformed ConnectRequest"
+		c.countConnect(errs.ErrMarshalling)
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
@@ -484,6 +486,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	expired := func() bool {
 		// ZooKeeper's answer to a dead session: timeout 0, session 0, then close.
 		resp.Passwd = make([]byte, 16)
+		c.countConnect(errs.ErrSessionExpired)
 		c.enqueue(frameOf(resp))
 		c.close("session expired or invalid")
 		return false
@@ -496,6 +499,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	if !c.s.awaitLeader(ctx, 2*c.s.cfg.tick()*time.Duration(c.s.cfg.ElectionTicks)) {
 		if !req.ReadOnly || !c.s.cfg.ReadOnlyMode {
 			c.closeWhy = "not serving: no leader known"
+			c.countConnect(errs.ErrUnavailable)
 			return false
 		}
 		return c.readOnlyHandshake(req, resp)
@@ -515,6 +519,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		}
 		if err != nil {
 			c.closeWhy = "create session: " + err.Error()
+			c.countConnect(err)
 			return false
 		}
 		c.session, c.timeout, c.lastZxid = res.SessionID, timeout, int64(idx)
@@ -535,6 +540,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		}
 		if err != nil {
 			c.closeWhy = "cannot catch up with the client's zxid: " + err.Error()
+			c.countConnect(err)
 			return false
 		}
 		c.s.mu.RLock()
@@ -554,8 +560,20 @@ func (c *zkConn) handshake(pkt []byte) bool {
 	}
 	c.l.bySes[c.session] = c
 	c.l.mu.Unlock()
+	c.countConnect(nil)
 	c.enqueue(frameOf(resp))
 	return true
+}
+
+// countConnect counts the handshake (the ConnectRequest) as "zk:connect",
+// with the outcome's code label; one that closes the connection as
+// connection loss would is "connection_closed", as for any request.
+func (c *zkConn) countConnect(err error) {
+	code := codeLabel(err)
+	if errs.ZKConnectionLoss(err) {
+		code = "connection_closed"
+	}
+	c.s.metrics.requests.WithLabelValues("zk:connect", code).Inc()
 }
 
 // readOnlyHandshake admits a client to a server that has no quorum, as
@@ -576,6 +594,7 @@ func (c *zkConn) readOnlyHandshake(req *zk.ConnectRequest, resp *zk.ConnectRespo
 	c.l.mu.Lock()
 	c.l.bySes[c.session] = c
 	c.l.mu.Unlock()
+	c.countConnect(nil)
 	c.enqueue(frameOf(resp))
 	return true
 }

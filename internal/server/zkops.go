@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -42,14 +43,23 @@ func toZKACL(in []tree.ACL) []zk.ACL {
 	return out
 }
 
-// reply queues the reply to request xid. Called by one goroutine at a time,
-// in request order: the reader, or the pipelined write whose turn it is.
-// A request that failed with connection loss gets no reply: see loseConnection.
-func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
+// reply queues the reply to request hdr and counts the request (see
+// count). Called by one goroutine at a time, in request order: the reader,
+// or the pipelined write whose turn it is. A request that failed with
+// connection loss gets no reply: see loseConnection.
+func (c *zkConn) reply(hdr zk.RequestHeader, zxid int64, err error, body zk.Record) {
+	c.replyCounting(hdr, zxid, err, body, err)
+}
+
+// replyCounting is reply with the outcome counted apart from the header's
+// error: a multi that failed is answered with header error 0 and counted
+// with its failure, as the native API counts its Multi.
+func (c *zkConn) replyCounting(hdr zk.RequestHeader, zxid int64, err error, body zk.Record, outcome error) {
 	if errs.ZKConnectionLoss(err) {
-		c.loseConnection(xid, err)
+		c.loseConnection(hdr, err)
 		return
 	}
+	c.count(hdr.Type, outcome)
 	if zxid > c.lastZxid {
 		c.lastZxid = zxid
 	}
@@ -60,10 +70,29 @@ func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
 	if code != 0 {
 		body = nil
 	}
-	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: xid, Zxid: zxid, Err: code}, body))
+	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: hdr.Xid, Zxid: zxid, Err: code}, body))
 }
 
-// loseConnection answers request xid, which failed with err (one of
+// count adds a request to meridian_requests_total as the native API counts
+// its calls: method "zk:" and the opcode's name, code the outcome's label
+// (codeLabel, the native API's).
+func (c *zkConn) count(op int32, outcome error) {
+	c.s.metrics.requests.WithLabelValues(zkMethod(op), codeLabel(outcome)).Inc()
+}
+
+// zkMethod is the method label of opcode op; opcodes ZooKeeper does not
+// define, and those a client never sends (a header too short to carry
+// one reads as notification), share one label, so a client cannot add
+// series at will.
+func zkMethod(op int32) string {
+	name := zk.OpName(op)
+	if op == zk.OpNotification || op == zk.OpError || strings.HasPrefix(name, "op(") {
+		return "zk:unknown"
+	}
+	return "zk:" + name
+}
+
+// loseConnection answers request hdr, which failed with err (one of
 // errs.ZKConnectionLoss: this server cannot serve it now, or cannot tell
 // whether it took effect), by closing the connection, as ZooKeeper does:
 // it never sends connection loss or operation timeout in a reply. Replies
@@ -73,13 +102,14 @@ func (c *zkConn) reply(xid int32, zxid int64, err error, body zk.Record) {
 // write may still apply: the client, which sees all of them as connection
 // loss, decides what to retry). The session is not closed: the client
 // reconnects with its id and password within its timeout and goes on.
-func (c *zkConn) loseConnection(xid int32, err error) {
+// Each such request is counted with code "connection_closed".
+func (c *zkConn) loseConnection(hdr zk.RequestHeader, err error) {
+	c.s.metrics.requests.WithLabelValues(zkMethod(hdr.Type), "connection_closed").Inc()
 	if !c.closeAs("cannot answer: "+err.Error(), true) {
 		return // already closed: this reply would not have been sent either
 	}
 	c.s.log.Info("zk: closing connection instead of replying (connection loss)", "remote", c.c.RemoteAddr().String(),
-		"session", fmt.Sprintf("0x%x", c.session), "xid", xid, "err", err)
-	c.s.metrics.requests.WithLabelValues("zk", "connection_closed").Inc()
+		"session", fmt.Sprintf("0x%x", c.session), "xid", hdr.Xid, "err", err)
 }
 
 // pipeline starts pkt if it is a write whose commit may overlap those of
@@ -117,7 +147,7 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 			return false // served in turn, which refuses it
 		}
 		respond = func(res tree.Result, idx uint64, err error) {
-			multiReply(r, res, int64(idx), err, func(zxid int64, err error, body zk.Record) { c.reply(hdr.Xid, zxid, err, body) })
+			c.multiReply(hdr, r, res, int64(idx), err)
 		}
 	default:
 		op, ok := zkWriteOp(hdr.Type, req)
@@ -126,7 +156,7 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 		}
 		cmd = &tree.Command{Op: op}
 		respond = func(res tree.Result, idx uint64, err error) {
-			c.reply(hdr.Xid, int64(idx), err, zkWriteResponse(hdr.Type, res))
+			c.reply(hdr, int64(idx), err, zkWriteResponse(hdr.Type, res))
 		}
 	}
 	if !c.l.reservePipelined(len(pkt)) {
@@ -193,7 +223,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
 	defer cancel()
-	reply := func(zxid int64, err error, body zk.Record) { c.reply(hdr.Xid, zxid, err, body) }
+	reply := func(zxid int64, err error, body zk.Record) { c.reply(hdr, zxid, err, body) }
 	if errors.Is(derr, zk.ErrUnknownOpcode) {
 		// Unknown or unsupported opcodes get ZUNIMPLEMENTED; the connection stays.
 		reply(0, errs.ErrUnimplemented, nil)
@@ -318,11 +348,11 @@ func (c *zkConn) serve(pkt []byte) bool {
 			reply(applied(), nil, c.multiRead(r))
 			return true
 		}
-		c.multi(r, write, reply)
+		c.multi(hdr, r, write)
 	case *zk.SetWatches:
-		c.setWatches(r.RelativeZxid, r.DataWatches, r.ExistWatches, r.ChildWatches, nil, nil)
+		c.setWatches(hdr.Type, r.RelativeZxid, r.DataWatches, r.ExistWatches, r.ChildWatches, nil, nil)
 	case *zk.SetWatches2:
-		c.setWatches(r.RelativeZxid, r.DataWatches, r.ExistWatches, r.ChildWatches, r.PersistentWatches, r.PersistentRecursiveWatches)
+		c.setWatches(hdr.Type, r.RelativeZxid, r.DataWatches, r.ExistWatches, r.ChildWatches, r.PersistentWatches, r.PersistentRecursiveWatches)
 	case *zk.AddWatchRequest:
 		k := watch.KindPersistent
 		if r.Mode == zk.AddWatchModePersistentRecursive {
@@ -364,6 +394,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 	default:
 		switch hdr.Type {
 		case zk.OpPing:
+			c.count(hdr.Type, nil)
 			c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidPing, Zxid: c.lastZxid}, nil))
 		case zk.OpCloseSession:
 			c.closing.Store(true)
@@ -434,28 +465,32 @@ func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 	return out
 }
 
-func (c *zkConn) setWatches(rel int64, data, exist, child, pers, rec []string) {
+// setWatches serves setWatches and setWatches2 (op): the client re-arms
+// its watches on a new connection, each fired at once if it missed a change
+// since rel.
+func (c *zkConn) setWatches(op int32, rel int64, data, exist, child, pers, rec []string) {
 	c.s.mu.RLock()
 	err := c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree, int64(c.s.mu.applied)}, data, exist, child, pers, rec)
 	c.s.mu.RUnlock()
 	if errs.ZKConnectionLoss(err) {
-		c.loseConnection(zk.XidSetWatches, err)
+		c.loseConnection(zk.RequestHeader{Xid: zk.XidSetWatches, Type: op}, err)
 		return
 	}
+	c.count(op, err)
 	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: int64(c.s.appliedIndex()), Err: errs.ZKCode(err)}, nil))
 }
 
 // multi serves a multi: all ops in one command; on failure ZooKeeper's
 // error results (0 before the failing op, its code, -2 after) with a reply
 // header error of 0.
-func (c *zkConn) multi(r *zk.MultiRequest, write func(*tree.Command) (tree.Result, int64, error), reply func(int64, error, zk.Record)) {
+func (c *zkConn) multi(hdr zk.RequestHeader, r *zk.MultiRequest, write func(*tree.Command) (tree.Result, int64, error)) {
 	cmd, ok := multiCommand(r)
 	if !ok {
-		reply(0, errs.ErrBadArguments, nil)
+		c.reply(hdr, 0, errs.ErrBadArguments, nil)
 		return
 	}
 	res, idx, err := write(cmd)
-	multiReply(r, res, idx, err, reply)
+	c.multiReply(hdr, r, res, idx, err)
 }
 
 // multiCommand is the tree command of a multi's ops; false if one is not a
@@ -481,9 +516,9 @@ func multiCommand(r *zk.MultiRequest) (*tree.Command, bool) {
 
 // multiReply answers a multi with its applied result: err is the proposal's
 // error, or the result's own.
-func multiReply(r *zk.MultiRequest, res tree.Result, idx int64, err error, reply func(int64, error, zk.Record)) {
+func (c *zkConn) multiReply(hdr zk.RequestHeader, r *zk.MultiRequest, res tree.Result, idx int64, err error) {
 	if err != nil && len(res.Multi) == 0 {
-		reply(idx, err, nil)
+		c.reply(hdr, idx, err, nil)
 		return
 	}
 	if res.Err != nil {
@@ -494,7 +529,7 @@ func multiReply(r *zk.MultiRequest, res tree.Result, idx int64, err error, reply
 				break
 			}
 		}
-		reply(idx, nil, zk.MultiFailure(len(res.Multi), failed, errs.ZKCode(res.Err)))
+		c.replyCounting(hdr, idx, nil, zk.MultiFailure(len(res.Multi), failed, errs.ZKCode(res.Err)), res.Err)
 		return
 	}
 	out := &zk.MultiResponse{}
@@ -512,10 +547,13 @@ func multiReply(r *zk.MultiRequest, res tree.Result, idx int64, err error, reply
 			out.Results = append(out.Results, zk.OpResult{Type: zk.OpCheck})
 		}
 	}
-	reply(idx, nil, out)
+	c.reply(hdr, idx, nil, out)
 }
 
+// malformed closes the connection of a request it cannot decode (counted
+// as the native API counts a malformed call).
 func (c *zkConn) malformed(op int32, err error) bool {
+	c.count(op, errs.ErrMarshalling)
 	c.closeWhy = fmt.Sprintf("malformed request (%s): %v", zk.OpName(op), err)
 	c.s.log.Warn("zk: closing connection", "remote", c.c.RemoteAddr().String(), "why", c.closeWhy)
 	return false
