@@ -20,12 +20,17 @@
 //     digestIdentity, grpcIdentity), what a read may see (authorizeRead,
 //     redactACL), and the native port's per-method rules (grpcRules, the
 //     unaryAuth and streamAuth interceptors).
-//   - zk.go: the ZooKeeper listener: accept, the connection's read loop and
-//     outbound queue with their backpressure, the handshake (session create
-//     or resume, read-only sessions), write pipelining (pipeline), the
-//     opcode dispatch (serve), multi, the synthetic /meridian and
-//     /zookeeper/config views, and the four-letter words. sasl.go is its
-//     DIGEST-MD5 authentication, zkreconfig.go its reconfig opcode.
+//   - The ZooKeeper listener, one file per job. zkconn.go: accept and the
+//     connection caps, the connection's read loop, outbound queue and write
+//     loop with their backpressure, the handshake (session create or
+//     resume, read-only sessions), close and the linger after a connection
+//     loss. zkops.go: the opcode dispatch (serve), write pipelining
+//     (pipeline), multi and multiRead, and reply. zkauth.go: a
+//     connection's identities, addauth (digest) and the SASL opcode;
+//     sasl.go is the DIGEST-MD5 exchange. zkfourletter.go: the four-letter
+//     words and the counters they report. zkviews.go: the synthetic
+//     /meridian and /zookeeper/config nodes. zkreconfig.go: the reconfig
+//     opcode.
 //   - api.go: the native gRPC service: tree reads and writes, sessions,
 //     watch streams, status, leader transfer. locks.go, queues.go and
 //     election.go hold the lock, queue, barrier, election and counter
@@ -51,8 +56,10 @@
 // reply queued after its predecessor's) and anything else waits for the
 // pipelined writes, then serve: a read checks authorizeRead and reads the
 // tree under s.mu, registering its watch and queueing its reply under the
-// same lock; a write is proposed → the connection's writeLoop sends the
-// reply.
+// same lock; a write is proposed (zkWriteOp is the one translation of a
+// write, for pipeline, serve and multi) → reply counts the request in
+// meridian_requests_total as zk:<opname> → the connection's writeLoop
+// sends the reply.
 //
 // A native request: the gRPC interceptors in core.go (identities, the
 // method's rule, meridian_requests_total) → the api method → a read is

@@ -44,7 +44,7 @@ func newMetrics() *metrics {
 		watches:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_watches", Help: "Watch registrations on this member."}),
 		znodes:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_znodes", Help: "Znodes in the tree."}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meridian_requests_total", Help: "API requests by method and outcome code.",
+			Name: "meridian_requests_total", Help: "Client requests by method (the native RPC, or zk:<opname> on the ZooKeeper port) and outcome code.",
 		}, []string{"method", "code"}),
 	}
 	m.reg.MustRegister(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.term,

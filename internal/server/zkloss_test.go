@@ -16,12 +16,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meridian-coord/meridian/internal/errs"
+	zk "github.com/meridian-coord/meridian/internal/zkproto"
 )
 
 // replyOnSocket serves one real loopback connection with the listener's
 // connection code (its writer, reply and close) on server s, queues a
-// successful reply to xid 1 and then the reply to xid 2 failing with err,
-// and returns the client's end.
+// successful reply to xid 1 (a getData) and then the reply to xid 2 (a
+// create) failing with err, and returns the client's end.
 func replyOnSocket(t *testing.T, s *Server, err error) (net.Conn, *zkConn) {
 	t.Helper()
 	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
@@ -44,8 +45,8 @@ func replyOnSocket(t *testing.T, s *Server, err error) (net.Conn, *zkConn) {
 	s.wg.Add(1)
 	go c.writeLoop()
 	t.Cleanup(func() { c.close("test done") })
-	c.reply(1, 7, nil, nil)
-	c.reply(2, 0, err, nil)
+	c.reply(zk.RequestHeader{Xid: 1, Type: zk.OpGetData}, 7, nil, nil)
+	c.reply(zk.RequestHeader{Xid: 2, Type: zk.OpCreate}, 0, err, nil)
 	return cli, c
 }
 
@@ -60,7 +61,7 @@ func TestZKConnectionLossClosesInsteadOfReplying(t *testing.T) {
 	s := tc.servers[0]
 	closed := func() float64 {
 		var m dto.Metric
-		s.metrics.requests.WithLabelValues("zk", "connection_closed").Write(&m)
+		s.metrics.requests.WithLabelValues("zk:create", "connection_closed").Write(&m)
 		return m.GetCounter().GetValue()
 	}
 
@@ -91,7 +92,7 @@ func TestZKConnectionLossClosesInsteadOfReplying(t *testing.T) {
 		if h := rawReply(t, cli, nil); h.Xid != 2 || h.Err != errs.ZKCode(err) {
 			t.Fatalf("%v: want a reply with code %d, got %+v", err, errs.ZKCode(err), h)
 		}
-		c.reply(3, 0, nil, nil) // still open
+		c.reply(zk.RequestHeader{Xid: 3, Type: zk.OpGetData}, 0, nil, nil) // still open
 		if h := rawReply(t, cli, nil); h.Xid != 3 || h.Err != 0 {
 			t.Fatalf("%v: connection not kept: %+v", err, h)
 		}
