@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-
 )
 
 // LinResult is the linearizability verdict.
