@@ -175,7 +175,7 @@ type FaultRecord struct {
 	// availability bound of a kill-all adds it.
 	Down time.Duration
 	// ToNextWrite is the time from Start to the acknowledgment of the
-	// first write invoked after it (see ackTimes); -1 when none came
+	// first write invoked after it (see ackedWrites); -1 when none came
 	// before the workload ended.
 	ToNextWrite time.Duration
 	// Bound is the unavailability allowed after this fault; OverBound

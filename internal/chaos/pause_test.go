@@ -9,12 +9,11 @@ import (
 	"github.com/meridian-coord/meridian/client"
 )
 
-// TestPausedServerClientKeepsSession is the regression test for a liveness
-// bug the chaos suite found (pause-follower scenarios): a client connected to
-// a SIGSTOPped server kept sending keepalives into the open but silent
-// connection, never moved to another server, and lost its session. Its
-// keepalive now leaves a server that does not answer in time.
-func TestPausedServerClientKeepsSession(t *testing.T) {
+// startCluster builds the server binary and starts a cluster of real
+// processes for one test (cfg's Binary, Dir and Logf are filled in); it is
+// closed when the test ends. Skipped with -short.
+func startCluster(t *testing.T, cfg ClusterConfig) *Cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("real processes")
 	}
@@ -22,11 +21,22 @@ func TestPausedServerClientKeepsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := NewCluster(ClusterConfig{Binary: bin, Dir: t.TempDir(), Logf: t.Logf})
+	cfg.Binary, cfg.Dir, cfg.Logf = bin, t.TempDir(), t.Logf
+	cl, err := NewCluster(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// TestPausedServerClientKeepsSession is the regression test for a liveness
+// bug the chaos suite found (pause-follower scenarios): a client connected to
+// a SIGSTOPped server kept sending keepalives into the open but silent
+// connection, never moved to another server, and lost its session. Its
+// keepalive now leaves a server that does not answer in time.
+func TestPausedServerClientKeepsSession(t *testing.T) {
+	cl := startCluster(t, ClusterConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	leader, err := cl.Leader(ctx, 30*time.Second)

@@ -208,7 +208,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Faults = faults
 	res.Notes = rec.notes
 	rec.mu.Unlock()
-	res.TickMoves = tickMoves(cl)
+	moves, err := tickMoves(cl)
+	if err != nil {
+		rec.Note(fmt.Sprintf("tick moves not read: %v", err))
+	}
+	res.TickMoves = moves
 	res.Elapsed = time.Since(begin)
 	if ctx.Err() != nil {
 		// Stopped from outside (a signal, the test's deadline): what it
@@ -401,12 +405,12 @@ func writeReport(r *Result) {
 
 // tickMoves returns every server log line that announces a change of the
 // raft tick (replica.adaptTick logs each one).
-func tickMoves(cl *Cluster) []string {
+func tickMoves(cl *Cluster) ([]string, error) {
 	var out []string
 	for _, n := range cl.Nodes {
 		b, err := os.ReadFile(n.logPath)
 		if err != nil {
-			continue
+			return out, err
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, "raft tick from measured") {
@@ -414,7 +418,7 @@ func tickMoves(cl *Cluster) []string {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // logTail returns the last n lines of a log (a crashed server's panic).

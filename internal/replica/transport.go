@@ -431,7 +431,7 @@ func (t *transport) writer(pc *peerConn) {
 			}
 		}
 		// Probes and echoes first: they are independent of raft's order.
-		slices.SortStableFunc(batch, func(a, b outMsg) int { return cmpBool(isUrgent(b.kind), isUrgent(a.kind)) })
+		slices.SortStableFunc(batch, func(a, b outMsg) int { return urgency(a.kind) - urgency(b.kind) })
 		frames, size := t.encode(pc.id, batch)
 		if len(frames) == 0 {
 			continue
@@ -494,16 +494,12 @@ func (t *transport) writer(pc *peerConn) {
 	}
 }
 
-func isUrgent(kind byte) bool { return kind == kindProbe || kind == kindProbeReply }
-
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
+// urgency orders a batch: probes and echoes (0) before everything else (1).
+func urgency(kind byte) int {
+	if kind == kindProbe || kind == kindProbeReply {
 		return 0
-	case a:
-		return 1
 	}
-	return -1
+	return 1
 }
 
 // stampProbes writes the send time (an offset from the transport's origin)

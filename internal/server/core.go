@@ -304,7 +304,7 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		err = s.checkSessionOwner(ctx, rule, ids, req)
 	}
 	if err != nil {
-		s.metrics.requests.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Inc()
+		s.metrics.requests.WithLabelValues(methodName(info.FullMethod), codeLabel(err)).Inc()
 		return nil, err
 	}
 	return handler(ctx, req)
@@ -313,7 +313,7 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx, ids, rule, err := s.authorizeCall(ss.Context(), info.FullMethod)
 	if err != nil {
-		s.metrics.requests.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Inc()
+		s.metrics.requests.WithLabelValues(methodName(info.FullMethod), codeLabel(err)).Inc()
 		return err
 	}
 	return handler(srv, &authStream{ServerStream: ss, ctx: ctx, s: s, ids: ids, rule: rule})
