@@ -424,9 +424,9 @@ func TestClusterIDStored(t *testing.T) {
 	if got, want := c.reps[0].Status().ClusterID, FormatClusterID(ClusterID("second")); got != want {
 		t.Fatalf("data without a cluster id: %q, want %q (from the token)", got, want)
 	}
-	if _, ok := c.sms[0].get("a"); !ok {
-		t.Fatal("data lost")
-	}
+	// Open replays the log in the background: wait for the entry (waitAll
+	// fails if it never comes back).
+	c.waitAll(func(s *kv) bool { v, ok := s.get("a"); return ok && v == "1" })
 }
 
 // TestUnauthenticatedConnectionsPerAddress: one address holding as many
