@@ -117,3 +117,94 @@ func TestPausedLeaderReplaced(t *testing.T) {
 		t.Errorf("tick moved: %s", m)
 	}
 }
+
+// TestDeafLeaderReplaced: a leader that can send but not hear (every link
+// into it cut) is deposed by raft's CheckQuorum, and then hands over: its
+// followers, whose election timers its heartbeats kept resetting, hear
+// from it that it stepped down and elect one of them at once instead of
+// waiting out their own election timeouts first. Measured from the old
+// leader's step-down to both others naming the new leader in a later
+// term: within half an election timeout (the named member campaigns one
+// tick after the notice); without the notice, at least the followers' own
+// election timeout.
+func TestDeafLeaderReplaced(t *testing.T) {
+	cl := startCluster(t, ClusterConfig{TickMs: 100, Proxied: true})
+	et := cl.ElectionTimeout()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		old, err := cl.Leader(ctx, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := cl.Status(ctx, old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldTerm := st.GetTerm()
+		var others []uint64
+		for _, nd := range cl.Nodes {
+			if nd.ID != old {
+				others = append(others, nd.ID)
+				cl.Block(nd.ID, old)
+			}
+		}
+		cut := time.Now()
+		var steppedDown, elected time.Duration
+		var leader, term uint64
+		for elected == 0 {
+			if time.Since(cut) > 8*et {
+				cl.Heal()
+				t.Fatalf("cut %d: leader %d deaf for %v (election timeout %v) and not replaced (stepped down after %v)", i+1, old, time.Since(cut), et, steppedDown)
+			}
+			if steppedDown == 0 {
+				if s, err := cl.Status(ctx, old); err == nil && s.GetLeaderId() != old {
+					steppedDown = time.Since(cut)
+				}
+			}
+			a, errA := cl.Status(ctx, others[0])
+			b, errB := cl.Status(ctx, others[1])
+			if errA == nil && errB == nil && a.GetLeaderId() != 0 && a.GetLeaderId() != old &&
+				a.GetLeaderId() == b.GetLeaderId() && a.GetTerm() > oldTerm && a.GetTerm() == b.GetTerm() {
+				elected, leader, term = time.Since(cut), a.GetLeaderId(), a.GetTerm()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Logf("cut %d: leader %d stepped down after %v, replaced by %d (term %d→%d) after %v; election timeout %v",
+			i+1, old, steppedDown, leader, oldTerm, term, elected, et)
+		if steppedDown == 0 {
+			t.Errorf("cut %d: a new leader was elected before the polling saw the old one step down", i+1)
+		} else if h := elected - steppedDown; h > et/2 {
+			t.Errorf("cut %d: new leader %v after the old one stepped down, want within half an election timeout (%v)", i+1, h, et/2)
+		}
+		// CheckQuorum's one to two election timeouts, the handover, and
+		// this polling (new TLS connections) on a loaded machine.
+		if elected > 3*et {
+			t.Errorf("cut %d: replaced after %v, want within 3 election timeouts (%v)", i+1, elected, 3*et)
+		}
+		cl.Heal()
+		// Healed, the old leader follows the new one; nobody campaigns again.
+		deadline := time.Now().Add(4 * et)
+		for {
+			s, err := cl.Status(ctx, old)
+			if err == nil && s.GetLeaderId() == leader && s.GetTerm() == term {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cut %d: healed leader %d does not follow %d in term %d: %v %v", i+1, old, leader, term, s, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(2 * et)
+		for _, nd := range cl.Nodes {
+			s, err := cl.Status(ctx, nd.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.GetLeaderId() != leader || s.GetTerm() != term {
+				t.Fatalf("cut %d: after healing, member %d sees leader %d term %d; want %d term %d (disturbed)",
+					i+1, nd.ID, s.GetLeaderId(), s.GetTerm(), leader, term)
+			}
+		}
+	}
+}

@@ -36,9 +36,10 @@ func (e *collectEvents) deliver(m *pb.Message) {
 	e.msgs = append(e.msgs, m)
 	e.mu.Unlock()
 }
-func (e *collectEvents) side(uint64, []byte)       {}
-func (e *collectEvents) unreachable(uint64)        {}
-func (e *collectEvents) snapshotDone(uint64, bool) {}
+func (e *collectEvents) side(uint64, []byte)                {}
+func (e *collectEvents) unreachable(uint64)                 {}
+func (e *collectEvents) snapshotDone(uint64, bool)          {}
+func (e *collectEvents) steppedDown(uint64, uint64, uint64) {}
 
 // FuzzPeerFrames feeds arbitrary bytes to a peer connection's reader, as a
 // confused or hostile peer would send them, and steps every message the
@@ -75,6 +76,8 @@ func FuzzPeerFrames(f *testing.F) {
 		frameBytes(kindSnap, 2, msg(&pb.Message{Type: typ(pb.MsgSnap), To: new(uint64(1)), From: new(uint64(2)), Term: new(uint64(3)),
 			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(3)), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}}})),
 		frameBytes(kindSide, 2, []byte("side")),
+		frameBytes(kindStepDown, 2, []byte{0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3}),
+		frameBytes(kindStepDown, 2, []byte{0, 0, 0, 3}),
 		withLen(frameBytes(kindRaft, 2, nil), 0xffffffff),
 	}
 	for _, s := range seeds {

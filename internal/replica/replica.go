@@ -200,14 +200,17 @@ type readBatch struct {
 }
 
 type loopEvent struct {
-	kind int // evUnreachable, evSnapDone
-	id   uint64
-	ok   bool
+	kind      int // evUnreachable, evSnapDone, evStepDown
+	id        uint64
+	ok        bool
+	term      uint64 // evStepDown: the term the sender led
+	successor uint64 // evStepDown: the member it names to campaign
 }
 
 const (
 	evUnreachable = iota
 	evSnapDone
+	evStepDown
 )
 
 // Replica is one member of a consensus group.
@@ -253,6 +256,7 @@ type Replica struct {
 	learnersAsked time.Time // last proposal adding configured learners
 	promoteAsked  time.Time // last automatic promotion proposed
 	snapIndex     uint64
+	handover      handover // step-down notices, sent and received (handover.go)
 	pendingReads  []*readReq
 	inflight      map[string]*readBatch
 	readSeq       uint64
@@ -706,6 +710,12 @@ func (e *events) unreachable(id uint64) {
 	default:
 	}
 }
+func (e *events) steppedDown(from, term, successor uint64) {
+	select {
+	case e.eventc <- loopEvent{kind: evStepDown, id: from, term: term, successor: successor}:
+	default:
+	}
+}
 func (e *events) snapshotDone(id uint64, ok bool) {
 	select {
 	case e.eventc <- loopEvent{kind: evSnapDone, id: id, ok: ok}:
@@ -745,7 +755,9 @@ func (r *Replica) loop() {
 				ticker.Reset(d)
 			}
 		case <-ticker.C:
+			r.noteProgress()
 			r.rn.Tick()
+			r.campaignIfNamed(time.Now())
 			r.retryReads()
 			r.addLearners()
 			r.expireConfWaits()
@@ -769,6 +781,8 @@ func (r *Replica) loop() {
 					st = raft.SnapshotFailure
 				}
 				r.rn.ReportSnapshot(ev.id, st)
+			case evStepDown:
+				r.leaderSteppedDown(ev.id, ev.term, ev.successor, time.Now())
 			}
 		case target := <-r.transferc:
 			r.rn.TransferLeader(target)
@@ -887,6 +901,9 @@ func (r *Replica) step(m *pb.Message) {
 			r.log.Error("refusing a peer message raft would crash on", "from", m.GetFrom(), "type", m.GetType().String(), "err", err, "refused", r.refused)
 			r.refusedLogged = now
 		}
+		return
+	}
+	if r.handover.staleLeaderMessage(m) {
 		return
 	}
 	r.checkForwarded(m)
@@ -1021,6 +1038,7 @@ func (r *Replica) propose(p proposal) {
 
 func (r *Replica) handleReady() error {
 	rd := r.rn.Ready()
+	abdicated := r.abdicated(rd.SoftState, rd.HardState)
 	r.noteLeader(rd.SoftState, rd.HardState)
 	// The leader sends before it writes (raft thesis 10.2.1, as etcd does):
 	// its own disk write then overlaps the followers' round trip and writes
@@ -1083,6 +1101,9 @@ func (r *Replica) handleReady() error {
 	r.noteAppended(rd.Entries)
 	for _, m := range msgs {
 		r.tr.send(m)
+	}
+	if abdicated != 0 {
+		r.announceStepDown(abdicated)
 	}
 	if err := r.apply(rd.CommittedEntries); err != nil {
 		return err

@@ -38,6 +38,13 @@ const (
 	kindProbe      byte = 4
 	kindProbeReply byte = 5
 	probePayload        = 16
+	// kindStepDown: a leader that stepped down without a successor in
+	// sight (raft's CheckQuorum) tells the members it led. The payload is
+	// the term it led and the member it names to campaign first (0: none).
+	// It travels behind the raft messages queued before it, so it arrives
+	// after the last heartbeat the sender sent as leader.
+	kindStepDown    byte = 8
+	stepDownPayload      = 16
 
 	frameHeader = 1 + 8
 	// maxSnapFrame bounds a MsgSnap frame, hence the state machine snapshot.
@@ -88,6 +95,7 @@ type transportEvents interface {
 	side(from uint64, payload []byte)
 	unreachable(id uint64)
 	snapshotDone(id uint64, ok bool)
+	steppedDown(from, term, successor uint64)
 }
 
 type transport struct {
@@ -367,6 +375,23 @@ func (t *transport) send(m *pb.Message) {
 	}
 }
 
+// sendStepDown queues a step-down notice to peer to, behind the raft
+// messages already queued for it; dropped when the queue is full (the
+// members then fall back to their own election timeouts).
+func (t *transport) sendStepDown(to, term, successor uint64) {
+	pc := t.peer(to)
+	if pc == nil {
+		return
+	}
+	payload := make([]byte, stepDownPayload)
+	binary.BigEndian.PutUint64(payload, term)
+	binary.BigEndian.PutUint64(payload[8:], successor)
+	select {
+	case pc.q <- outMsg{kind: kindStepDown, side: payload}:
+	default:
+	}
+}
+
 func (t *transport) sendSide(to uint64, payload []byte) error {
 	pc := t.peer(to)
 	if pc == nil {
@@ -517,7 +542,7 @@ func stampProbes(frames []frame, at time.Duration) {
 func (t *transport) failFrames(id uint64, frames []frame) {
 	reported := false
 	for _, f := range frames {
-		if f.kind == kindSide || f.kind == kindProbe || f.kind == kindProbeReply || f.kind == kindKeepalive {
+		if f.kind != kindRaft && f.kind != kindSnap {
 			continue
 		}
 		if !reported {
@@ -644,6 +669,12 @@ func (t *transport) reader(raw net.Conn) {
 				bad("probe of the wrong size", "len", n)
 				return
 			}
+		case kindStepDown:
+			limit = stepDownPayload + frameHeader
+			if n != limit {
+				bad("step-down notice of the wrong size", "len", n)
+				return
+			}
 		case kindKeepalive:
 			limit = frameHeader
 		default:
@@ -679,6 +710,10 @@ func (t *transport) reader(raw net.Conn) {
 		}
 		if kind == kindProbe || kind == kindProbeReply {
 			t.probed(kind, from, body)
+			continue
+		}
+		if kind == kindStepDown {
+			t.ev.steppedDown(from, binary.BigEndian.Uint64(body), binary.BigEndian.Uint64(body[8:]))
 			continue
 		}
 		m := &pb.Message{}
