@@ -43,8 +43,11 @@ const (
 	// the term it led and the member it names to campaign first (0: none).
 	// It travels behind the raft messages queued before it, so it arrives
 	// after the last heartbeat the sender sent as leader.
-	kindStepDown    byte = 8
-	stepDownPayload      = 16
+	kindStepDown byte = 8
+)
+
+const (
+	stepDownPayload = 16
 
 	frameHeader = 1 + 8
 	// maxSnapFrame bounds a MsgSnap frame, hence the state machine snapshot.
