@@ -88,7 +88,7 @@ func (r *Replica) announceStepDown(term uint64) {
 	}
 	r.log.Info("stepped down without a quorum; telling the followers", "term", term, "successor", successor)
 	for id := range r.handover.match {
-		r.tr.sendStepDown(id, term, successor)
+		r.net.SendStepDown(id, term, successor)
 	}
 }
 
