@@ -60,6 +60,7 @@ func TestSimulation(t *testing.T) {
 		total.Partitions += s.Stats.Partitions
 		total.Dropped += s.Stats.Dropped
 		total.MidWriteCrashes += s.Stats.MidWriteCrashes
+		total.FollowerWriteCrashes += s.Stats.FollowerWriteCrashes
 		total.MaxIndex = max(total.MaxIndex, s.Stats.MaxIndex)
 	}
 	// Faults may stall a run for a while (a majority down), but not all runs.
