@@ -1,12 +1,17 @@
 package sim
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/tree"
 )
 
 // What a replica.Node leaves to its driver: a disk, a network and a state
@@ -189,9 +194,47 @@ func (m machine) Apply(index, term uint64, data []byte) {
 	m.s.err = m.s.apply(m.n, e)
 }
 
-// The simulation runs with snapshots off (Config.SnapshotEntries), so
-// these are never called.
-func (m machine) Snapshot() ([]byte, error) { return nil, errors.New("sim: snapshots are off") }
-func (m machine) Restore(uint64, []byte) error {
-	return errors.New("sim: snapshots are off")
+// Snapshot is the tree's snapshot and the coordination state's, the
+// first length-prefixed (the replica snapshots every snapshotEntries
+// applied entries and sends snapshots to members that fell behind).
+func (m machine) Snapshot() ([]byte, error) {
+	var b bytes.Buffer
+	if err := m.n.tree.Snapshot(&b); err != nil {
+		return nil, err
+	}
+	out := binary.AppendUvarint(nil, uint64(b.Len()))
+	out = append(out, b.Bytes()...)
+	return append(out, m.n.coord.Snapshot()...), nil
+}
+
+// Restore replaces n's state with a snapshot taken at index, which must be
+// the state every member had after applying index.
+func (m machine) Restore(index uint64, data []byte) error {
+	s, n := m.s, m.n
+	size, k := binary.Uvarint(data)
+	if k <= 0 || size > uint64(len(data)-k) {
+		return fmt.Errorf("sim: snapshot header")
+	}
+	t, err := tree.Restore(bytes.NewReader(data[k : k+int(size)]))
+	if err != nil {
+		return err
+	}
+	c, err := coord.Restore(data[k+int(size):])
+	if err != nil {
+		return err
+	}
+	// The last entry with data at or before index: every one was applied
+	// somewhere (the member that took the snapshot), with its state recorded.
+	var at uint64
+	for i := range s.states {
+		if i <= index && i > at {
+			at = i
+		}
+	}
+	n.tree, n.coord, n.applied, n.tokens = t, c, at, map[string]uint64{}
+	s.Stats.Restores++
+	if at > 0 && s.states[at] != s.stateHash(n) && s.err == nil {
+		s.err = fmt.Errorf("seed %d at %d ms: node %d restored a snapshot at %d that differs from the state after %d", s.cfg.Seed, s.now, n.id, index, at)
+	}
+	return nil
 }

@@ -72,6 +72,8 @@ const (
 	quietMs         = 5000  // after the faults: healed, everyone up, must converge
 	midWriteCrash   = 0.01  // of a leader's Readies with entries
 	midWriteCrashF  = 0.001 // of a follower's
+	snapshotEntries = 200   // a member snapshots every so many applied entries
+	catchUpEntries  = 50    // and keeps so many behind it: a member further behind gets the snapshot
 )
 
 type message struct {
@@ -122,6 +124,7 @@ type Stats struct {
 	Proposals, Applied, Elections, Crashes, Partitions, Dropped uint64
 	MidWriteCrashes                                             uint64 // leaders crashed after sending, before writing
 	FollowerWriteCrashes                                        uint64 // followers crashed before writing a Ready
+	Restores                                                    uint64 // snapshots restored (received, or at a restart)
 	MaxIndex                                                    uint64
 }
 
@@ -151,7 +154,7 @@ func (s *Sim) start(n *node, fresh bool) {
 		peers = append(peers, replica.Peer{ID: o.id, Addr: fmt.Sprintf("sim-%d", o.id)})
 	}
 	cfg := replica.Config{ID: n.id, Peers: peers, TickInterval: tickMs * time.Millisecond,
-		ElectionTicks: electionMinMs / tickMs, HeartbeatTicks: 1, SnapshotEntries: 1 << 62,
+		ElectionTicks: electionMinMs / tickMs, HeartbeatTicks: 1, SnapshotEntries: snapshotEntries, CatchUpEntries: catchUpEntries,
 		Logger: slog.New(slog.DiscardHandler)}
 	opts := replica.NodeOptions{
 		Clock: func() time.Time { return time.UnixMilli(int64(s.now)) },
