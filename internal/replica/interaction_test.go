@@ -262,6 +262,9 @@ func (env *interactionEnv) parseIDs(d *datadriven.TestData) ([]uint64, []string,
 	var rest []string
 	for _, a := range d.CmdArgs {
 		if len(a.Vals) > 0 {
+			if d.Cmd == "propose" { // the data may read key=value
+				rest = append(rest, a.Key+"="+strings.Join(a.Vals, ","))
+			}
 			continue // key=value: the command reads it
 		}
 		id, err := strconv.ParseUint(a.Key, 10, 64)
@@ -364,8 +367,11 @@ func (env *interactionEnv) processReady(m *scriptMember) (bool, error) {
 	if err != nil {
 		return had, fmt.Errorf("member %d: %w", m.id, err)
 	}
-	if !had {
+	switch {
+	case !had:
 		env.out.Truncate(mark)
+	case env.out.Len() == mark+len(fmt.Sprintf("> %d handling Ready\n", m.id)):
+		env.printf("  (nothing to write, send or apply: read states, or soft state only)\n")
 	}
 	return had, nil
 }
@@ -545,18 +551,22 @@ func (s scriptStorage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapsho
 		s.m.unsynced.last = snap.GetMetadata().GetIndex()
 	}
 	if len(ents) > 0 {
-		parts = append(parts, "entries "+raft.DescribeEntries(ents, nil))
+		var es []string
+		for _, e := range ents {
+			es = append(es, raft.DescribeEntry(e, nil))
+		}
+		parts = append(parts, "entries ["+strings.Join(es, ", ")+"]")
 		s.m.unsynced.last = ents[len(ents)-1].GetIndex()
 	}
 	if hs != nil {
-		parts = append(parts, raft.DescribeHardState(hs))
+		parts = append(parts, "hard state "+raft.DescribeHardState(hs))
 		s.m.unsynced.hs = proto.Clone(hs).(*pb.HardState)
 	}
 	how := "save"
 	if !sync {
 		how = "save (no sync)"
 	}
-	s.env.printf("  %s %s\n", how, strings.ReplaceAll(strings.Join(parts, "; "), "\n", " "))
+	s.env.printf("  %s %s\n", how, strings.Join(parts, "; "))
 	if err := s.m.disk.Save(hs, ents, snap, sync); err != nil {
 		return err
 	}
