@@ -11,6 +11,15 @@
 // It knows nothing about what entries mean: it drives a StateMachine, whose
 // Apply/Snapshot/Restore are only ever called from the raft loop.
 //
+// What the member does with each raft Ready (handleReady: what is
+// persisted before what is sent, what is applied when, snapshots,
+// membership changes, read rounds, the step-down handover) reaches the
+// world only through Storage, Network and StateMachine (ready.go). A Node
+// is that same code without the loop, the clock and the TCP transport: the
+// simulation (internal/sim) and the scripted tests (testdata/*.txt, run by
+// interaction_test.go over the Pebble disk on a file system that can
+// crash) drive Nodes, so what they check is the shipped code, not a copy.
+//
 // It must never touch the RawNode outside the raft loop, never block the
 // loop on the network (outbound queues are bounded and drop, raft
 // retransmits), and never panic on bytes from the network or the disk:

@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -87,8 +89,8 @@ func (r *Replica) announceStepDown(term uint64) {
 		}
 	}
 	r.log.Info("stepped down without a quorum; telling the followers", "term", term, "successor", successor)
-	for id := range r.handover.match {
-		r.tr.sendStepDown(id, term, successor)
+	for _, id := range slices.Sorted(maps.Keys(r.handover.match)) { // in order: scripts and the simulation replay
+		r.net.SendStepDown(id, term, successor)
 	}
 }
 

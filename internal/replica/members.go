@@ -466,7 +466,9 @@ func (r *Replica) setBook(b book) {
 	r.book = b
 	peers := slices.Clone(b.Peers)
 	r.conf.Store(&confView{peers: peers, index: b.Index})
-	r.tr.setPeers(r.dialPeers(peers))
+	if r.tr != nil {
+		r.tr.setPeers(r.dialPeers(peers))
+	}
 	ids := make([]uint64, 0, len(peers))
 	var vs []uint64
 	for _, p := range peers {
@@ -475,7 +477,9 @@ func (r *Replica) setBook(b book) {
 			vs = append(vs, p.ID)
 		}
 	}
-	r.lat.SetPeers(ids, vs)
+	if r.lat != nil {
+		r.lat.SetPeers(ids, vs)
+	}
 	if r.cfg.OnConfigChange != nil {
 		r.cfg.OnConfigChange(b.Index)
 	}
@@ -488,7 +492,7 @@ func (r *Replica) autoPromote() {
 	if r.leader.Load() != r.cfg.ID || r.confState == nil || len(r.confState.GetVotersOutgoing()) > 0 || len(r.confWaits) > 0 {
 		return
 	}
-	if time.Since(r.promoteAsked) < r.cfg.TickInterval*time.Duration(r.cfg.ElectionTicks) {
+	if r.clock().Sub(r.promoteAsked) < r.cfg.TickInterval*time.Duration(r.cfg.ElectionTicks) {
 		return
 	}
 	var want []Peer
@@ -513,7 +517,7 @@ func (r *Replica) autoPromote() {
 		if validateChange(r.confState, last, cc) != nil {
 			continue
 		}
-		r.promoteAsked = time.Now()
+		r.promoteAsked = r.clock()
 		if err := r.rn.ProposeConfChange(cc); err != nil {
 			r.log.Debug("propose promotion", "err", err)
 		} else {

@@ -412,7 +412,7 @@ func TestClusterIDStored(t *testing.T) {
 	}
 	// Remove the stored id, as data written before cluster ids lacks it.
 	c.stop(0)
-	d, err := openDisk(c.dirs[0], logger())
+	d, err := openDisk(c.dirs[0], nil, logger())
 	if err != nil {
 		t.Fatal(err)
 	}

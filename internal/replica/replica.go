@@ -220,15 +220,21 @@ type Replica struct {
 	log  *slog.Logger
 	lat  *latency.Tracker
 	tick time.Duration // the raft tick in use (loop goroutine only)
-	disk *disk
-	mem  *raft.MemoryStorage
-	rn   *raft.RawNode // raft loop only
+	disk *disk         // the Pebble store behind store (Open); nil in a Node
+	// store keeps the raft state durable and net carries messages to the
+	// peers: the disk and the TCP transport in a running replica, whatever
+	// the caller gives a Node (ready.go).
+	store Storage
+	net   Network
+	clock func() time.Time // time.Now, or a Node's clock
+	mem   *raft.MemoryStorage
+	rn    *raft.RawNode // raft loop only
 	// refused counts peer messages refuseStep dropped; refusedLogged
 	// limits their log lines (raft loop only).
 	refused       uint64
 	refusedLogged time.Time
 	held          heldProposals // forwarded proposals raft would drop now (raft loop only)
-	tr            *transport
+	tr            *transport    // nil in a Node
 
 	// Queues into the raft loop, all bounded. propc and readc block their
 	// callers when full (until ctx is done); recvc and eventc are fed by
@@ -280,19 +286,9 @@ type Replica struct {
 func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	cfg.defaults()
 	cfg.Peers = slices.Clone(cfg.Peers)
-	var self *Peer
-	seen := map[uint64]bool{}
-	for i, p := range cfg.Peers {
-		if p.ID == 0 || seen[p.ID] {
-			return nil, fmt.Errorf("replica: peer ids must be non-zero and distinct (%d)", p.ID)
-		}
-		seen[p.ID] = true
-		if p.ID == cfg.ID {
-			self = &cfg.Peers[i]
-		}
-	}
-	if cfg.ID == 0 || self == nil {
-		return nil, fmt.Errorf("replica: id %d must be > 0 and among peers", cfg.ID)
+	self, err := checkPeers(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("replica: no data directory")
@@ -300,68 +296,20 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = self.Addr
 	}
-	d, err := openDisk(cfg.DataDir, cfg.Logger)
+	d, err := openDisk(cfg.DataDir, nil, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("replica: open pebble: %w", err)
 	}
-	r := &Replica{
-		cfg: cfg, sm: sm, log: cfg.Logger, disk: d, mem: raft.NewMemoryStorage(),
-		propc: make(chan proposal, 1024), recvc: make(chan *pb.Message, 4096),
-		readc: make(chan *readReq, 1024), eventc: make(chan loopEvent, 1024),
-		transferc: make(chan uint64, 1), campaignc: make(chan chan error), statusc: make(chan chan Status),
-		confc: make(chan confReq), confWaits: map[uint64]*confWait{},
-		inflight: map[string]*readBatch{}, stopc: make(chan struct{}), donec: make(chan struct{}), failed: make(chan struct{}),
-		book: book{Peers: slices.Clone(cfg.Peers)},
-	}
-	slices.SortFunc(r.book.Peers, func(x, y Peer) int { return cmpU64(x.ID, y.ID) })
-	r.applied.ch = make(chan struct{})
-	// Read request contexts: a random start makes them unique across members
-	// (the leader keys pending reads by context) and across restarts.
-	var seed [8]byte
-	if _, err := rand.Read(seed[:]); err != nil {
-		d.close()
-		return nil, err
-	}
-	r.readSeq = binary.BigEndian.Uint64(seed[:])
-	fresh, err := r.restore()
+	r, fresh, err := newReplica(cfg, sm, d, nil)
 	if err != nil {
 		d.close()
 		return nil, err
 	}
-	rc := &raft.Config{
-		ID:                        cfg.ID,
-		ElectionTick:              cfg.ElectionTicks,
-		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   raftStorage{r.mem},
-		Applied:                   r.snapIndex,
-		MaxSizePerMsg:             cfg.MaxSizePerMsg,
-		MaxCommittedSizePerReady:  64 << 20,
-		MaxUncommittedEntriesSize: 64 << 20,
-		MaxInflightMsgs:           cfg.MaxInflightMsgs,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		StepDownOnRemoval:         true,
-		ReadOnlyOption:            raft.ReadOnlySafe,
-		Logger:                    raftLogger{cfg.Logger},
-	}
-	rn, err := newRawNode(rc)
-	if err != nil {
-		d.close()
-		return nil, fmt.Errorf("replica: %w", err)
-	}
-	r.rn = rn
-	if fresh && !cfg.Join {
-		var peers []raft.Peer
-		for _, p := range cfg.Peers {
-			if !p.Learner {
-				peers = append(peers, raft.Peer{ID: p.ID, Context: encodeContext(ccContext{Peers: []Peer{p}})})
-			}
-		}
-		if err := rn.Bootstrap(peers); err != nil {
-			d.close()
-			return nil, fmt.Errorf("replica: bootstrap: %w", err)
-		}
-	}
+	r.disk = d
+	r.propc, r.recvc = make(chan proposal, 1024), make(chan *pb.Message, 4096)
+	r.readc, r.eventc = make(chan *readReq, 1024), make(chan loopEvent, 1024)
+	r.transferc, r.campaignc, r.statusc = make(chan uint64, 1), make(chan chan error), make(chan chan Status)
+	r.confc = make(chan confReq)
 	// Peers are expected to share MaxSizePerMsg/MaxProposalBytes: a MsgApp
 	// larger than this is refused (and the connection closed) by the receiver.
 	maxMsgFrame := uint64(maxSnapFrame)
@@ -369,7 +317,6 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		maxMsgFrame = min(cfg.MaxSizePerMsg+uint64(cfg.MaxProposalBytes)+msgFrameSlack, maxSnapFrame)
 	}
 	peers := slices.Clone(r.book.Peers)
-	r.conf.Store(&confView{peers: peers, index: r.book.Index})
 	ids := make([]uint64, 0, len(peers))
 	for _, p := range peers {
 		ids = append(ids, p.ID)
@@ -401,8 +348,92 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		return nil, err
 	}
 	r.tr = tr
+	r.net = transportNetwork{tr}
 	go r.loop()
 	return r, nil
+}
+
+// checkPeers checks the member ids and returns this member's entry.
+func checkPeers(cfg Config) (*Peer, error) {
+	var self *Peer
+	seen := map[uint64]bool{}
+	for i, p := range cfg.Peers {
+		if p.ID == 0 || seen[p.ID] {
+			return nil, fmt.Errorf("replica: peer ids must be non-zero and distinct (%d)", p.ID)
+		}
+		seen[p.ID] = true
+		if p.ID == cfg.ID {
+			self = &cfg.Peers[i]
+		}
+	}
+	if cfg.ID == 0 || self == nil {
+		return nil, fmt.Errorf("replica: id %d must be > 0 and among peers", cfg.ID)
+	}
+	return self, nil
+}
+
+// newReplica builds the raft member over store, without its loop and
+// transport (Open adds those; NewNode leaves them to its caller): restores
+// the state machine and raft's memory from store, and bootstraps the group
+// when store is empty and cfg does not join. tune, if set, adjusts raft's
+// configuration last. It reports whether store was empty.
+func newReplica(cfg Config, sm StateMachine, store Storage, tune func(*raft.Config)) (*Replica, bool, error) {
+	r := &Replica{
+		cfg: cfg, sm: sm, log: cfg.Logger, store: store, mem: raft.NewMemoryStorage(), clock: time.Now, tick: cfg.TickInterval,
+		confWaits: map[uint64]*confWait{}, inflight: map[string]*readBatch{},
+		stopc: make(chan struct{}), donec: make(chan struct{}), failed: make(chan struct{}),
+		book: book{Peers: slices.Clone(cfg.Peers)},
+	}
+	slices.SortFunc(r.book.Peers, func(x, y Peer) int { return cmpU64(x.ID, y.ID) })
+	r.applied.ch = make(chan struct{})
+	// Read request contexts: a random start makes them unique across members
+	// (the leader keys pending reads by context) and across restarts.
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, false, err
+	}
+	r.readSeq = binary.BigEndian.Uint64(seed[:])
+	fresh, err := r.restore()
+	if err != nil {
+		return nil, false, err
+	}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   raftStorage{r.mem},
+		Applied:                   r.snapIndex,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		StepDownOnRemoval:         true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{cfg.Logger},
+	}
+	if tune != nil {
+		tune(rc)
+	}
+	rn, err := newRawNode(rc)
+	if err != nil {
+		return nil, false, fmt.Errorf("replica: %w", err)
+	}
+	r.rn = rn
+	if fresh && !cfg.Join {
+		var peers []raft.Peer
+		for _, p := range cfg.Peers {
+			if !p.Learner {
+				peers = append(peers, raft.Peer{ID: p.ID, Context: encodeContext(ccContext{Peers: []Peer{p}})})
+			}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, false, fmt.Errorf("replica: bootstrap: %w", err)
+		}
+	}
+	r.conf.Store(&confView{peers: slices.Clone(r.book.Peers), index: r.book.Index})
+	return r, fresh, nil
 }
 
 // newRawNode turns raft's panics on inconsistent stored state into an error.
@@ -418,7 +449,7 @@ func newRawNode(rc *raft.Config) (rn *raft.RawNode, err error) {
 // restore loads the durable state into raft's memory storage and the state
 // machine. It reports whether the storage was empty (a new member).
 func (r *Replica) restore() (bool, error) {
-	hs, snap, ents, err := r.disk.load()
+	hs, snap, ents, err := r.store.Load()
 	if err != nil {
 		return false, fmt.Errorf("replica: load %s: %w", r.cfg.DataDir, err)
 	}
@@ -755,13 +786,7 @@ func (r *Replica) loop() {
 				ticker.Reset(d)
 			}
 		case <-ticker.C:
-			r.noteProgress()
-			r.rn.Tick()
-			r.campaignIfNamed(time.Now())
-			r.retryReads()
-			r.addLearners()
-			r.expireConfWaits()
-			r.autoPromote()
+			r.onTick()
 		case p := <-r.propc:
 			r.propose(p)
 			r.drain()
@@ -793,17 +818,36 @@ func (r *Replica) loop() {
 		case req := <-r.confc:
 			r.proposeMembers(req)
 		}
-		r.releaseHeld(time.Now())
-		r.issueReads()
-		if r.rn.HasReady() {
-			if err := r.handleReady(); err != nil {
-				// Storage failed: we cannot promise durability any more.
-				r.log.Error("raft storage failure; replica stopping", "err", err)
-				r.fail(fmt.Errorf("raft storage: %w", err))
-				return
-			}
+		if _, err := r.afterEvent(); err != nil {
+			// Storage failed: we cannot promise durability any more.
+			r.log.Error("raft storage failure; replica stopping", "err", err)
+			r.fail(fmt.Errorf("raft storage: %w", err))
+			return
 		}
 	}
+}
+
+// onTick is the raft loop's work on every tick.
+func (r *Replica) onTick() {
+	r.noteProgress()
+	r.rn.Tick()
+	r.campaignIfNamed(r.clock())
+	r.retryReads()
+	r.addLearners()
+	r.expireConfWaits()
+	r.autoPromote()
+}
+
+// afterEvent is the raft loop's work after every event: place held
+// proposals, start a read round, and handle the Ready if raft has one. It
+// reports whether there was a Ready; an error means storage failed.
+func (r *Replica) afterEvent() (bool, error) {
+	r.releaseHeld(r.clock())
+	r.issueReads()
+	if !r.rn.HasReady() {
+		return false, nil
+	}
+	return true, r.handleReady()
 }
 
 // Ticks from measurements: the failure detector follows the network.
@@ -907,7 +951,7 @@ func (r *Replica) step(m *pb.Message) {
 		return
 	}
 	r.checkForwarded(m)
-	if m.GetType() == pb.MsgProp && !r.canPlace() && r.held.add(m, time.Now()) {
+	if m.GetType() == pb.MsgProp && !r.canPlace() && r.held.add(m, r.clock()) {
 		return
 	}
 	if err := r.rn.Step(m); err != nil {
@@ -1055,7 +1099,7 @@ func (r *Replica) handleReady() error {
 			if vouchesDurable(m.GetType()) {
 				msgs = append(msgs, m)
 			} else {
-				r.tr.send(m)
+				r.net.Send(m)
 			}
 		}
 	}
@@ -1065,7 +1109,7 @@ func (r *Replica) handleReady() error {
 	}
 	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
 		start := time.Now()
-		if err := r.disk.save(rd.HardState, rd.Entries, snap, rd.MustSync || snap != nil); err != nil {
+		if err := r.store.Save(rd.HardState, rd.Entries, snap, rd.MustSync || snap != nil); err != nil {
 			return err
 		}
 		r.cfg.ObserveFsync(time.Since(start))
@@ -1100,7 +1144,7 @@ func (r *Replica) handleReady() error {
 	}
 	r.noteAppended(rd.Entries)
 	for _, m := range msgs {
-		r.tr.send(m)
+		r.net.Send(m)
 	}
 	if abdicated != 0 {
 		r.announceStepDown(abdicated)
@@ -1238,7 +1282,7 @@ func (r *Replica) snapshotAt(applied uint64) error {
 	if applied > r.cfg.CatchUpEntries {
 		compact = applied - r.cfg.CatchUpEntries
 	}
-	if err := r.disk.saveSnapshot(snap, compact); err != nil {
+	if err := r.store.SaveSnapshot(snap, compact); err != nil {
 		return err
 	}
 	if compact > 0 {
@@ -1264,7 +1308,7 @@ func (r *Replica) issueReads() {
 	r.readSeq++
 	ctx := make([]byte, 8)
 	binary.BigEndian.PutUint64(ctx, r.readSeq)
-	r.inflight[string(ctx)] = &readBatch{reqs: r.pendingReads, issued: time.Now()}
+	r.inflight[string(ctx)] = &readBatch{reqs: r.pendingReads, issued: r.clock()}
 	r.pendingReads = nil
 	r.readRounds.Add(1)
 	r.rn.ReadIndex(ctx)
@@ -1276,7 +1320,7 @@ func (r *Replica) issueReads() {
 func (r *Replica) retryReads() {
 	timeout := r.cfg.TickInterval * time.Duration(r.cfg.ElectionTicks)
 	for k, b := range r.inflight {
-		if time.Since(b.issued) > timeout {
+		if r.clock().Sub(b.issued) > timeout {
 			delete(r.inflight, k)
 			r.pendingReads = append(r.pendingReads, b.reqs...)
 		}
@@ -1302,7 +1346,7 @@ func (r *Replica) addLearners() {
 	if r.leader.Load() != r.cfg.ID || r.confState == nil || r.book.Changed {
 		return
 	}
-	if time.Since(r.learnersAsked) < r.cfg.TickInterval*time.Duration(r.cfg.ElectionTicks) {
+	if r.clock().Sub(r.learnersAsked) < r.cfg.TickInterval*time.Duration(r.cfg.ElectionTicks) {
 		return
 	}
 	var cc pb.ConfChangeV2
@@ -1317,7 +1361,7 @@ func (r *Replica) addLearners() {
 		return
 	}
 	cc.Context = encodeContext(ccContext{Peers: recs})
-	r.learnersAsked = time.Now()
+	r.learnersAsked = r.clock()
 	if err := r.rn.ProposeConfChange(&cc); err != nil {
 		r.log.Debug("propose learners", "err", err)
 	}
@@ -1333,7 +1377,10 @@ func (r *Replica) status() Status {
 		SnapshotIndex: r.snapIndex, FirstIndex: first, LastIndex: last,
 		Role: map[raft.StateType]string{raft.StateLeader: "leader", raft.StateFollower: "follower",
 			raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate"}[st.RaftState],
-		Members: slices.Clone(r.book.Peers), Tick: r.tick, ClusterID: FormatClusterID(r.tr.cluster.Load()),
+		Members: slices.Clone(r.book.Peers), Tick: r.tick,
+	}
+	if r.tr != nil {
+		out.ClusterID = FormatClusterID(r.tr.cluster.Load())
 	}
 	if st.RaftState == raft.StateFollower && slices.Contains(r.confState.GetLearners(), r.cfg.ID) {
 		out.Role = "learner"

@@ -257,41 +257,6 @@ func (c *cluster) waitAll(cond func(*kv) bool) {
 	}
 }
 
-func TestReplicateFromLeaderAndFollower(t *testing.T) {
-	c := newCluster(t, 3, nil)
-	lead := c.leader()
-	c.put(lead, "a", "1")
-	c.put((lead+1)%3, "b", "2") // followers forward proposals
-	c.put(lead, "c", "3")
-	last := c.sms[lead].index("c")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	follower := (lead + 2) % 3
-	idx, err := c.reps[follower].ReadIndex(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if idx < last || c.reps[follower].AppliedIndex() < idx {
-		t.Fatalf("read index %d, last write at %d, follower applied %d", idx, last, c.reps[follower].AppliedIndex())
-	}
-	want := c.sms[0].applied()
-	if len(want) != 3 {
-		t.Fatalf("applied %v, want 3 entries", want)
-	}
-	for i, s := range c.sms {
-		if got := s.applied(); !slices.Equal(got, want) {
-			t.Fatalf("replica %d applied %v, replica 1 %v", i+1, got, want)
-		}
-	}
-	st := c.reps[lead].Status()
-	if st.Role != "leader" || st.Leader != uint64(lead+1) || len(st.Progress) != 3 || st.Applied < last || len(st.Members) != 3 {
-		t.Fatalf("leader status %+v", st)
-	}
-	if st := c.reps[follower].Status(); st.Role != "follower" || st.Progress != nil {
-		t.Fatalf("follower status %+v", st)
-	}
-}
-
 func TestReadIndexBatching(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.leader()

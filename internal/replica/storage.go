@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -78,8 +79,9 @@ func (p pebbleLogger) Fatalf(f string, a ...any) {
 	panic(fmt.Sprintf(f, a...)) // Pebble requires Fatalf not to return
 }
 
-func openDisk(dir string, log *slog.Logger) (*disk, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{log.With("component", "pebble")}})
+// openDisk opens the store in dir, on fs (nil: the operating system's).
+func openDisk(dir string, fs vfs.FS, log *slog.Logger) (*disk, error) {
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, Logger: pebbleLogger{log.With("component", "pebble")}})
 	if err != nil {
 		return nil, err
 	}
@@ -91,9 +93,9 @@ func (d *disk) close() error { return d.db.Close() }
 // entriesEnd is the exclusive upper bound of the entry key space.
 var entriesEnd = []byte{'e' + 1}
 
-// load returns everything stored: the hard state, the latest snapshot, and
+// Load returns everything stored: the hard state, the latest snapshot, and
 // the entries after the snapshot, in order.
-func (d *disk) load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
+func (d *disk) Load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
 	hs := &pb.HardState{}
 	snap := &pb.Snapshot{}
 	if err := d.get(keyHardState, hs); err != nil {
@@ -153,12 +155,12 @@ func (d *disk) get(key []byte, m proto.Message) error {
 	return unseal(v, m)
 }
 
-// save persists one Ready's worth of state in a single batch: the snapshot
+// Save persists one Ready's worth of state in a single batch: the snapshot
 // (if any), the new entries (dropping any conflicting suffix left from an
 // older leader), and the hard state. This is the group commit: one fsync
 // however many proposals the Ready carries. sync is false only when raft says
 // the Ready need not be durable (a commit index advance alone).
-func (d *disk) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
+func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
 	b := d.db.NewBatch()
 	defer b.Close()
 	last := d.last
@@ -221,9 +223,9 @@ func (d *disk) save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 	return nil
 }
 
-// saveSnapshot stores a locally taken snapshot and drops log entries before
+// SaveSnapshot stores a locally taken snapshot and drops log entries before
 // compactTo (those still needed by slow followers stay).
-func (d *disk) saveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
+func (d *disk) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
 	v, err := seal(snap)
 	if err != nil {
 		return err

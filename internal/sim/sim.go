@@ -1,34 +1,46 @@
 // Package sim is a deterministic simulation of a Meridian consensus group:
-// several replicas (go.etcd.io/raft RawNodes over in-memory logs with a
-// separate "disk" copy) applying committed entries to the real state
-// machines (internal/tree and internal/coord), over a simulated network and
-// clock, all driven by one seeded random source in one goroutine. Messages
-// are delayed, dropped, duplicated and reordered; nodes crash (losing
-// everything not yet on their disk) and restart; the network partitions,
-// asymmetrically too. Invariants are checked continuously; a failing seed
-// replays exactly.
+// several members (the replica package's own code, over simulated disks)
+// applying committed entries to the real state machines (internal/tree and
+// internal/coord), over a simulated network and clock, all driven by one
+// seeded random source in one goroutine. Messages are delayed, dropped,
+// duplicated and reordered; nodes crash (losing everything not yet synced
+// to their disk) and restart; the network partitions, asymmetrically too.
+// Invariants are checked continuously; a failing seed replays exactly.
+//
+// Each node is the shipped member, a replica.Node: the replica package's
+// Ready processing (what is persisted before what is sent, what is applied
+// when, snapshots, membership entries), its step filters, held proposals
+// and step-down handover run here as they do in a server. The simulation
+// supplies what a Node leaves to its driver: a disk (Storage) that keeps
+// across a crash only what was synced, a network (Network) and a clock.
+// The replica's goroutine loop and TCP transport are not simulated. The
+// disk and the network check, at the boundary, that no message vouches for
+// state the sender's disk does not hold (an append or vote acknowledged
+// before it was synced), and the disk makes members crash in the middle of
+// a Ready: after a leader's early sends, before its write.
 //
 // raft draws its election timeouts from crypto/rand, which no seed
 // controls, so the simulation keeps raft's own timer out of play (a huge
 // ElectionTick, CheckQuorum off) and campaigns on a node itself when the
 // node has not heard from a leader within a seeded, randomized timeout.
-// The replica package's goroutine loop and transport are not part of the
-// simulation; its storage rules (persist before sending, apply what raft
-// says is committed) are reproduced here.
 package sim
 
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/replica"
 	"github.com/meridian-coord/meridian/internal/tree"
 )
 
@@ -57,26 +69,27 @@ const (
 	tickMs          = 10 // raft tick
 	electionMinMs   = 150
 	electionRangeMs = 150
-	quietMs         = 5000 // after the faults: healed, everyone up, must converge
-	midWriteCrash   = 0.01 // of a leader's Readies with entries
+	quietMs         = 5000  // after the faults: healed, everyone up, must converge
+	midWriteCrash   = 0.01  // of a leader's Readies with entries
+	midWriteCrashF  = 0.001 // of a follower's
+	snapshotEntries = 200   // a member snapshots every so many applied entries
+	catchUpEntries  = 50    // and keeps so many behind it: a member further behind gets the snapshot
 )
 
 type message struct {
 	at, seq uint64
 	m       *pb.Message
+	notice  *notice // a step-down notice (m carries only From and To)
 }
 
-type disk struct {
-	hs   *pb.HardState
-	ents []*pb.Entry
-}
+// notice is a step-down notice between members (replica.Network).
+type notice struct{ term, successor uint64 }
 
 type node struct {
 	id      uint64
 	up      bool
-	rn      *raft.RawNode
-	mem     *raft.MemoryStorage
-	disk    disk
+	replica *replica.Node
+	disk    disk // survives crashes
 	tree    *tree.Tree
 	coord   *coord.State
 	applied uint64
@@ -100,13 +113,18 @@ type Sim struct {
 	leaders   map[uint64]uint64   // term -> the one leader
 	committed map[uint64][32]byte // index -> entry hash, first seen applied
 	states    map[uint64][32]byte // index -> state hash after applying it
-	Stats     Stats
+	// err is the first violation found inside a node's Ready processing
+	// (its state machine, disk or network), returned after that Ready.
+	err   error
+	Stats Stats
 }
 
 // Stats summarises a run.
 type Stats struct {
 	Proposals, Applied, Elections, Crashes, Partitions, Dropped uint64
 	MidWriteCrashes                                             uint64 // leaders crashed after sending, before writing
+	FollowerWriteCrashes                                        uint64 // followers crashed before writing a Ready
+	Restores                                                    uint64 // snapshots restored (received, or at a restart)
 	MaxIndex                                                    uint64
 }
 
@@ -123,33 +141,33 @@ func New(cfg Config) *Sim {
 	return s
 }
 
-func (s *Sim) peers() []raft.Peer {
-	var ps []raft.Peer
-	for _, n := range s.nodes {
-		ps = append(ps, raft.Peer{ID: n.id})
-	}
-	return ps
-}
-
-// start (re)starts n from its disk: memory is what was persisted, nothing
-// more; the state machines are rebuilt by re-applying the committed log.
+// start (re)starts n from its disk: a replica.Node restored from what was
+// synced, nothing more (a fresh node has an empty disk and bootstraps the
+// group); the state machines are rebuilt by re-applying the committed log.
 func (s *Sim) start(n *node, fresh bool) {
-	n.mem = raft.NewMemoryStorage()
-	if n.disk.hs != nil {
-		n.mem.SetHardState(n.disk.hs)
+	if fresh && !n.disk.empty() {
+		panic(fmt.Sprintf("seed %d: node %d started fresh on a used disk", s.cfg.Seed, n.id))
 	}
-	n.mem.Append(n.disk.ents)
-	rn, err := raft.NewRawNode(&raft.Config{ID: n.id, ElectionTick: 1 << 20, HeartbeatTick: 1, Storage: n.mem,
-		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, PreVote: true, Logger: quiet{}})
+	n.disk.unsynced = nil // lost in the crash
+	var peers []replica.Peer
+	for _, o := range s.nodes {
+		peers = append(peers, replica.Peer{ID: o.id, Addr: fmt.Sprintf("sim-%d", o.id)})
+	}
+	cfg := replica.Config{ID: n.id, Peers: peers, TickInterval: tickMs * time.Millisecond,
+		ElectionTicks: electionMinMs / tickMs, HeartbeatTicks: 1, SnapshotEntries: snapshotEntries, CatchUpEntries: catchUpEntries,
+		Logger: slog.New(slog.DiscardHandler)}
+	opts := replica.NodeOptions{
+		Clock: func() time.Time { return time.UnixMilli(int64(s.now)) },
+		Raft: func(c *raft.Config) {
+			c.ElectionTick, c.CheckQuorum, c.Logger = 1<<20, false, quiet{}
+		},
+	}
+	n.tree, n.coord, n.applied, n.tokens = tree.New(), coord.New(), 0, map[string]uint64{}
+	rn, err := replica.NewNode(cfg, machine{s, n}, storage{s, n}, network{s, n}, opts)
 	if err != nil {
 		panic(fmt.Sprintf("seed %d: restart node %d: %v", s.cfg.Seed, n.id, err))
 	}
-	if fresh {
-		if err := rn.Bootstrap(s.peers()); err != nil {
-			panic(err)
-		}
-	}
-	n.rn, n.up, n.tree, n.coord, n.applied, n.tokens = rn, true, tree.New(), coord.New(), 0, map[string]uint64{}
+	n.replica, n.up = rn, true
 	n.heardAt, n.timeout = s.now, s.electionTimeout()
 }
 
@@ -227,20 +245,24 @@ func (s *Sim) step() error {
 		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
 			to.heardAt = s.now
 		}
-		_ = to.rn.Step(msg.m) // stale or unexpected messages are refused by raft
+		if msg.notice != nil {
+			to.replica.SteppedDown(msg.m.GetFrom(), msg.notice.term, msg.notice.successor)
+			continue
+		}
+		to.replica.Step(msg.m) // stale or unexpected messages are refused by raft
 	}
 	for _, n := range s.nodes {
 		if !n.up {
 			continue
 		}
 		if s.now%tickMs == 0 {
-			n.rn.Tick()
+			n.replica.Tick()
 		}
-		st := n.rn.BasicStatus()
+		st := n.replica.BasicStatus()
 		if st.RaftState != raft.StateLeader && s.now-n.heardAt > n.timeout {
 			n.heardAt, n.timeout = s.now, s.electionTimeout()
 			s.Stats.Elections++
-			_ = n.rn.Campaign()
+			_ = n.replica.Campaign()
 		}
 		if err := s.ready(n); err != nil {
 			return err
@@ -249,72 +271,35 @@ func (s *Sim) step() error {
 	return nil
 }
 
-// ready handles a node's Ready the way internal/replica does: a leader
-// sends what does not vouch for its disk first; then persist, send the
-// rest, apply. A leader may crash between its early send and its write
-// (midWriteCrash of its Readies with entries, during the faults), so its
-// followers hold entries its own disk never got: the case the early send
-// must survive.
+// ready runs the shipped Ready processing (replica.Node.HandleReady) until
+// n has nothing more to do, then checks that a leader is the only one of
+// its term.
 func (s *Sim) ready(n *node) error {
-	for n.rn.HasReady() {
-		rd := n.rn.Ready()
-		if rd.SoftState != nil && rd.SoftState.RaftState == raft.StateLeader {
-			term := n.rn.BasicStatus().GetTerm()
-			if l, ok := s.leaders[term]; ok && l != n.id {
-				return fmt.Errorf("seed %d at %d ms: two leaders in term %d: %d and %d", s.cfg.Seed, s.now, term, l, n.id)
-			}
-			s.leaders[term] = n.id
+	for n.up {
+		had, err := n.replica.HandleReady()
+		if s.err != nil {
+			return s.err
 		}
-		msgs := rd.Messages
-		if n.rn.BasicStatus().RaftState == raft.StateLeader {
-			msgs = nil
-			for _, m := range rd.Messages {
-				switch m.GetType() {
-				case pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
-					msgs = append(msgs, m)
-				default:
-					s.send(m)
-				}
-			}
-			if len(rd.Entries) > 0 && s.now < uint64(s.cfg.Steps) && s.rng.Float64() < midWriteCrash {
-				n.up = false
-				s.Stats.Crashes++
-				s.Stats.MidWriteCrashes++
-				return nil
-			}
+		if errors.Is(err, errCrashed) {
+			return nil // n went down in the middle of the Ready
 		}
-		if rd.HardState != nil {
-			n.disk.hs = proto.Clone(rd.HardState).(*pb.HardState)
-			n.mem.SetHardState(rd.HardState)
+		if err != nil {
+			return fmt.Errorf("seed %d at %d ms: node %d: %v", s.cfg.Seed, s.now, n.id, err)
 		}
-		if len(rd.Entries) > 0 {
-			first := rd.Entries[0].GetIndex()
-			kept := n.disk.ents[:0:0]
-			for _, e := range n.disk.ents {
-				if e.GetIndex() < first {
-					kept = append(kept, e)
-				}
+		if st := n.replica.BasicStatus(); st.RaftState == raft.StateLeader {
+			if l, ok := s.leaders[st.GetTerm()]; ok && l != n.id {
+				return fmt.Errorf("seed %d at %d ms: two leaders in term %d: %d and %d", s.cfg.Seed, s.now, st.GetTerm(), l, n.id)
 			}
-			for _, e := range rd.Entries {
-				kept = append(kept, proto.Clone(e).(*pb.Entry))
-			}
-			n.disk.ents = kept
-			n.mem.Append(rd.Entries)
+			s.leaders[st.GetTerm()] = n.id
 		}
-		for _, m := range msgs {
-			s.send(m)
+		if !had {
+			return nil
 		}
-		for _, e := range rd.CommittedEntries {
-			if err := s.apply(n, e); err != nil {
-				return err
-			}
-		}
-		n.rn.Advance(rd)
 	}
 	return nil
 }
 
-func (s *Sim) send(m *pb.Message) {
+func (s *Sim) send(m *pb.Message, nt *notice) {
 	if s.rng.Float64() < s.cfg.DropRate {
 		s.Stats.Dropped++
 		return
@@ -326,14 +311,14 @@ func (s *Sim) send(m *pb.Message) {
 	for i := 0; i < copies; i++ {
 		s.seq++
 		delay := uint64(s.cfg.MinDelay + s.rng.IntN(s.cfg.MaxDelay-s.cfg.MinDelay+1))
-		s.queue = append(s.queue, message{at: s.now + delay, seq: s.seq, m: proto.Clone(m).(*pb.Message)})
+		s.queue = append(s.queue, message{at: s.now + delay, seq: s.seq, m: proto.Clone(m).(*pb.Message), notice: nt})
 	}
 }
 
 // apply applies one committed entry and checks the invariants that concern it.
 func (s *Sim) apply(n *node, e *pb.Entry) error {
 	idx := e.GetIndex()
-	if idx != n.applied+1 {
+	if idx <= n.applied {
 		return fmt.Errorf("seed %d: node %d applied %d after %d", s.cfg.Seed, n.id, idx, n.applied)
 	}
 	h := sha256.Sum256(append(fmt.Appendf(nil, "%d/%d/", e.GetTerm(), e.GetType()), e.GetData()...))
@@ -342,12 +327,6 @@ func (s *Sim) apply(n *node, e *pb.Entry) error {
 	}
 	s.committed[idx] = h
 	switch e.GetType() {
-	case pb.EntryConfChange:
-		var cc pb.ConfChange
-		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-			return err
-		}
-		n.rn.ApplyConfChange(&cc)
 	case pb.EntryNormal:
 		if d := e.GetData(); len(d) > 0 {
 			if d[0] == coord.Tag {
@@ -435,7 +414,7 @@ func (s *Sim) propose() {
 		panic(err)
 	}
 	s.Stats.Proposals++
-	_ = n.rn.Propose(data) // dropped when no leader is known: the client would retry
+	_ = n.replica.Propose(data) // dropped when no leader is known: the client would retry
 }
 
 // fault picks one fault or repair.
@@ -476,7 +455,7 @@ func (s *Sim) converged() error {
 	var idx uint64
 	leaders := 0
 	for _, n := range s.nodes {
-		if n.rn.BasicStatus().RaftState == raft.StateLeader {
+		if n.replica.BasicStatus().RaftState == raft.StateLeader {
 			leaders++
 		}
 		if idx == 0 {

@@ -39,8 +39,9 @@ func seeds(t *testing.T) (first, n uint64) {
 // TestSimulation runs many seeded runs of 3 and 5 nodes under message loss,
 // duplication, reordering, crashes and (one-way) partitions, checking one
 // leader per term, committed entries never changing, identical state at
-// equal index, monotonic fencing tokens and lock exclusion throughout, and
-// convergence once the faults stop.
+// equal index (a restored snapshot included), no acknowledgement or vote
+// sent before the sender's disk synced it, monotonic fencing tokens and
+// lock exclusion throughout, and convergence once the faults stop.
 func TestSimulation(t *testing.T) {
 	first, n := seeds(t)
 	var total Stats
@@ -60,6 +61,8 @@ func TestSimulation(t *testing.T) {
 		total.Partitions += s.Stats.Partitions
 		total.Dropped += s.Stats.Dropped
 		total.MidWriteCrashes += s.Stats.MidWriteCrashes
+		total.FollowerWriteCrashes += s.Stats.FollowerWriteCrashes
+		total.Restores += s.Stats.Restores
 		total.MaxIndex = max(total.MaxIndex, s.Stats.MaxIndex)
 	}
 	// Faults may stall a run for a while (a majority down), but not all runs.
@@ -68,6 +71,9 @@ func TestSimulation(t *testing.T) {
 	}
 	if n >= 20 && total.MidWriteCrashes == 0 {
 		t.Fatalf("%d seeds and no leader crashed between its early send and its write", n)
+	}
+	if n >= 20 && total.Restores == 0 {
+		t.Fatalf("%d seeds and no member restored a snapshot", n)
 	}
 	t.Logf("%d seeds: %+v", n, total)
 }
