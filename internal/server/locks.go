@@ -43,7 +43,7 @@ func (s *Server) applyCoord(index uint64, data []byte) {
 	switch c.Op {
 	case coord.OpRelease, coord.OpForceRelease, coord.OpProclaim:
 		if res.Err == nil {
-			s.obs.notify(c.Lock) // a release or proclaim changes what observers see
+			s.obs.notify(c.Name) // a release or proclaim changes what observers see
 		}
 	}
 	s.deliverGrants(grants, losses)
@@ -61,7 +61,7 @@ func (s *Server) applyFenced(index uint64, c *coord.Command) {
 	switch {
 	case err != nil:
 		res = tree.Result{Err: errs.ErrMarshalling}
-	case s.mu.coord.CheckToken(c.Lock, c.Token) != nil:
+	case s.mu.coord.CheckToken(c.Name, c.Token) != nil:
 		res = tree.Result{Err: errs.ErrStaleToken}
 	case inner.Op.Type == tree.OpCloseSession || inner.Op.Type == tree.OpExpire || inner.Op.Type == tree.OpCreateSession:
 		res = tree.Result{Err: errs.ErrBadArguments} // only data writes can be fenced
@@ -291,7 +291,7 @@ func (s *Server) proposeFenced(ctx context.Context, cmd *tree.Command, f *pb.Fen
 		return tree.Result{}, 0, err
 	}
 	c := &coord.Command{ID: s.nextID(), TimeMs: cmd.TimeMs, Session: cmd.Session, Op: coord.OpFenced,
-		Lock: f.GetLock(), Token: f.GetToken(), Inner: inner}
+		Name: f.GetLock(), Token: f.GetToken(), Inner: inner}
 	data, err := coord.Encode(c)
 	if err != nil {
 		return tree.Result{}, 0, err
@@ -352,7 +352,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 		}
 	}
 	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpAcquire,
-		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits(), Value: r.GetValue(),
+		Name: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits(), Value: r.GetValue(),
 		LocalFirst: r.GetLocalFirst(), Region: region})
 	if err == nil {
 		err = res.Err
@@ -381,7 +381,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 	// caller holds the lock, and gets it if it is still there to take it.
 	cctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.requestTimeout())
 	defer cancel()
-	cres, idx, err := a.s.proposeCoord(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancel, Lock: r.GetName()})
+	cres, idx, err := a.s.proposeCoord(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancel, Name: r.GetName()})
 	if err != nil {
 		return nil, a.done("Lock", err)
 	}
@@ -390,7 +390,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 			return &pb.LockResponse{Header: a.header(idx), Token: cres.Token}, a.done("Lock", nil)
 		}
 		// Nobody is waiting for this grant any more: give it back.
-		a.s.proposeCoord(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Lock: r.GetName()})
+		a.s.proposeCoord(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Name: r.GetName()})
 	}
 	if ctx.Err() != nil {
 		return nil, a.done("Lock", ctx.Err())
@@ -399,7 +399,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 }
 
 func (a *api) Unlock(ctx context.Context, r *pb.UnlockRequest) (*pb.UnlockResponse, error) {
-	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Lock: r.GetName()})
+	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Name: r.GetName()})
 	if err == nil {
 		err = res.Err
 	}
@@ -410,7 +410,7 @@ func (a *api) Unlock(ctx context.Context, r *pb.UnlockRequest) (*pb.UnlockRespon
 }
 
 func (a *api) ForceUnlock(ctx context.Context, r *pb.ForceUnlockRequest) (*pb.UnlockResponse, error) {
-	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Op: coord.OpForceRelease, Lock: r.GetName(), Target: r.GetHolderSessionId()})
+	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Op: coord.OpForceRelease, Name: r.GetName(), Target: r.GetHolderSessionId()})
 	if err == nil {
 		err = res.Err
 	}
