@@ -29,13 +29,14 @@ func waitCtx(ctx context.Context, timeoutMs int64) (context.Context, context.Can
 	return context.WithCancel(ctx)
 }
 
-// coordCall proposes c and folds the command's own error into err.
+// coordCall submits c, waits for its result and folds the command's own
+// error into err.
 func (a *api) coordCall(ctx context.Context, c *coord.Command) (coord.Result, uint64, error) {
-	res, idx, err := a.s.proposeCoord(ctx, c)
+	out, err := a.s.Submit(ctx, coordCommand(c)).Wait()
 	if err == nil {
-		err = res.Err
+		err = out.coord.Err
 	}
-	return res, idx, err
+	return out.coord, out.index, err
 }
 
 func (a *api) Push(ctx context.Context, r *pb.PushRequest) (*pb.PushResponse, error) {
