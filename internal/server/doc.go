@@ -11,10 +11,10 @@
 //
 //   - server.go: Server, New/Serve/Close; the state machine the replica
 //     drives (stateMachine.Apply, Snapshot, Restore) and the per-member
-//     reactions to an apply (afterApply, endSession); readBarrier; and the
-//     leader's duties (duties: session expiry, TTL and container reaping,
-//     the coord tick for lock-delays and queue leases, keepalive forwarding
-//     from followers).
+//     reactions to an apply (afterApply, endSession); and the leader's
+//     duties (duties: session expiry, TTL and container reaping, the coord
+//     tick for lock-delays and queue leases, keepalive forwarding from
+//     followers).
 //   - propose.go: the proposer. Submit hands a tree command, a
 //     coordination command or a fenced write to raft and returns its
 //     Future (Wait, Done); waiters hands each applied result to its
@@ -23,7 +23,9 @@
 //   - request.go: the request core both ports call: write (validate, the
 //     caller's identities, the one tree.Command, Submit, the result), read
 //     (validate, consistency barrier, authorizeRead, the read, the watch),
-//     and a session's life (createSession, resumeSession, closeSession).
+//     and a session's life (createSession with admitSession's limit,
+//     resumeSession, closeSession); readBarrier is the consistency
+//     barrier of reads, Sync and a session's resumption.
 //   - core.go: who is calling (identify, digestIdentity, grpcIdentity),
 //     what a read may see (authorizeRead, redactACL), and the native port's
 //     per-method rules (grpcRules, the unaryAuth and streamAuth
@@ -35,9 +37,8 @@
 //     loss. zkops.go: the opcode dispatch (serve), write pipelining
 //     (pipeline), multi and multiRead, and reply; it translates ZooKeeper
 //     records to and from the request core (zkWriteOp, multiOps,
-//     zkWriteResponse). zkauth.go: a
-//     connection's identities, addauth (digest) and the SASL opcode;
-//     sasl.go is the DIGEST-MD5 exchange. zkfourletter.go: the four-letter
+//     zkWriteResponse). zkauth.go: a connection's identities, addauth
+//     (digest) and the SASL opcode; sasl.go is the DIGEST-MD5 exchange. zkfourletter.go: the four-letter
 //     words and the counters they report. zkviews.go: the synthetic
 //     /meridian and /zookeeper/config nodes. zkreconfig.go: the reconfig
 //     opcode.

@@ -22,7 +22,6 @@ import (
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/coord"
-	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/latency"
 	"github.com/meridian-coord/meridian/internal/pki"
 	"github.com/meridian-coord/meridian/internal/replica"
@@ -462,68 +461,7 @@ func (s *Server) endSession(id int64, expired bool) {
 	}
 }
 
-// ---- requests ----
-
-// watchKindFor is the watch a read registers: exists on an existing node sets
-// a data watch, as ZooKeeper's client expects; on a missing node an exist
-// watch. Other reads register only when they succeeded (ok false: none).
-func watchKindFor(k watch.Kind, err error) (watch.Kind, bool) {
-	switch {
-	case err == nil && k == watch.KindExist:
-		return watch.KindData, true
-	case err == nil:
-		return k, true
-	case k == watch.KindExist && errors.Is(err, errs.ErrNoNode):
-		return k, true
-	}
-	return k, false
-}
-
-// withTimeout bounds a request by the caller's deadline and the server's
-// request timeout, whichever comes first.
-func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.requestTimeout())
-}
-
-// ---- reads ----
-
-// readBarrier makes the next local read linearizable (linear) or at least as
-// fresh as minZxid (sequential, ZooKeeper semantics).
-func (s *Server) readBarrier(ctx context.Context, linear bool, minZxid int64) error {
-	ctx, cancel := s.withTimeout(ctx)
-	defer cancel()
-	if linear {
-		_, err := s.rep.ReadIndex(ctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			return errs.ErrTimeout
-		}
-		return err
-	}
-	if minZxid > 0 && uint64(minZxid) > s.appliedIndex() {
-		if err := s.rep.WaitApplied(ctx, uint64(minZxid)); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return errs.ErrTimeout
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// admitSession refuses a new session while the cluster holds MaxSessions
-// live ones (as applied here). Checked before proposing, not in apply: the
-// limit is this member's configuration, and apply must not depend on it.
-func (s *Server) admitSession() error {
-	s.mu.RLock()
-	n := s.mu.tree.SessionCount()
-	s.mu.RUnlock()
-	if n >= s.cfg.MaxSessions {
-		s.log.Warn("session limit reached; refusing a new session", "live", n, "max_sessions", s.cfg.MaxSessions)
-		return errs.ErrTooManySessions
-	}
-	return nil
-}
-
+// appliedIndex is the index of the last entry this member applied.
 func (s *Server) appliedIndex() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
