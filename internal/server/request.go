@@ -3,7 +3,10 @@ package server
 // The request core both client ports call. A port decodes its wire request,
 // fills a readRequest or writeRequest (or asks for a session), calls the
 // core, and encodes the answer in its own wire format with its own error
-// mapping; it never builds a tree.Command nor reads the tree itself.
+// mapping; it never builds a tree.Command nor reads a node itself. (What
+// stays in a port is what only that port has: the ZooKeeper port's
+// getEphemerals, setWatches and read-only sessions, the native port's
+// watch streams and session-owner check.)
 //
 //   - write: validate → identities (the ACL is judged where the command is
 //     applied, on every member alike, from the identities it carries) →
