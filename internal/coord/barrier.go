@@ -58,19 +58,19 @@ func (b *barriers) init() {
 func (s *State) applyBarrier(c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 	switch c.Op {
 	case OpBarrierSet:
-		if _, ok := s.simple[c.Lock]; !ok {
+		if _, ok := s.simple[c.Name]; !ok {
 			if len(s.simple) >= MaxBarriers {
 				return Result{Err: errs.ErrTooManyBarriers}, nil, nil
 			}
-			s.simple[c.Lock] = struct{}{}
+			s.simple[c.Name] = struct{}{}
 		}
 		return Result{}, nil, nil
 	case OpBarrierRemove:
-		if _, ok := s.simple[c.Lock]; !ok {
+		if _, ok := s.simple[c.Name]; !ok {
 			return Result{}, nil, nil
 		}
-		delete(s.simple, c.Lock)
-		return Result{}, []Grant{{Lock: c.Lock, Kind: GrantBarrierRemoved}}, nil
+		delete(s.simple, c.Name)
+		return Result{}, []Grant{{Lock: c.Name, Kind: GrantBarrierRemoved}}, nil
 	case OpEnter:
 		return s.enter(c, live)
 	case OpLeave:
@@ -98,7 +98,7 @@ func (s *State) enter(c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 	if !live(c.Session) {
 		return Result{Err: errs.ErrSessionExpired}, nil, nil
 	}
-	b := s.double[c.Lock]
+	b := s.double[c.Name]
 	if b != nil {
 		if b.parties != c.Parties {
 			return Result{Err: errs.ErrBadArguments}, nil, nil // every participant must agree on the count
@@ -121,10 +121,10 @@ func (s *State) enter(c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 			return Result{Err: errs.ErrTooManyBarriers}, nil, nil
 		}
 		b = &dbarrier{parties: c.Parties}
-		s.double[c.Lock] = b
+		s.double[c.Name] = b
 	}
 	b.entered = append(b.entered, c.Session)
-	s.trackB(c.Session, c.Lock)
+	s.trackB(c.Session, c.Name)
 	if int32(len(b.entered)) < b.parties {
 		return Result{Position: len(b.entered)}, nil, nil
 	}
@@ -132,7 +132,7 @@ func (s *State) enter(c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 	var grants []Grant
 	for _, id := range b.entered {
 		if id != c.Session {
-			grants = append(grants, Grant{Lock: c.Lock, Session: id, Kind: GrantEnter})
+			grants = append(grants, Grant{Lock: c.Name, Session: id, Kind: GrantEnter})
 		}
 	}
 	return Result{Granted: true}, grants, nil
@@ -142,7 +142,7 @@ func (s *State) enter(c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 // it withdrew before the barrier opened); otherwise Position is the number
 // still inside and the caller waits for a GrantLeave.
 func (s *State) leave(c *Command) (Result, []Grant, []Loss) {
-	b := s.double[c.Lock]
+	b := s.double[c.Name]
 	if b == nil {
 		return Result{Err: errs.ErrNotParticipant}, nil, nil
 	}
@@ -155,15 +155,15 @@ func (s *State) leave(c *Command) (Result, []Grant, []Loss) {
 	}
 	b.entered = without(b.entered, i)
 	if !b.open {
-		s.untrackB(c.Session, c.Lock)
-		s.dropBarrierIfEmpty(c.Lock, b)
+		s.untrackB(c.Session, c.Name)
+		s.dropBarrierIfEmpty(c.Name, b)
 		return Result{Granted: true}, nil, nil
 	}
 	b.leaving = append(b.leaving, c.Session)
 	if len(b.entered) > 0 {
 		return Result{Position: len(b.entered)}, nil, nil
 	}
-	return Result{Granted: true}, s.releaseLeavers(c.Lock, b, c.Session), nil
+	return Result{Granted: true}, s.releaseLeavers(c.Name, b, c.Session), nil
 }
 
 // releaseLeavers ends a round: every waiting leave returns and the name is
@@ -183,7 +183,7 @@ func (s *State) releaseLeavers(name string, b *dbarrier, except int64) []Grant {
 // cancelEnter withdraws a waiting enter; Granted if the barrier opened first
 // (the caller is inside and must leave).
 func (s *State) cancelEnter(c *Command) Result {
-	b := s.double[c.Lock]
+	b := s.double[c.Name]
 	if b == nil {
 		return Result{}
 	}
@@ -195,8 +195,8 @@ func (s *State) cancelEnter(c *Command) Result {
 		return Result{Granted: true}
 	}
 	b.entered = without(b.entered, i)
-	s.untrackB(c.Session, c.Lock)
-	s.dropBarrierIfEmpty(c.Lock, b)
+	s.untrackB(c.Session, c.Name)
+	s.dropBarrierIfEmpty(c.Name, b)
 	return Result{}
 }
 

@@ -36,7 +36,7 @@ func (c *Command) hasExt2() bool { return c.Region != "" || c.LocalFirst != 0 }
 // Encode serializes c: Tag, then varints and length-prefixed strings, then
 // the extension block if any of its fields is set.
 func Encode(c *Command) ([]byte, error) {
-	if len(c.Lock) > MaxLockNameBytes || len(c.Inner) > MaxInnerBytes || len(c.Value) > MaxValueBytes {
+	if len(c.Name) > MaxLockNameBytes || len(c.Inner) > MaxInnerBytes || len(c.Value) > MaxValueBytes {
 		return nil, errs.ErrRequestTooLarge
 	}
 	// Refuse here what Decode refuses, so a proposal is never committed only
@@ -45,7 +45,7 @@ func Encode(c *Command) ([]byte, error) {
 		len(c.Region) > MaxRegionBytes || c.LocalFirst < 0 || c.LocalFirst > MaxLocalFirst {
 		return nil, errs.ErrBadArguments
 	}
-	b := make([]byte, 0, 48+len(c.Lock)+len(c.Inner))
+	b := make([]byte, 0, 48+len(c.Name)+len(c.Inner))
 	b = append(b, Tag, byte(c.Op), byte(c.Mode))
 	if c.Wait {
 		b = append(b, 1)
@@ -60,8 +60,8 @@ func Encode(c *Command) ([]byte, error) {
 	b = binary.AppendUvarint(b, c.Token)
 	b = binary.AppendVarint(b, int64(c.Permits))
 	b = binary.AppendVarint(b, c.Delta)
-	b = binary.AppendUvarint(b, uint64(len(c.Lock)))
-	b = append(b, c.Lock...)
+	b = binary.AppendUvarint(b, uint64(len(c.Name)))
+	b = append(b, c.Name...)
 	b = binary.AppendUvarint(b, uint64(len(c.Inner)))
 	b = append(b, c.Inner...)
 	b = binary.AppendUvarint(b, uint64(len(c.Value)))
@@ -148,7 +148,7 @@ func Decode(b []byte) (*Command, error) {
 	if !ok {
 		return nil, bad
 	}
-	c.Lock = string(lock)
+	c.Name = string(lock)
 	if c.Inner, ok = bytesField(MaxInnerBytes); !ok {
 		return nil, bad
 	}

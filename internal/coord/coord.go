@@ -57,23 +57,23 @@ func (m Mode) String() string {
 type OpType uint8
 
 const (
-	OpAcquire      OpType = 1 // Lock, Mode, Wait, DelayMs
-	OpRelease      OpType = 2 // Lock
-	OpCancel       OpType = 3 // Lock: stop waiting
-	OpForceRelease OpType = 4 // Lock, Target: an operator evicts a holder
+	OpAcquire      OpType = 1 // Name (the lock), Mode, Wait, DelayMs
+	OpRelease      OpType = 2 // Name (the lock)
+	OpCancel       OpType = 3 // Name (the lock): stop waiting
+	OpForceRelease OpType = 4 // Name (the lock), Target: an operator evicts a holder
 	OpTick         OpType = 5 // TimeMs: lets delayed locks be granted
-	OpFenced       OpType = 6 // Lock, Token, Inner: a tree write applied only if Token holds Lock
-	OpProclaim     OpType = 7 // Lock, Value: the holder publishes a new value (elections)
-	OpAdd          OpType = 8 // Lock (the counter's name), Delta: atomic add; the result carries the new value
+	OpFenced       OpType = 6 // Name (the lock), Token, Inner: a tree write applied only if Token holds the lock
+	OpProclaim     OpType = 7 // Name (the election's lock), Value: the holder publishes a new value
+	OpAdd          OpType = 8 // Name (the counter), Delta: atomic add; the result carries the new value
 
-	// Queues (queue.go); Lock is the queue's name.
+	// Queues (queue.go); Name is the queue's name.
 	OpPush      OpType = 9  // Value: append an item; its id is this command's index
 	OpPop       OpType = 10 // Wait, VisibilityMs, Detach: take the head item (or wait for one, FIFO)
 	OpAck       OpType = 11 // Item, Attempt: the delivery is done; the item is gone
 	OpNack      OpType = 12 // Item, Attempt: give the item back (front of the queue)
 	OpCancelPop OpType = 13 // Waiter: withdraw the waiting pop proposed with that id
 
-	// Barriers (barrier.go); Lock is the barrier's name.
+	// Barriers (barrier.go); Name is the barrier's name.
 	OpBarrierSet    OpType = 14 // create a simple barrier (idempotent)
 	OpBarrierRemove OpType = 15 // remove it, releasing everyone waiting (idempotent)
 	OpEnter         OpType = 16 // Parties: enter a double barrier; waits until Parties have entered
@@ -81,7 +81,7 @@ const (
 	OpCancelEnter   OpType = 18 // withdraw a waiting enter (unless the barrier opened meanwhile)
 
 	// Cluster settings (operator choices that must survive a leader change,
-	// such as the preferred leader region); Lock is the setting's name.
+	// such as the preferred leader region); Name is the setting's name.
 	OpSetting OpType = 19 // Value: the new value; empty deletes the setting
 )
 
@@ -91,7 +91,12 @@ type Command struct {
 	TimeMs  int64  // proposer's clock, for lock-delay
 	Session int64
 	Op      OpType
-	Lock    string
+	// Name is what the command acts on, by kind: a lock (acquire, release,
+	// cancel, force-release, fenced, proclaim), a counter (add), a queue
+	// (push, pop, ack, nack, cancel-pop), a barrier (barrier set and
+	// remove, enter, leave, cancel-enter) or a setting (setting). The codec
+	// writes it where it always wrote the field once called Lock.
+	Name    string
 	Mode    Mode
 	Wait    bool   // acquire: queue if not free (false: try-lock)
 	DelayMs int64  // acquire: lock-delay applied if this holder's session expires
@@ -240,12 +245,12 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 		return Result{}, append(grants, s.expireLeases(c.TimeMs)...), nil
 	case OpAcquire, OpRelease, OpCancel, OpForceRelease, OpFenced, OpProclaim, OpAdd:
 	case OpPush, OpPop, OpAck, OpNack, OpCancelPop:
-		if err := ValidName(c.Lock); err != nil {
+		if err := ValidName(c.Name); err != nil {
 			return Result{Err: err}, nil, nil
 		}
 		return s.applyQueue(index, c, live)
 	case OpBarrierSet, OpBarrierRemove, OpEnter, OpLeave, OpCancelEnter:
-		if err := ValidName(c.Lock); err != nil {
+		if err := ValidName(c.Name); err != nil {
 			return Result{Err: err}, nil, nil
 		}
 		return s.applyBarrier(c, live)
@@ -254,7 +259,7 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 	default:
 		return Result{Err: errs.ErrUnimplemented}, nil, nil
 	}
-	if err := ValidName(c.Lock); err != nil {
+	if err := ValidName(c.Name); err != nil {
 		return Result{Err: err}, nil, nil
 	}
 	switch c.Op {
@@ -271,7 +276,7 @@ func (s *State) Apply(index uint64, c *Command, live LiveFunc) (Result, []Grant,
 	case OpAdd:
 		return s.add(c)
 	default: // OpFenced: the caller checks with CheckToken and applies Inner
-		return Result{Err: s.CheckToken(c.Lock, c.Token)}, nil, nil
+		return Result{Err: s.CheckToken(c.Name, c.Token)}, nil, nil
 	}
 }
 
@@ -289,7 +294,7 @@ func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Gran
 	if !live(c.Session) {
 		return Result{Err: errs.ErrSessionExpired}, nil, nil
 	}
-	l := s.locks[c.Lock]
+	l := s.locks[c.Name]
 	if l != nil && (l.permits != permits || l.localFirst != c.LocalFirst) {
 		// A name is a mutex or a semaphore of one size, FIFO or local-first
 		// with one K, whoever asks.
@@ -317,25 +322,25 @@ func (s *State) acquire(index uint64, c *Command, live LiveFunc) (Result, []Gran
 			return Result{Err: errs.ErrTooManyLocks}, nil, nil
 		}
 		l = &lock{permits: permits, localFirst: c.LocalFirst}
-		s.locks[c.Lock] = l
+		s.locks[c.Name] = l
 	}
 	free := len(l.waiters) == 0 && c.TimeMs >= l.delayUntil && l.admits(c.Mode)
 	if free {
 		if l.localFirst > 0 {
 			l.lastRegion, l.streak = region, 0
 		}
-		s.hold(c.Lock, l, Holder{Session: c.Session, Token: index, Mode: c.Mode, Value: c.Value}, c.DelayMs)
-		return Result{Granted: true, Token: index}, []Grant{{Lock: c.Lock, Session: c.Session, Token: index, Mode: c.Mode}}, nil
+		s.hold(c.Name, l, Holder{Session: c.Session, Token: index, Mode: c.Mode, Value: c.Value}, c.DelayMs)
+		return Result{Granted: true, Token: index}, []Grant{{Lock: c.Name, Session: c.Session, Token: index, Mode: c.Mode}}, nil
 	}
 	if !c.Wait {
-		s.dropIfEmpty(c.Lock, l)
+		s.dropIfEmpty(c.Name, l)
 		return Result{Err: errs.ErrLockHeld}, nil, nil
 	}
 	if len(l.waiters) >= MaxWaitersPerLock {
 		return Result{Err: errs.ErrTooManyWaiters}, nil, nil
 	}
 	l.waiters = append(l.waiters, Waiter{Session: c.Session, Mode: c.Mode, DelayMs: c.DelayMs, Value: c.Value, Region: region})
-	s.track(c.Session, c.Lock)
+	s.track(c.Session, c.Name)
 	return Result{Position: len(l.waiters)}, nil, nil
 }
 
@@ -461,20 +466,20 @@ func (s *State) removeWaiter(name string, l *lock, session int64) bool {
 }
 
 func (s *State) release(index uint64, c *Command) (Result, []Grant, []Loss) {
-	l := s.locks[c.Lock]
+	l := s.locks[c.Name]
 	if l == nil {
 		return Result{Err: errs.ErrLockNotHeld}, nil, nil
 	}
-	if _, ok := s.removeHolder(c.Lock, l, c.Session); !ok {
+	if _, ok := s.removeHolder(c.Name, l, c.Session); !ok {
 		return Result{Err: errs.ErrLockNotHeld}, nil, nil
 	}
-	return Result{}, s.grantNext(c.Lock, index, c.TimeMs), nil
+	return Result{}, s.grantNext(c.Name, index, c.TimeMs), nil
 }
 
 // cancel withdraws a waiting acquire. If the lock was granted meanwhile the
 // caller holds it: the result says so, and the caller keeps it.
 func (s *State) cancel(index uint64, c *Command) (Result, []Grant, []Loss) {
-	l := s.locks[c.Lock]
+	l := s.locks[c.Name]
 	if l == nil {
 		return Result{}, nil, nil
 	}
@@ -483,9 +488,9 @@ func (s *State) cancel(index uint64, c *Command) (Result, []Grant, []Loss) {
 			return Result{Granted: true, Token: h.Token}, nil, nil
 		}
 	}
-	if s.removeWaiter(c.Lock, l, c.Session) {
+	if s.removeWaiter(c.Name, l, c.Session) {
 		// Removing a waiter can unblock shared waiters behind an exclusive one.
-		return Result{}, s.grantNext(c.Lock, index, c.TimeMs), nil
+		return Result{}, s.grantNext(c.Name, index, c.TimeMs), nil
 	}
 	return Result{}, nil, nil
 }
@@ -493,7 +498,7 @@ func (s *State) cancel(index uint64, c *Command) (Result, []Grant, []Loss) {
 // add adds Delta to a counter (missing counters are 0) and returns the new
 // value; overflow is refused rather than wrapped.
 func (s *State) add(c *Command) (Result, []Grant, []Loss) {
-	old, ok := s.counters[c.Lock]
+	old, ok := s.counters[c.Name]
 	if !ok && len(s.counters) >= MaxCounters {
 		return Result{Err: errs.ErrTooManyLocks}, nil, nil
 	}
@@ -502,26 +507,26 @@ func (s *State) add(c *Command) (Result, []Grant, []Loss) {
 		return Result{Err: errs.ErrBadArguments}, nil, nil
 	}
 	if v == 0 {
-		delete(s.counters, c.Lock)
+		delete(s.counters, c.Name)
 	} else {
-		s.counters[c.Lock] = v
+		s.counters[c.Name] = v
 	}
 	return Result{Counter: v}, nil, nil
 }
 
 // setting sets or (empty value) deletes a cluster setting.
 func (s *State) setting(c *Command) Result {
-	if err := ValidName(c.Lock); err != nil || len(c.Value) > MaxSettingBytes {
+	if err := ValidName(c.Name); err != nil || len(c.Value) > MaxSettingBytes {
 		return Result{Err: errs.ErrBadArguments}
 	}
 	if len(c.Value) == 0 {
-		delete(s.settings, c.Lock)
+		delete(s.settings, c.Name)
 		return Result{}
 	}
-	if _, ok := s.settings[c.Lock]; !ok && len(s.settings) >= MaxSettings {
+	if _, ok := s.settings[c.Name]; !ok && len(s.settings) >= MaxSettings {
 		return Result{Err: errs.ErrQuotaExceeded}
 	}
-	s.settings[c.Lock] = string(c.Value)
+	s.settings[c.Name] = string(c.Value)
 	return Result{}
 }
 
@@ -537,7 +542,7 @@ func (s *State) proclaim(c *Command) (Result, []Grant, []Loss) {
 	if len(c.Value) > MaxValueBytes {
 		return Result{Err: errs.ErrBadArguments}, nil, nil
 	}
-	if l := s.locks[c.Lock]; l != nil {
+	if l := s.locks[c.Name]; l != nil {
 		for i := range l.holders {
 			if l.holders[i].Session == c.Session {
 				l.holders[i].Value = c.Value
@@ -549,16 +554,16 @@ func (s *State) proclaim(c *Command) (Result, []Grant, []Loss) {
 }
 
 func (s *State) forceRelease(index uint64, c *Command) (Result, []Grant, []Loss) {
-	l := s.locks[c.Lock]
+	l := s.locks[c.Name]
 	if l == nil {
 		return Result{Err: errs.ErrLockNotHeld}, nil, nil
 	}
-	h, ok := s.removeHolder(c.Lock, l, c.Target)
+	h, ok := s.removeHolder(c.Name, l, c.Target)
 	if !ok {
 		return Result{Err: errs.ErrLockNotHeld}, nil, nil
 	}
-	loss := []Loss{{Lock: c.Lock, Session: h.Session, Token: h.Token, Reason: "forced release"}}
-	return Result{}, s.grantNext(c.Lock, index, c.TimeMs), loss
+	loss := []Loss{{Lock: c.Name, Session: h.Session, Token: h.Token, Reason: "forced release"}}
+	return Result{}, s.grantNext(c.Name, index, c.TimeMs), loss
 }
 
 // SessionEnded releases everything session held or waited for, at log index

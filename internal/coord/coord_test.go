@@ -53,7 +53,7 @@ func TestScripts(t *testing.T) {
 				}
 				switch a.Key {
 				case "lock", "queue", "barrier":
-					c.Lock = v
+					c.Name = v
 				case "data":
 					c.Value = []byte(v)
 				case "detach":
@@ -111,7 +111,7 @@ func TestScripts(t *testing.T) {
 			case "dead":
 				return ""
 			case "check":
-				if err := s.CheckToken(c.Lock, c.Token); err != nil {
+				if err := s.CheckToken(c.Name, c.Token); err != nil {
 					return err.Error() + "\n"
 				}
 				return "ok\n"
@@ -292,8 +292,8 @@ func checkSnapshot(t *testing.T, s *State) {
 func TestSnapshotCorruptionDetected(t *testing.T) {
 	s := New()
 	live := func(int64) bool { return true }
-	s.Apply(1, &Command{Op: OpAcquire, Lock: "a", Session: 1}, live)
-	s.Apply(2, &Command{Op: OpAcquire, Lock: "a", Session: 2, Wait: true, Mode: Shared}, live)
+	s.Apply(1, &Command{Op: OpAcquire, Name: "a", Session: 1}, live)
+	s.Apply(2, &Command{Op: OpAcquire, Name: "a", Session: 2, Wait: true, Mode: Shared}, live)
 	snap := s.Snapshot()
 	for i := range snap {
 		bad := bytes.Clone(snap)
@@ -311,12 +311,12 @@ func TestSnapshotCorruptionDetected(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	for _, c := range []*Command{
-		{Op: OpAcquire, Lock: "x", Session: 5, Wait: true, DelayMs: 100, Inner: []byte{1, 2}},
-		{Op: OpPush, Lock: "q", Value: []byte("item")},
-		{Op: OpPop, Lock: "q", Session: 5, Wait: true, VisibilityMs: 30000, Detach: true},
-		{Op: OpAck, Lock: "q", Session: 5, Item: 12, Attempt: 2},
-		{Op: OpCancelPop, Lock: "q", Session: 5, Waiter: 1 << 62},
-		{Op: OpEnter, Lock: "b", Session: 5, Parties: 3},
+		{Op: OpAcquire, Name: "x", Session: 5, Wait: true, DelayMs: 100, Inner: []byte{1, 2}},
+		{Op: OpPush, Name: "q", Value: []byte("item")},
+		{Op: OpPop, Name: "q", Session: 5, Wait: true, VisibilityMs: 30000, Detach: true},
+		{Op: OpAck, Name: "q", Session: 5, Item: 12, Attempt: 2},
+		{Op: OpCancelPop, Name: "q", Session: 5, Waiter: 1 << 62},
+		{Op: OpEnter, Name: "b", Session: 5, Parties: 3},
 	} {
 		b, _ := Encode(c)
 		f.Add(b)
@@ -341,7 +341,7 @@ func FuzzDecode(f *testing.F) {
 
 func FuzzRestore(f *testing.F) {
 	s := New()
-	s.Apply(1, &Command{Op: OpAcquire, Lock: "a", Session: 1}, func(int64) bool { return true })
+	s.Apply(1, &Command{Op: OpAcquire, Name: "a", Session: 1}, func(int64) bool { return true })
 	f.Add(s.Snapshot())
 	f.Add(queueState().Snapshot())
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -400,16 +400,16 @@ func checkLeases(t *testing.T, s *State) {
 func TestSettings(t *testing.T) {
 	s := New()
 	live := func(int64) bool { return true }
-	if r, _, _ := s.Apply(1, &Command{Op: OpSetting, Lock: "placement.prefer_region", Value: []byte("us-west")}, live); r.Err != nil {
+	if r, _, _ := s.Apply(1, &Command{Op: OpSetting, Name: "placement.prefer_region", Value: []byte("us-west")}, live); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	if got := s.Setting("placement.prefer_region"); got != "us-west" {
 		t.Fatalf("setting = %q", got)
 	}
-	if r, _, _ := s.Apply(2, &Command{Op: OpSetting, Lock: "", Value: []byte("x")}, live); r.Err == nil {
+	if r, _, _ := s.Apply(2, &Command{Op: OpSetting, Name: "", Value: []byte("x")}, live); r.Err == nil {
 		t.Fatal("empty setting name accepted")
 	}
-	if r, _, _ := s.Apply(3, &Command{Op: OpSetting, Lock: "big", Value: make([]byte, MaxSettingBytes+1)}, live); r.Err == nil {
+	if r, _, _ := s.Apply(3, &Command{Op: OpSetting, Name: "big", Value: make([]byte, MaxSettingBytes+1)}, live); r.Err == nil {
 		t.Fatal("oversized setting accepted")
 	}
 	// Snapshots carry settings (version 3) and restore them.
@@ -425,16 +425,16 @@ func TestSettings(t *testing.T) {
 		t.Fatal("snapshot of the restored state differs")
 	}
 	// Deleting the last setting returns to the older format.
-	s.Apply(4, &Command{Op: OpSetting, Lock: "placement.prefer_region"}, live)
+	s.Apply(4, &Command{Op: OpSetting, Name: "placement.prefer_region"}, live)
 	if s.Setting("placement.prefer_region") != "" || s.Snapshot()[0] != snapshotV1 {
 		t.Fatalf("after delete: %q, version %d", s.Setting("placement.prefer_region"), s.Snapshot()[0])
 	}
 	// The command round-trips through the codec.
-	b, err := Encode(&Command{Op: OpSetting, Lock: "a", Value: []byte("b")})
+	b, err := Encode(&Command{Op: OpSetting, Name: "a", Value: []byte("b")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := Decode(b); err != nil || c.Op != OpSetting || c.Lock != "a" || string(c.Value) != "b" {
+	if c, err := Decode(b); err != nil || c.Op != OpSetting || c.Name != "a" || string(c.Value) != "b" {
 		t.Fatalf("decode: %+v %v", c, err)
 	}
 }

@@ -12,7 +12,7 @@ func TestExpireBatchTokenReuse(t *testing.T) {
 	s := New()
 	live := func(int64) bool { return true }
 	acq := func(index uint64, session int64) Result {
-		r, _, _ := s.Apply(index, &Command{Session: session, Op: OpAcquire, Lock: "l", Mode: Exclusive, Wait: true}, live)
+		r, _, _ := s.Apply(index, &Command{Session: session, Op: OpAcquire, Name: "l", Mode: Exclusive, Wait: true}, live)
 		return r
 	}
 	if r := acq(10, 1); !r.Granted || r.Token != 10 {

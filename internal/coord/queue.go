@@ -145,7 +145,7 @@ func (s *State) push(index uint64, c *Command) (Result, []Grant, []Loss) {
 	if n > MaxItemBytes {
 		return Result{Err: errs.ErrItemTooLarge}, nil, nil
 	}
-	q := s.qs[c.Lock]
+	q := s.qs[c.Name]
 	if q == nil && len(s.qs) >= MaxQueues {
 		return Result{Err: errs.ErrTooManyQueues}, nil, nil
 	}
@@ -157,12 +157,12 @@ func (s *State) push(index uint64, c *Command) (Result, []Grant, []Loss) {
 	}
 	if q == nil {
 		q = &queue{inflight: map[uint64]*inflight{}}
-		s.qs[c.Lock] = q
+		s.qs[c.Name] = q
 	}
 	q.ready = append(q.ready, qitem{id: index, data: c.Value})
 	q.bytes += n
 	s.qBytes += n
-	return Result{Pushed: index}, s.handOut(c.Lock, q, c.TimeMs), nil
+	return Result{Pushed: index}, s.handOut(c.Name, q, c.TimeMs), nil
 }
 
 func (s *State) pop(c *Command, live LiveFunc) (Result, []Grant, []Loss) {
@@ -179,14 +179,14 @@ func (s *State) pop(c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 	if s.sessionQueueLoad(c.Session) >= MaxInFlightPerSession {
 		return Result{Err: errs.ErrTooManyInFlight}, nil, nil
 	}
-	q := s.qs[c.Lock]
+	q := s.qs[c.Name]
 	if q != nil && len(q.ready) > 0 {
 		it := q.ready[0]
 		q.ready = q.ready[1:]
 		if !c.Detach {
-			s.trackQ(c.Session, c.Lock, 1)
+			s.trackQ(c.Session, c.Name, 1)
 		}
-		d := s.deliver(c.Lock, q, it, Consumer{Session: c.Session, Waiter: c.ID, VisibilityMs: vis, Detach: c.Detach}, c.TimeMs)
+		d := s.deliver(c.Name, q, it, Consumer{Session: c.Session, Waiter: c.ID, VisibilityMs: vis, Detach: c.Detach}, c.TimeMs)
 		return Result{Granted: true, Item: d}, nil, nil
 	}
 	if !c.Wait {
@@ -200,10 +200,10 @@ func (s *State) pop(c *Command, live LiveFunc) (Result, []Grant, []Loss) {
 	}
 	if q == nil {
 		q = &queue{inflight: map[uint64]*inflight{}}
-		s.qs[c.Lock] = q
+		s.qs[c.Name] = q
 	}
 	q.consumers = append(q.consumers, Consumer{Session: c.Session, Waiter: c.ID, VisibilityMs: vis, Detach: c.Detach})
-	s.trackQ(c.Session, c.Lock, 1)
+	s.trackQ(c.Session, c.Name, 1)
 	return Result{Position: len(q.consumers)}, nil, nil
 }
 
@@ -258,7 +258,7 @@ func (s *State) handOut(name string, q *queue, nowMs int64) []Grant {
 // the current delivery; another attempt number must be the current one, so
 // a consumer whose lease expired cannot settle the redelivery.
 func (s *State) settle(c *Command) (Result, []Grant, []Loss) {
-	q := s.qs[c.Lock]
+	q := s.qs[c.Name]
 	var f *inflight
 	if q != nil {
 		f = q.inflight[c.Item]
@@ -266,16 +266,16 @@ func (s *State) settle(c *Command) (Result, []Grant, []Loss) {
 	if f == nil || (f.session != 0 && f.session != c.Session) || (c.Attempt != 0 && c.Attempt != f.attempts) {
 		return Result{Err: errs.ErrNotInFlight}, nil, nil
 	}
-	s.takeInflight(c.Lock, q, f)
+	s.takeInflight(c.Name, q, f)
 	var grants []Grant
 	if c.Op == OpNack {
 		q.putBack(f.qitem)
-		grants = s.handOut(c.Lock, q, c.TimeMs)
+		grants = s.handOut(c.Name, q, c.TimeMs)
 	} else {
 		q.bytes -= int64(len(f.data))
 		s.qBytes -= int64(len(f.data))
 	}
-	s.dropQueueIfEmpty(c.Lock, q)
+	s.dropQueueIfEmpty(c.Name, q)
 	return Result{}, grants, nil
 }
 
@@ -301,21 +301,21 @@ func (q *queue) putBack(it qitem) {
 // cancelPop withdraws a waiting pop. If it was answered meanwhile the result
 // carries the delivery (still in flight), so the caller can take or nack it.
 func (s *State) cancelPop(c *Command) Result {
-	q := s.qs[c.Lock]
+	q := s.qs[c.Name]
 	if q == nil {
 		return Result{}
 	}
 	for i, w := range q.consumers {
 		if w.Waiter == c.Waiter && w.Session == c.Session {
 			q.consumers = append(q.consumers[:i:i], q.consumers[i+1:]...)
-			s.trackQ(c.Session, c.Lock, -1)
-			s.dropQueueIfEmpty(c.Lock, q)
+			s.trackQ(c.Session, c.Name, -1)
+			s.dropQueueIfEmpty(c.Name, q)
 			return Result{}
 		}
 	}
 	for _, id := range q.inflightIDs() {
 		if f := q.inflight[id]; f.waiter == c.Waiter && (f.session == c.Session || f.session == 0) {
-			return Result{Granted: true, Item: f.delivery(c.Lock)}
+			return Result{Granted: true, Item: f.delivery(c.Name)}
 		}
 	}
 	return Result{}

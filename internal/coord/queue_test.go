@@ -31,9 +31,9 @@ func TestQueueLimits(t *testing.T) {
 	big := make([]byte, MaxItemBytes)
 	t.Run("item size", func(t *testing.T) {
 		s := New()
-		r, _ := apply(s, 1, &Command{Op: OpPush, Lock: "q", Value: make([]byte, MaxItemBytes+1)})
+		r, _ := apply(s, 1, &Command{Op: OpPush, Name: "q", Value: make([]byte, MaxItemBytes+1)})
 		wantErr(t, "oversized item", r, errs.ErrItemTooLarge)
-		if r, _ := apply(s, 2, &Command{Op: OpPush, Lock: "q", Value: big}); r.Err != nil {
+		if r, _ := apply(s, 2, &Command{Op: OpPush, Name: "q", Value: big}); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 	})
@@ -42,25 +42,25 @@ func TestQueueLimits(t *testing.T) {
 		idx := uint64(0)
 		for i := 0; i < MaxQueueItems-1; i++ {
 			idx++
-			if r, _ := apply(s, idx, &Command{Op: OpPush, Lock: "q"}); r.Err != nil {
+			if r, _ := apply(s, idx, &Command{Op: OpPush, Name: "q"}); r.Err != nil {
 				t.Fatal(r.Err)
 			}
 		}
 		// In-flight items count: the queue holds them until they are acked.
 		idx++
-		if r, _ := apply(s, idx, &Command{Op: OpPop, Lock: "q", Session: 1}); !r.Granted {
+		if r, _ := apply(s, idx, &Command{Op: OpPop, Name: "q", Session: 1}); !r.Granted {
 			t.Fatal("pop failed")
 		}
 		idx++
-		if r, _ := apply(s, idx, &Command{Op: OpPush, Lock: "q"}); r.Err != nil {
+		if r, _ := apply(s, idx, &Command{Op: OpPush, Name: "q"}); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 		idx++
-		r, _ := apply(s, idx, &Command{Op: OpPush, Lock: "q"})
+		r, _ := apply(s, idx, &Command{Op: OpPush, Name: "q"})
 		wantErr(t, "push beyond MaxQueueItems", r, errs.ErrQueueFull)
 		// A nack is never refused: the item was counted already.
 		idx++
-		if r, _ := apply(s, idx, &Command{Op: OpNack, Lock: "q", Session: 1, Item: 1}); r.Err != nil {
+		if r, _ := apply(s, idx, &Command{Op: OpNack, Name: "q", Session: 1, Item: 1}); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 		if st := s.QueueStats("q"); st.Ready != MaxQueueItems || st.InFlight != 0 || st.Head != 1 {
@@ -70,11 +70,11 @@ func TestQueueLimits(t *testing.T) {
 	t.Run("queue bytes", func(t *testing.T) {
 		s := New()
 		for i := 1; i <= MaxQueueBytes/MaxItemBytes; i++ {
-			if r, _ := apply(s, uint64(i), &Command{Op: OpPush, Lock: "q", Value: big}); r.Err != nil {
+			if r, _ := apply(s, uint64(i), &Command{Op: OpPush, Name: "q", Value: big}); r.Err != nil {
 				t.Fatal(r.Err)
 			}
 		}
-		r, _ := apply(s, 1<<20, &Command{Op: OpPush, Lock: "q", Value: []byte{1}})
+		r, _ := apply(s, 1<<20, &Command{Op: OpPush, Name: "q", Value: []byte{1}})
 		wantErr(t, "push beyond MaxQueueBytes", r, errs.ErrQueueFull)
 	})
 	t.Run("queues and queued bytes", func(t *testing.T) {
@@ -82,35 +82,35 @@ func TestQueueLimits(t *testing.T) {
 		idx := uint64(0)
 		for i := 0; i < MaxQueues; i++ {
 			idx++
-			if r, _ := apply(s, idx, &Command{Op: OpPush, Lock: fmt.Sprint("q", i)}); r.Err != nil {
+			if r, _ := apply(s, idx, &Command{Op: OpPush, Name: fmt.Sprint("q", i)}); r.Err != nil {
 				t.Fatal(r.Err)
 			}
 		}
 		idx++
-		r, _ := apply(s, idx, &Command{Op: OpPush, Lock: "one-more"})
+		r, _ := apply(s, idx, &Command{Op: OpPush, Name: "one-more"})
 		wantErr(t, "push to a new queue beyond MaxQueues", r, errs.ErrTooManyQueues)
 		idx++
-		r, _ = apply(s, idx, &Command{Op: OpPop, Lock: "one-more", Session: 1, Wait: true})
+		r, _ = apply(s, idx, &Command{Op: OpPop, Name: "one-more", Session: 1, Wait: true})
 		wantErr(t, "waiting pop creating a queue beyond MaxQueues", r, errs.ErrTooManyQueues)
 		// Fill existing queues up to the cluster-wide byte limit.
 		for i := 0; s.qBytes+MaxItemBytes <= MaxQueuedBytes; i++ {
 			idx++
-			if r, _ := apply(s, idx, &Command{Op: OpPush, Lock: fmt.Sprint("q", i/1000), Value: big}); r.Err != nil {
+			if r, _ := apply(s, idx, &Command{Op: OpPush, Name: fmt.Sprint("q", i/1000), Value: big}); r.Err != nil {
 				t.Fatal(r.Err)
 			}
 		}
 		idx++
-		r, _ = apply(s, idx, &Command{Op: OpPush, Lock: "q9999", Value: big})
+		r, _ = apply(s, idx, &Command{Op: OpPush, Name: "q9999", Value: big})
 		wantErr(t, "push beyond MaxQueuedBytes", r, errs.ErrTooManyQueues)
 	})
 	t.Run("waiting consumers", func(t *testing.T) {
 		s := New()
 		for i := 1; i <= MaxConsumersPerQueue; i++ {
-			if r, _ := apply(s, uint64(i), &Command{Op: OpPop, Lock: "q", Session: int64(i), Wait: true}); r.Position != i {
+			if r, _ := apply(s, uint64(i), &Command{Op: OpPop, Name: "q", Session: int64(i), Wait: true}); r.Position != i {
 				t.Fatalf("consumer %d: %+v", i, r)
 			}
 		}
-		r, _ := apply(s, 1<<20, &Command{Op: OpPop, Lock: "q", Session: 1 << 20, Wait: true})
+		r, _ := apply(s, 1<<20, &Command{Op: OpPop, Name: "q", Session: 1 << 20, Wait: true})
 		wantErr(t, "consumer beyond MaxConsumersPerQueue", r, errs.ErrTooManyConsumers)
 	})
 	t.Run("in flight per session", func(t *testing.T) {
@@ -118,29 +118,29 @@ func TestQueueLimits(t *testing.T) {
 		idx := uint64(0)
 		for i := 0; i < MaxInFlightPerSession+1; i++ {
 			idx++
-			apply(s, idx, &Command{Op: OpPush, Lock: "q"})
+			apply(s, idx, &Command{Op: OpPush, Name: "q"})
 		}
 		// Deliveries and waiting pops count together; detached ones do not.
 		for i := 0; i < MaxInFlightPerSession-1; i++ {
 			idx++
-			if r, _ := apply(s, idx, &Command{Op: OpPop, Lock: "q", Session: 7}); !r.Granted {
+			if r, _ := apply(s, idx, &Command{Op: OpPop, Name: "q", Session: 7}); !r.Granted {
 				t.Fatalf("pop %d: %+v", i, r)
 			}
 		}
 		idx++
-		if r, _ := apply(s, idx, &Command{Op: OpPop, Lock: "q", Session: 7, Detach: true}); !r.Granted {
+		if r, _ := apply(s, idx, &Command{Op: OpPop, Name: "q", Session: 7, Detach: true}); !r.Granted {
 			t.Fatalf("detached pop: %+v", r)
 		}
 		idx++
-		if r, _ := apply(s, idx, &Command{Op: OpPop, Lock: "empty", Session: 7, Wait: true}); r.Position != 1 {
+		if r, _ := apply(s, idx, &Command{Op: OpPop, Name: "empty", Session: 7, Wait: true}); r.Position != 1 {
 			t.Fatalf("waiting pop: %+v", r)
 		}
 		idx++
-		r, _ := apply(s, idx, &Command{Op: OpPop, Lock: "q", Session: 7})
+		r, _ := apply(s, idx, &Command{Op: OpPop, Name: "q", Session: 7})
 		wantErr(t, "pop beyond MaxInFlightPerSession", r, errs.ErrTooManyInFlight)
 		// Another session is not affected.
 		idx++
-		if r, _ := apply(s, idx, &Command{Op: OpPop, Lock: "q", Session: 8}); !r.Granted {
+		if r, _ := apply(s, idx, &Command{Op: OpPop, Name: "q", Session: 8}); !r.Granted {
 			t.Fatalf("other session: %+v", r)
 		}
 	})
@@ -151,38 +151,38 @@ func TestBarrierLimits(t *testing.T) {
 	idx := uint64(0)
 	for i := 0; i < MaxBarriersPerSession; i++ {
 		idx++
-		if r, _ := apply(s, idx, &Command{Op: OpEnter, Lock: fmt.Sprint("b", i), Session: 1, Parties: 2}); r.Position != 1 {
+		if r, _ := apply(s, idx, &Command{Op: OpEnter, Name: fmt.Sprint("b", i), Session: 1, Parties: 2}); r.Position != 1 {
 			t.Fatalf("enter %d: %+v", i, r)
 		}
 	}
 	idx++
-	r, _ := apply(s, idx, &Command{Op: OpEnter, Lock: "another", Session: 1, Parties: 2})
+	r, _ := apply(s, idx, &Command{Op: OpEnter, Name: "another", Session: 1, Parties: 2})
 	wantErr(t, "enter beyond MaxBarriersPerSession", r, errs.ErrTooManyBarriers)
 	for i := 0; i < MaxParties-1; i++ {
 		idx++
-		apply(s, idx, &Command{Op: OpEnter, Lock: "crowd", Session: int64(100 + i), Parties: MaxParties})
+		apply(s, idx, &Command{Op: OpEnter, Name: "crowd", Session: int64(100 + i), Parties: MaxParties})
 	}
 	idx++
-	if r, g := apply(s, idx, &Command{Op: OpEnter, Lock: "crowd", Session: 99, Parties: MaxParties}); !r.Granted || len(g) != MaxParties-1 {
+	if r, g := apply(s, idx, &Command{Op: OpEnter, Name: "crowd", Session: 99, Parties: MaxParties}); !r.Granted || len(g) != MaxParties-1 {
 		t.Fatalf("last of %d parties: %+v, %d releases", MaxParties, r, len(g))
 	}
 	s2 := New()
 	for i := 0; i < MaxBarriers; i++ {
 		idx++
-		apply(s2, idx, &Command{Op: OpBarrierSet, Lock: fmt.Sprint("b", i)})
+		apply(s2, idx, &Command{Op: OpBarrierSet, Name: fmt.Sprint("b", i)})
 	}
 	idx++
-	r, _ = apply(s2, idx, &Command{Op: OpBarrierSet, Lock: "one-more"})
+	r, _ = apply(s2, idx, &Command{Op: OpBarrierSet, Name: "one-more"})
 	wantErr(t, "set beyond MaxBarriers", r, errs.ErrTooManyBarriers)
-	if r, _ := apply(s2, idx+1, &Command{Op: OpBarrierSet, Lock: "b0"}); r.Err != nil {
+	if r, _ := apply(s2, idx+1, &Command{Op: OpBarrierSet, Name: "b0"}); r.Err != nil {
 		t.Fatalf("setting an existing barrier at the limit: %v", r.Err)
 	}
 	for i := 0; i < MaxDoubleBarriers; i++ {
 		idx++
-		apply(s2, idx, &Command{Op: OpEnter, Lock: fmt.Sprint("d", i), Session: int64(i/MaxBarriersPerSession + 1), Parties: 2})
+		apply(s2, idx, &Command{Op: OpEnter, Name: fmt.Sprint("d", i), Session: int64(i/MaxBarriersPerSession + 1), Parties: 2})
 	}
 	idx++
-	r, _ = apply(s2, idx, &Command{Op: OpEnter, Lock: "one-more", Session: 1 << 30, Parties: 2})
+	r, _ = apply(s2, idx, &Command{Op: OpEnter, Name: "one-more", Session: 1 << 30, Parties: 2})
 	wantErr(t, "enter beyond MaxDoubleBarriers", r, errs.ErrTooManyBarriers)
 }
 
@@ -190,7 +190,7 @@ func TestQueueAndBarrierNamesValidated(t *testing.T) {
 	s := New()
 	for _, op := range []OpType{OpPush, OpPop, OpAck, OpNack, OpCancelPop, OpBarrierSet, OpBarrierRemove, OpEnter, OpLeave, OpCancelEnter} {
 		for _, name := range []string{"", "a\x00b"} {
-			r, _ := apply(s, 1, &Command{Op: op, Lock: name, Session: 1, Parties: 1})
+			r, _ := apply(s, 1, &Command{Op: op, Name: name, Session: 1, Parties: 1})
 			wantErr(t, fmt.Sprintf("op %d name %q", op, name), r, errs.ErrBadArguments)
 		}
 	}
@@ -205,13 +205,13 @@ func TestLeaseExpiryOrder(t *testing.T) {
 	for _, q := range []string{"b", "a"} {
 		for i := 0; i < 3; i++ {
 			idx++
-			apply(s, idx, &Command{Op: OpPush, Lock: q, Value: []byte(fmt.Sprint(q, i))})
+			apply(s, idx, &Command{Op: OpPush, Name: q, Value: []byte(fmt.Sprint(q, i))})
 		}
 	}
 	for _, q := range []string{"b", "a"} {
 		for i := 0; i < 3; i++ {
 			idx++
-			apply(s, idx, &Command{Op: OpPop, Lock: q, Session: 1, VisibilityMs: int64(1000 - 100*i), TimeMs: 0})
+			apply(s, idx, &Command{Op: OpPop, Name: q, Session: 1, VisibilityMs: int64(1000 - 100*i), TimeMs: 0})
 		}
 	}
 	if s.NeedsTick(699) || !s.NeedsTick(1000) {
@@ -227,11 +227,11 @@ func TestLeaseExpiryOrder(t *testing.T) {
 	}
 	for i := 0; i < 10000; i++ {
 		idx++
-		apply(s, idx, &Command{Op: OpPush, Lock: "c"})
+		apply(s, idx, &Command{Op: OpPush, Name: "c"})
 		idx++
-		r, _ := apply(s, idx, &Command{Op: OpPop, Lock: "c", Session: 2, VisibilityMs: MaxVisibilityMs})
+		r, _ := apply(s, idx, &Command{Op: OpPop, Name: "c", Session: 2, VisibilityMs: MaxVisibilityMs})
 		idx++
-		apply(s, idx, &Command{Op: OpAck, Lock: "c", Session: 2, Item: r.Item.ID})
+		apply(s, idx, &Command{Op: OpAck, Name: "c", Session: 2, Item: r.Item.ID})
 	}
 	if len(s.leases) != s.nInflight || s.nInflight != 0 || s.NeedsTick(1<<62) {
 		t.Fatalf("lease heap holds %d entries for %d deliveries", len(s.leases), s.nInflight)
@@ -248,14 +248,14 @@ func TestCodecCompatibility(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Command{ID: 7, TimeMs: 1000, Session: 5, Op: OpAcquire, Wait: true, DelayMs: 100, Permits: 2, Lock: "x", Value: []byte("v1")}
+	want := &Command{ID: 7, TimeMs: 1000, Session: 5, Op: OpAcquire, Wait: true, DelayMs: 100, Permits: 2, Name: "x", Value: []byte("v1")}
 	if fmt.Sprintf("%+v", c) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("old encoding decodes as %+v", c)
 	}
 	if again, _ := Encode(c); !bytes.Equal(again, old) {
 		t.Fatalf("re-encoding changed the bytes:\n%x\n%x", again, old)
 	}
-	q := &Command{ID: 9, Session: 3, Op: OpPop, Lock: "q", Wait: true, VisibilityMs: 5000, Detach: true}
+	q := &Command{ID: 9, Session: 3, Op: OpPop, Name: "q", Wait: true, VisibilityMs: 5000, Detach: true}
 	b, err := Encode(q)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestCodecCompatibility(t *testing.T) {
 	if err != nil || fmt.Sprintf("%+v", q2) != fmt.Sprintf("%+v", q) {
 		t.Fatalf("extension round trip: %+v %v", q2, err)
 	}
-	for _, c := range []*Command{{Op: OpAck, Lock: "q", Item: 1, Attempt: 3}, {Op: OpEnter, Lock: "b", Parties: MaxParties}, {Op: OpCancelPop, Lock: "q", Waiter: 1 << 60}} {
+	for _, c := range []*Command{{Op: OpAck, Name: "q", Item: 1, Attempt: 3}, {Op: OpEnter, Name: "b", Parties: MaxParties}, {Op: OpCancelPop, Name: "q", Waiter: 1 << 60}} {
 		b, _ := Encode(c)
 		if c2, err := Decode(b); err != nil || fmt.Sprintf("%+v", c2) != fmt.Sprintf("%+v", c) {
 			t.Fatalf("round trip %+v: %+v %v", c, c2, err)
@@ -275,15 +275,15 @@ func TestCodecCompatibility(t *testing.T) {
 		"trailing byte":             func(b []byte) []byte { return append(b, 0) },
 		"truncated extension":       func(b []byte) []byte { return b[:len(b)-1] },
 	} {
-		b, _ := Encode(&Command{Op: OpPop, Lock: "q", VisibilityMs: 5000, Detach: true, Item: 1, Attempt: 1, Waiter: 1, Parties: 1})
+		b, _ := Encode(&Command{Op: OpPop, Name: "q", VisibilityMs: 5000, Detach: true, Item: 1, Attempt: 1, Waiter: 1, Parties: 1})
 		if _, err := Decode(mut(bytes.Clone(b))); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
 	}
-	if _, err := Encode(&Command{Op: OpEnter, Lock: "b", Parties: MaxParties + 1}); !errors.Is(err, errs.ErrBadArguments) {
+	if _, err := Encode(&Command{Op: OpEnter, Name: "b", Parties: MaxParties + 1}); !errors.Is(err, errs.ErrBadArguments) {
 		t.Fatalf("Encode with too many parties: %v", err)
 	}
-	if _, err := Encode(&Command{Op: OpAcquire, Lock: "b", Permits: MaxPermits + 1}); !errors.Is(err, errs.ErrBadArguments) {
+	if _, err := Encode(&Command{Op: OpAcquire, Name: "b", Permits: MaxPermits + 1}); !errors.Is(err, errs.ErrBadArguments) {
 		t.Fatalf("Encode with too many permits: %v", err)
 	}
 }
@@ -291,23 +291,23 @@ func TestCodecCompatibility(t *testing.T) {
 // queueState builds a state with every kind of queue and barrier entry.
 func queueState() *State {
 	s := New()
-	apply(s, 1, &Command{Op: OpAcquire, Lock: "a", Session: 1})
-	apply(s, 2, &Command{Op: OpPush, Lock: "q", Value: []byte("x")})
-	apply(s, 3, &Command{Op: OpPush, Lock: "q", Value: []byte("y")})
-	apply(s, 4, &Command{Op: OpPop, Lock: "q", Session: 1, TimeMs: 100})
-	apply(s, 5, &Command{Op: OpPop, Lock: "w", Session: 2, Wait: true, Detach: true})
-	apply(s, 6, &Command{Op: OpBarrierSet, Lock: "b"})
-	apply(s, 7, &Command{Op: OpEnter, Lock: "d", Session: 1, Parties: 2})
-	apply(s, 8, &Command{Op: OpEnter, Lock: "d2", Session: 1, Parties: 2})
-	apply(s, 9, &Command{Op: OpEnter, Lock: "d2", Session: 2, Parties: 2})
-	apply(s, 10, &Command{Op: OpLeave, Lock: "d2", Session: 2})
+	apply(s, 1, &Command{Op: OpAcquire, Name: "a", Session: 1})
+	apply(s, 2, &Command{Op: OpPush, Name: "q", Value: []byte("x")})
+	apply(s, 3, &Command{Op: OpPush, Name: "q", Value: []byte("y")})
+	apply(s, 4, &Command{Op: OpPop, Name: "q", Session: 1, TimeMs: 100})
+	apply(s, 5, &Command{Op: OpPop, Name: "w", Session: 2, Wait: true, Detach: true})
+	apply(s, 6, &Command{Op: OpBarrierSet, Name: "b"})
+	apply(s, 7, &Command{Op: OpEnter, Name: "d", Session: 1, Parties: 2})
+	apply(s, 8, &Command{Op: OpEnter, Name: "d2", Session: 1, Parties: 2})
+	apply(s, 9, &Command{Op: OpEnter, Name: "d2", Session: 2, Parties: 2})
+	apply(s, 10, &Command{Op: OpLeave, Name: "d2", Session: 2})
 	return s
 }
 
 func TestSnapshotVersions(t *testing.T) {
 	// Only locks and counters: version 1, as older binaries write and read.
 	s := New()
-	s.Apply(1, &Command{Op: OpAcquire, Lock: "a", Session: 1}, alive)
+	s.Apply(1, &Command{Op: OpAcquire, Name: "a", Session: 1}, alive)
 	if snap := s.Snapshot(); snap[0] != snapshotV1 {
 		t.Fatalf("lock-only snapshot has version %d", snap[0])
 	}
@@ -341,10 +341,10 @@ func TestSnapshotVersions(t *testing.T) {
 		}
 	}
 	// Draining everything goes back to version 1.
-	apply(q, 20, &Command{Op: OpAck, Lock: "q", Session: 1, Item: 2})
-	apply(q, 21, &Command{Op: OpPop, Lock: "q", Session: 1})
-	apply(q, 22, &Command{Op: OpAck, Lock: "q", Session: 1, Item: 3})
-	apply(q, 23, &Command{Op: OpBarrierRemove, Lock: "b"})
+	apply(q, 20, &Command{Op: OpAck, Name: "q", Session: 1, Item: 2})
+	apply(q, 21, &Command{Op: OpPop, Name: "q", Session: 1})
+	apply(q, 22, &Command{Op: OpAck, Name: "q", Session: 1, Item: 3})
+	apply(q, 23, &Command{Op: OpBarrierRemove, Name: "b"})
 	q.SessionEnded(24, 0, 2, false)
 	q.SessionEnded(25, 0, 1, false)
 	if snap := q.Snapshot(); snap[0] != snapshotV1 || q.Len() != 0 {
@@ -379,21 +379,21 @@ func TestQueueDeterminism(t *testing.T) {
 			var c *Command
 			switch rng.Intn(11) {
 			case 0, 1:
-				c = &Command{Op: OpPush, Lock: q, Value: []byte(fmt.Sprint(i))}
+				c = &Command{Op: OpPush, Name: q, Value: []byte(fmt.Sprint(i))}
 			case 2, 3:
-				c = &Command{Op: OpPop, Lock: q, Session: sess, Wait: rng.Intn(2) == 0, Detach: rng.Intn(4) == 0, VisibilityMs: int64(rng.Intn(3000) + 1)}
+				c = &Command{Op: OpPop, Name: q, Session: sess, Wait: rng.Intn(2) == 0, Detach: rng.Intn(4) == 0, VisibilityMs: int64(rng.Intn(3000) + 1)}
 			case 4:
-				c = &Command{Op: OpAck, Lock: q, Session: sess, Item: uint64(rng.Intn(int(i)) + 1)}
+				c = &Command{Op: OpAck, Name: q, Session: sess, Item: uint64(rng.Intn(int(i)) + 1)}
 			case 5:
-				c = &Command{Op: OpNack, Lock: q, Session: sess, Item: uint64(rng.Intn(int(i)) + 1)}
+				c = &Command{Op: OpNack, Name: q, Session: sess, Item: uint64(rng.Intn(int(i)) + 1)}
 			case 6:
 				c = &Command{Op: OpTick}
 			case 7:
-				c = &Command{Op: []OpType{OpEnter, OpLeave, OpCancelEnter}[rng.Intn(3)], Lock: "b", Session: sess, Parties: 3}
+				c = &Command{Op: []OpType{OpEnter, OpLeave, OpCancelEnter}[rng.Intn(3)], Name: "b", Session: sess, Parties: 3}
 			case 8:
-				c = &Command{Op: OpCancelPop, Lock: q, Session: sess, Waiter: uint64(rng.Intn(int(i)) + 1)}
+				c = &Command{Op: OpCancelPop, Name: q, Session: sess, Waiter: uint64(rng.Intn(int(i)) + 1)}
 			case 9:
-				c = &Command{Op: []OpType{OpBarrierSet, OpBarrierRemove}[rng.Intn(2)], Lock: "g"}
+				c = &Command{Op: []OpType{OpBarrierSet, OpBarrierRemove}[rng.Intn(2)], Name: "g"}
 			}
 			if c != nil {
 				c.TimeMs, c.ID = ts, i
@@ -470,12 +470,12 @@ func fmtGrants(gs []Grant) string {
 // TestExpireBatchTokenReuse).
 func TestExpireBatchQueueHandOff(t *testing.T) {
 	s := New()
-	apply(s, 1, &Command{Op: OpPush, Lock: "q", Value: []byte("job")})
-	if r, _ := apply(s, 2, &Command{Op: OpPop, Lock: "q", Session: 10, VisibilityMs: 60000}); !r.Granted {
+	apply(s, 1, &Command{Op: OpPush, Name: "q", Value: []byte("job")})
+	if r, _ := apply(s, 2, &Command{Op: OpPop, Name: "q", Session: 10, VisibilityMs: 60000}); !r.Granted {
 		t.Fatal("first pop not granted")
 	}
-	apply(s, 3, &Command{Op: OpPop, Lock: "q", Session: 20, Wait: true, VisibilityMs: 60000})
-	apply(s, 4, &Command{Op: OpPop, Lock: "q", Session: 30, Wait: true, VisibilityMs: 60000})
+	apply(s, 3, &Command{Op: OpPop, Name: "q", Session: 20, Wait: true, VisibilityMs: 60000})
+	apply(s, 4, &Command{Op: OpPop, Name: "q", Session: 30, Wait: true, VisibilityMs: 60000})
 	grants, _ := s.SessionsEnded(5, 0, []int64{10, 20}, true)
 	if len(grants) != 1 || grants[0].Session != 30 {
 		t.Fatalf("grants %+v: want the item for session 30 only", grants)

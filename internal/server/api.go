@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/subtle"
 	"errors"
 	"time"
 
@@ -12,7 +10,6 @@ import (
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
-	"github.com/meridian-coord/meridian/internal/session"
 	"github.com/meridian-coord/meridian/internal/tree"
 	"github.com/meridian-coord/meridian/internal/watch"
 )
@@ -92,37 +89,26 @@ func createOp(r *pb.CreateRequest) tree.Op {
 		Mode: tree.CreateMode(r.GetMode()), TTLMs: r.GetTtlMs()}
 }
 
-// write proposes a single-op command (fenced if f is set) and returns its
-// op result.
-func (a *api) write(ctx context.Context, session int64, op tree.Op, f *pb.Fence) (tree.OpResult, uint64, error) {
-	cmd := &tree.Command{Session: session, Op: op, Auth: callerOf(ctx)}
-	var res tree.Result
-	var idx uint64
-	var err error
+// write hands one write to the request core (fenced if f is set) and
+// returns its result.
+func (a *api) write(ctx context.Context, session int64, op tree.Op, ops []tree.Op, f *pb.Fence) (tree.Result, uint64, error) {
+	w := writeRequest{session: session, auth: callerOf(ctx), op: op, ops: ops}
 	if f != nil {
-		res, idx, err = a.s.proposeFenced(ctx, cmd, f)
-	} else {
-		res, idx, err = a.s.propose(ctx, cmd)
+		w.fenced, w.lock, w.token = true, f.GetLock(), f.GetToken()
 	}
-	if err != nil {
-		return tree.OpResult{}, 0, err
-	}
-	if res.Err != nil {
-		return tree.OpResult{}, idx, res.Err
-	}
-	return res.Op, idx, nil
+	return a.s.write(ctx, &w)
 }
 
 func (a *api) Create(ctx context.Context, r *pb.CreateRequest) (*pb.CreateResponse, error) {
-	res, idx, err := a.write(ctx, r.GetSessionId(), createOp(r), r.GetFence())
+	res, idx, err := a.write(ctx, r.GetSessionId(), createOp(r), nil, r.GetFence())
 	if err != nil {
 		return nil, a.done("Create", err)
 	}
-	return &pb.CreateResponse{Header: a.headerFor(idx, r.GetSessionId()), Path: res.Path, Stat: toStat(res.Stat)}, a.done("Create", nil)
+	return &pb.CreateResponse{Header: a.headerFor(idx, r.GetSessionId()), Path: res.Op.Path, Stat: toStat(res.Op.Stat)}, a.done("Create", nil)
 }
 
 func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteResponse, error) {
-	_, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpDelete, Path: r.GetPath(), Version: version(r.Version)}, r.GetFence())
+	_, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpDelete, Path: r.GetPath(), Version: version(r.Version)}, nil, r.GetFence())
 	if err != nil {
 		return nil, a.done("Delete", err)
 	}
@@ -130,22 +116,22 @@ func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteRespon
 }
 
 func (a *api) SetData(ctx context.Context, r *pb.SetDataRequest) (*pb.SetDataResponse, error) {
-	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetData, Path: r.GetPath(), Data: nonNull(r.GetData()), Version: version(r.Version)}, r.GetFence())
+	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetData, Path: r.GetPath(), Data: nonNull(r.GetData()), Version: version(r.Version)}, nil, r.GetFence())
 	if err != nil {
 		return nil, a.done("SetData", err)
 	}
-	return &pb.SetDataResponse{Header: a.headerFor(idx, r.GetSessionId()), Stat: toStat(res.Stat)}, a.done("SetData", nil)
+	return &pb.SetDataResponse{Header: a.headerFor(idx, r.GetSessionId()), Stat: toStat(res.Op.Stat)}, a.done("SetData", nil)
 }
 
 func (a *api) SetACL(ctx context.Context, r *pb.SetACLRequest) (*pb.SetACLResponse, error) {
 	if len(r.GetAcl()) == 0 {
 		return nil, a.done("SetACL", errs.ErrInvalidACL)
 	}
-	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetACL, Path: r.GetPath(), ACL: fromACL(r.GetAcl()), Version: version(r.Aversion)}, nil)
+	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpSetACL, Path: r.GetPath(), ACL: fromACL(r.GetAcl()), Version: version(r.Aversion)}, nil, nil)
 	if err != nil {
 		return nil, a.done("SetACL", err)
 	}
-	return &pb.SetACLResponse{Header: a.header(idx), Stat: toStat(res.Stat)}, a.done("SetACL", nil)
+	return &pb.SetACLResponse{Header: a.header(idx), Stat: toStat(res.Op.Stat)}, a.done("SetACL", nil)
 }
 
 func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse, error) {
@@ -167,17 +153,9 @@ func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse,
 			return nil, a.done("Multi", errs.ErrBadArguments)
 		}
 	}
-	cmd := &tree.Command{Session: r.GetSessionId(), Op: tree.Op{Type: tree.OpMulti}, Ops: ops, Auth: callerOf(ctx)}
-	var res tree.Result
-	var idx uint64
-	var err error
-	if r.GetFence() != nil {
-		res, idx, err = a.s.proposeFenced(ctx, cmd, r.GetFence())
-	} else {
-		res, idx, err = a.s.propose(ctx, cmd)
-	}
-	if err != nil {
-		return nil, a.done("Multi", err)
+	res, idx, err := a.write(ctx, r.GetSessionId(), tree.Op{Type: tree.OpMulti}, ops, r.GetFence())
+	if err != nil && res.Err == nil {
+		return nil, a.done("Multi", err) // not applied: the proposal's error
 	}
 	if errors.Is(res.Err, errs.ErrStaleToken) && len(res.Multi) == 0 {
 		return nil, a.done("Multi", res.Err)
@@ -196,97 +174,48 @@ func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse,
 	return out, a.done("Multi", nil)
 }
 
-// read runs fn under the tree's read lock after the consistency barrier and
-// the caller's authorization for a read of kind rk (authorizeRead, as on the
-// ZooKeeper port), and registers a watch of kind k for the session if asked
-// (and fn succeeded, or for exists, whatever it returned).
-func (a *api) read(ctx context.Context, r *pb.ReadRequest, k watch.Kind, rk readKind, fn func(t *tree.Tree) error) (uint64, error) {
-	if r.GetWatch() && r.GetSessionId() == 0 {
-		return 0, errs.ErrBadArguments
-	}
-	if err := tree.ValidatePath(r.GetPath(), false); err != nil {
-		return 0, err
-	}
-	if err := a.s.readBarrier(ctx, r.GetConsistency() == pb.Consistency_LINEARIZABLE, r.GetMinZxid()); err != nil {
-		return 0, err
-	}
-	a.s.mu.RLock()
-	defer a.s.mu.RUnlock()
-	if r.GetWatch() {
-		if _, ok := a.s.mu.tree.Session(r.GetSessionId()); !ok {
-			return 0, errs.ErrSessionExpired
-		}
-	}
-	err := authorizeRead(a.s.mu.tree, r.GetPath(), rk, callerOf(ctx))
-	if err == nil {
-		err = fn(a.s.mu.tree)
-	}
-	if wk, ok := watchKindFor(k, err); r.GetWatch() && ok {
-		h := a.s.hubs.get(r.GetSessionId(), a.s.cfg.MaxQueuedEvents)
-		if werr := a.s.watches.Add(h, r.GetPath(), wk); werr != nil {
-			return 0, werr
-		}
-	}
-	return a.s.mu.applied, err
+// read hands a native read to the request core: the request's
+// consistency, the caller's identities, and a watch into the session's
+// hub if asked.
+func (a *api) read(ctx context.Context, r *pb.ReadRequest, kind readKind) (readResult, uint64, error) {
+	return a.s.read(ctx, &readRequest{path: r.GetPath(), kind: kind, auth: callerOf(ctx),
+		linear: r.GetConsistency() == pb.Consistency_LINEARIZABLE, minZxid: r.GetMinZxid(),
+		watch: r.GetWatch(), session: r.GetSessionId()}, nil)
 }
 
 func (a *api) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataResponse, error) {
-	var data []byte
-	var st tree.Stat
-	idx, err := a.read(ctx, r, watch.KindData, readData, func(t *tree.Tree) (err error) {
-		data, st, err = t.Get(r.GetPath())
-		return err
-	})
+	res, idx, err := a.read(ctx, r, readData)
 	if err != nil {
 		return nil, a.done("GetData", err)
 	}
-	return &pb.GetDataResponse{Header: a.headerFor(idx, r.GetSessionId()), Data: data, Stat: toStat(st)}, a.done("GetData", nil)
+	return &pb.GetDataResponse{Header: a.headerFor(idx, r.GetSessionId()), Data: res.data, Stat: toStat(res.stat)}, a.done("GetData", nil)
 }
 
 func (a *api) Exists(ctx context.Context, r *pb.ReadRequest) (*pb.ExistsResponse, error) {
-	var st tree.Stat
-	idx, err := a.read(ctx, r, watch.KindExist, readExists, func(t *tree.Tree) (err error) {
-		st, err = t.Exists(r.GetPath())
-		return err
-	})
+	res, idx, err := a.read(ctx, r, readExists)
 	if errors.Is(err, errs.ErrNoNode) {
 		return &pb.ExistsResponse{Header: a.headerFor(idx, r.GetSessionId()), Exists: false}, a.done("Exists", nil)
 	}
 	if err != nil {
 		return nil, a.done("Exists", err)
 	}
-	return &pb.ExistsResponse{Header: a.headerFor(idx, r.GetSessionId()), Exists: true, Stat: toStat(st)}, a.done("Exists", nil)
+	return &pb.ExistsResponse{Header: a.headerFor(idx, r.GetSessionId()), Exists: true, Stat: toStat(res.stat)}, a.done("Exists", nil)
 }
 
 func (a *api) GetChildren(ctx context.Context, r *pb.ReadRequest) (*pb.GetChildrenResponse, error) {
-	var kids []string
-	var st tree.Stat
-	idx, err := a.read(ctx, r, watch.KindChild, readChildren, func(t *tree.Tree) (err error) {
-		kids, st, err = t.Children(r.GetPath())
-		return err
-	})
+	res, idx, err := a.read(ctx, r, readChildren)
 	if err != nil {
 		return nil, a.done("GetChildren", err)
 	}
-	return &pb.GetChildrenResponse{Header: a.headerFor(idx, r.GetSessionId()), Children: kids, Stat: toStat(st)}, a.done("GetChildren", nil)
+	return &pb.GetChildrenResponse{Header: a.headerFor(idx, r.GetSessionId()), Children: res.children, Stat: toStat(res.stat)}, a.done("GetChildren", nil)
 }
 
 func (a *api) GetACL(ctx context.Context, r *pb.ReadRequest) (*pb.GetACLResponse, error) {
-	if r.GetWatch() {
-		return nil, a.done("GetACL", errs.ErrBadArguments)
-	}
-	var acl []tree.ACL
-	var st tree.Stat
-	idx, err := a.read(ctx, r, watch.KindData, readACL, func(t *tree.Tree) (err error) {
-		if acl, st, err = t.GetACL(r.GetPath()); err == nil {
-			acl = redactACL(t, r.GetPath(), acl, callerOf(ctx))
-		}
-		return err
-	})
+	res, idx, err := a.read(ctx, r, readACL) // a watch is refused: getACL sets none
 	if err != nil {
 		return nil, a.done("GetACL", err)
 	}
-	return &pb.GetACLResponse{Header: a.header(idx), Acl: toACL(acl), Stat: toStat(st)}, a.done("GetACL", nil)
+	return &pb.GetACLResponse{Header: a.header(idx), Acl: toACL(res.acl), Stat: toStat(res.stat)}, a.done("GetACL", nil)
 }
 
 func (a *api) Sync(ctx context.Context, r *pb.SyncRequest) (*pb.SyncResponse, error) {
@@ -299,22 +228,11 @@ func (a *api) Sync(ctx context.Context, r *pb.SyncRequest) (*pb.SyncResponse, er
 // ---- sessions ----
 
 func (a *api) CreateSession(ctx context.Context, r *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
-	timeout := session.Negotiate(time.Duration(r.GetTimeoutMs())*time.Millisecond, a.s.cfg.sessionTick())
-	pw := make([]byte, 16)
-	if _, err := rand.Read(pw); err != nil {
-		return nil, a.done("CreateSession", err)
-	}
-	if err := a.s.admitSession(); err != nil {
-		return nil, a.done("CreateSession", err)
-	}
-	res, idx, err := a.s.propose(ctx, &tree.Command{Op: tree.Op{Type: tree.OpCreateSession}, TimeoutMs: int32(timeout.Milliseconds()), Password: pw})
-	if err == nil {
-		err = res.Err
-	}
+	ns, idx, err := a.s.createSession(ctx, time.Duration(r.GetTimeoutMs())*time.Millisecond)
 	if err != nil {
 		return nil, a.done("CreateSession", err)
 	}
-	return &pb.CreateSessionResponse{Header: a.header(idx), SessionId: res.SessionID, TimeoutMs: int32(timeout.Milliseconds()), Password: pw}, a.done("CreateSession", nil)
+	return &pb.CreateSessionResponse{Header: a.header(idx), SessionId: ns.id, TimeoutMs: int32(ns.timeout.Milliseconds()), Password: ns.password}, a.done("CreateSession", nil)
 }
 
 func (a *api) liveSession(id int64) (tree.SessionInfo, error) {
@@ -337,10 +255,7 @@ func (a *api) KeepAlive(ctx context.Context, r *pb.KeepAliveRequest) (*pb.KeepAl
 }
 
 func (a *api) CloseSession(ctx context.Context, r *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
-	res, idx, err := a.s.propose(ctx, &tree.Command{Session: r.GetSessionId(), Op: tree.Op{Type: tree.OpCloseSession}})
-	if err == nil {
-		err = res.Err
-	}
+	idx, err := a.s.closeSession(ctx, r.GetSessionId(), nil)
 	if err != nil {
 		return nil, a.done("CloseSession", err)
 	}
@@ -348,19 +263,10 @@ func (a *api) CloseSession(ctx context.Context, r *pb.CloseSessionRequest) (*pb.
 }
 
 func (a *api) AttachSession(ctx context.Context, r *pb.AttachSessionRequest) (*pb.AttachSessionResponse, error) {
-	// A server behind the client's last seen zxid must not serve it stale
-	// data: wait until it has caught up (bounded by the request timeout).
-	if err := a.s.readBarrier(ctx, false, r.GetLastZxid()); err != nil {
-		return nil, a.done("AttachSession", err)
-	}
-	si, err := a.liveSession(r.GetSessionId())
-	if err == nil && subtle.ConstantTimeCompare(si.Password, r.GetPassword()) != 1 {
-		err = errs.ErrSessionExpired
-	}
+	si, err := a.s.resumeSession(ctx, r.GetSessionId(), r.GetPassword(), r.GetLastZxid(), false)
 	if err != nil {
 		return nil, a.done("AttachSession", err)
 	}
-	a.s.touch(si.ID)
 	return &pb.AttachSessionResponse{Header: a.header(0), TimeoutMs: si.TimeoutMs}, a.done("AttachSession", nil)
 }
 

@@ -798,7 +798,7 @@ func TestWriteInFlightAtStopIsNotReportedUnapplied(t *testing.T) {
 			defer wg.Done()
 			for i := 0; !stopped.Load(); i++ {
 				p := fmt.Sprintf("/inflight-%d-%d", w, i)
-				_, _, err := s.propose(context.Background(), &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: p}})
+				_, err := s.Submit(context.Background(), treeCommand(&tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: p}})).Wait()
 				out <- outcome{p, err}
 				if err != nil {
 					return

@@ -25,12 +25,13 @@ import (
 	"github.com/meridian-coord/meridian/internal/tree"
 )
 
-// The request path shared by both client ports. Who sends a request is
-// resolved by identify (the ZooKeeper port at its handshake and addauth, the
-// native port on every call); what a read may see is decided by
-// authorizeRead; writes carry the identities in tree.Command.Auth and are
-// judged where they are applied. The native port's per-method rules
-// (administrative methods, session ownership) are in grpcRules.
+// Who may do what, for both client ports (the request core that uses it is
+// request.go). Who sends a request is resolved by identify (the ZooKeeper
+// port at its handshake and addauth, the native port on every call); what a
+// read may see is decided by authorizeRead; writes carry the identities in
+// tree.Command.Auth and are judged where they are applied. The native
+// port's per-method rules (administrative methods, session ownership) are
+// in grpcRules.
 
 // maxCallDigests bounds the meridian-auth values of one call: each becomes
 // one identity (two for the super user) and a command carries at most
@@ -102,28 +103,20 @@ func (s *Server) isAdmin(ids []tree.ID) bool {
 	return false
 }
 
-// readKind is what a read returns, which decides the permission it needs.
-type readKind int
-
-const (
-	readExists   readKind = iota // stat only: no permission, as ZooKeeper
-	readData                     // getData: READ
-	readChildren                 // getChildren, getAllChildrenNumber: READ
-	readACL                      // getACL: READ or ADMIN
-)
-
 // authorizeRead decides whether ids may read path as kind, under the tree's
 // read lock. A missing node is not an authorization failure: the read itself
 // answers NoNode.
 func authorizeRead(t *tree.Tree, path string, kind readKind, ids []tree.ID) error {
 	var perm int32
 	switch kind {
-	case readExists:
+	case readExists, readCheckVersion:
 		return nil
-	case readData, readChildren:
+	case readData, readChildren, readChildCount:
 		perm = tree.PermRead
 	case readACL:
 		perm = tree.PermRead | tree.PermAdmin
+	default:
+		return errs.ErrBadArguments
 	}
 	if err := t.CheckACL(path, perm, ids); err != nil && !errors.Is(err, errs.ErrNoNode) {
 		return err

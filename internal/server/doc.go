@@ -11,32 +11,44 @@
 //
 //   - server.go: Server, New/Serve/Close; the state machine the replica
 //     drives (stateMachine.Apply, Snapshot, Restore) and the per-member
-//     reactions to an apply (afterApply, endSession); proposals and their
-//     waiters (propose, submitTree, proposeAsync); readBarrier; and the
-//     leader's duties (duties: session expiry, TTL and container reaping,
-//     the coord tick for lock-delays and queue leases, keepalive forwarding
-//     from followers).
-//   - core.go: the request core both ports share: who is calling (identify,
-//     digestIdentity, grpcIdentity), what a read may see (authorizeRead,
-//     redactACL), and the native port's per-method rules (grpcRules, the
-//     unaryAuth and streamAuth interceptors).
+//     reactions to an apply (afterApply, endSession); and the leader's
+//     duties (duties: session expiry, TTL and container reaping, the coord
+//     tick for lock-delays and queue leases, keepalive forwarding from
+//     followers).
+//   - propose.go: the proposer. Submit hands a tree command, a
+//     coordination command or a fenced write to raft and returns its
+//     Future (Wait, Done); waiters hands each applied result to its
+//     Future, and sweeps those whose outcome a leader change made
+//     unknowable. The leader's duties submit without a waiter.
+//   - request.go: the request core both ports call: write (validate, the
+//     caller's identities, the one tree.Command, Submit, the result), read
+//     (validate, consistency barrier, authorizeRead, the read, the watch),
+//     and a session's life (createSession with admitSession's limit,
+//     resumeSession, closeSession); readBarrier is the consistency
+//     barrier of reads, Sync and a session's resumption.
+//   - core.go: who is calling (identify, digestIdentity, grpcIdentity),
+//     what a read may see (authorizeRead, redactACL), and the native port's
+//     per-method rules (grpcRules, the unaryAuth and streamAuth
+//     interceptors).
 //   - The ZooKeeper listener, one file per job. zkconn.go: accept and the
 //     connection caps, the connection's read loop, outbound queue and write
 //     loop with their backpressure, the handshake (session create or
 //     resume, read-only sessions), close and the linger after a connection
 //     loss. zkops.go: the opcode dispatch (serve), write pipelining
-//     (pipeline), multi and multiRead, and reply. zkauth.go: a
-//     connection's identities, addauth (digest) and the SASL opcode;
-//     sasl.go is the DIGEST-MD5 exchange. zkfourletter.go: the four-letter
+//     (pipeline), multi and multiRead, and reply; it translates ZooKeeper
+//     records to and from the request core (zkWriteOp, multiOps,
+//     zkWriteResponse). zkauth.go: a connection's identities, addauth
+//     (digest) and the SASL opcode; sasl.go is the DIGEST-MD5 exchange. zkfourletter.go: the four-letter
 //     words and the counters they report. zkviews.go: the synthetic
 //     /meridian and /zookeeper/config nodes. zkreconfig.go: the reconfig
 //     opcode.
-//   - api.go: the native gRPC service: tree reads and writes, sessions,
-//     watch streams, status, leader transfer. locks.go, queues.go and
+//   - api.go: the native gRPC service, translating its messages to and
+//     from the request core: tree reads and writes, sessions, watch
+//     streams, status, leader transfer. locks.go, queues.go and
 //     election.go hold the lock, queue, barrier, election and counter
-//     methods; locks.go also applies coordination commands (applyCoord,
-//     applyFenced), proposes them, answers waiting acquires and pops from
-//     apply (deliverGrants), and frames the snapshot (tree and coord).
+//     methods, which Submit coordination commands; locks.go also applies
+//     them (applyCoord, applyFenced), answers waiting acquires and pops
+//     from apply (deliverGrants), and frames the snapshot (tree and coord).
 //   - hub.go: a session's watch sink for its gRPC Watch stream.
 //   - members.go: run-time membership over the replica's address book;
 //     placement.go: write-load reports to the leader and its leadership
@@ -50,27 +62,30 @@
 //
 // A ZooKeeper request: zkListener.accept (connection caps) → zkConn.readLoop
 // (a four-letter word is answered and the connection closed) → handshake
-// (a new session is proposed; a resumed one waits for a linearizable
-// barrier and the client's last zxid; identities from core.go) →
-// per frame, a write goes to pipeline (handed to raft in request order, its
-// reply queued after its predecessor's) and anything else waits for the
-// pipelined writes, then serve: a read checks authorizeRead and reads the
-// tree under s.mu, registering its watch and queueing its reply under the
-// same lock; a write is proposed (zkWriteOp is the one translation of a
-// write, for pipeline, serve and multi) → reply counts the request in
-// meridian_requests_total as zk:<opname> → the connection's writeLoop
-// sends the reply.
+// (createSession proposes a new session; resumeSession waits for a
+// linearizable barrier and the client's last zxid; identities from core.go)
+// → per frame, a write goes to pipeline (submitWrite hands it to raft in
+// request order, its reply queued after its predecessor's) and anything
+// else waits for the pipelined writes, then serve: a read is Server.read
+// with the connection as the watcher, its reply queued under the tree's
+// read lock; a write is Server.write (zkWriteOp is the one translation of
+// a ZooKeeper write, for pipeline, serve and multi) → reply counts the
+// request in meridian_requests_total as zk:<opname> → the connection's
+// writeLoop sends the reply.
 //
 // A native request: the gRPC interceptors in core.go (identities, the
-// method's rule, meridian_requests_total) → the api method → a read is
-// api.read (validate, readBarrier, authorizeRead, read, watch into the
-// session's hub); a write is api.write → propose (fenced: proposeFenced)
-// → the waiter receives the result when this member applies the entry.
+// method's rule, meridian_requests_total) → the api method, which fills
+// the same readRequest or writeRequest → Server.read (validate,
+// readBarrier at the request's consistency, authorizeRead, read, watch
+// into the session's hub) or Server.write (fenced when the request
+// carries a fence) → Submit → the Future's Wait receives the result when
+// this member applies the entry.
 //
 // Apply: the replica's raft loop calls stateMachine.Apply with each
 // committed entry in log order. A tree command goes to tree.Apply under s.mu
 // (watch events are triggered under the same lock; ending a session also
 // releases its locks in coord), a coordination command to applyCoord; then
 // afterApply and deliverGrants do this member's bookkeeping and
-// waiters.deliver answers the request that proposed it, if it was here.
+// waiters.deliver completes the Future of the request that proposed it,
+// if it was here.
 package server

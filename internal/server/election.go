@@ -93,10 +93,7 @@ func (s *Server) leaderOf(name string) *pb.LeaderResponse {
 }
 
 func (a *api) Proclaim(ctx context.Context, r *pb.ProclaimRequest) (*pb.ProclaimResponse, error) {
-	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpProclaim, Lock: r.GetName(), Value: r.GetValue()})
-	if err == nil {
-		err = res.Err
-	}
+	res, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpProclaim, Name: r.GetName(), Value: r.GetValue()})
 	if err != nil {
 		return nil, a.done("Proclaim", err)
 	}
@@ -150,10 +147,7 @@ func (a *api) Observe(r *pb.LeaderRequest, stream pb.Meridian_ObserveServer) err
 
 // Add applies an atomic add to a counter.
 func (a *api) Add(ctx context.Context, r *pb.AddRequest) (*pb.AddResponse, error) {
-	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Op: coord.OpAdd, Lock: r.GetName(), Delta: r.GetDelta()})
-	if err == nil {
-		err = res.Err
-	}
+	res, idx, err := a.coordCall(ctx, &coord.Command{Op: coord.OpAdd, Name: r.GetName(), Delta: r.GetDelta()})
 	if err != nil {
 		return nil, a.done("Add", err)
 	}

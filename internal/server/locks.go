@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -43,7 +42,7 @@ func (s *Server) applyCoord(index uint64, data []byte) {
 	switch c.Op {
 	case coord.OpRelease, coord.OpForceRelease, coord.OpProclaim:
 		if res.Err == nil {
-			s.obs.notify(c.Lock) // a release or proclaim changes what observers see
+			s.obs.notify(c.Name) // a release or proclaim changes what observers see
 		}
 	}
 	s.deliverGrants(grants, losses)
@@ -61,7 +60,7 @@ func (s *Server) applyFenced(index uint64, c *coord.Command) {
 	switch {
 	case err != nil:
 		res = tree.Result{Err: errs.ErrMarshalling}
-	case s.mu.coord.CheckToken(c.Lock, c.Token) != nil:
+	case s.mu.coord.CheckToken(c.Name, c.Token) != nil:
 		res = tree.Result{Err: errs.ErrStaleToken}
 	case inner.Op.Type == tree.OpCloseSession || inner.Op.Type == tree.OpExpire || inner.Op.Type == tree.OpCreateSession:
 		res = tree.Result{Err: errs.ErrBadArguments} // only data writes can be fenced
@@ -179,129 +178,6 @@ func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
 	}
 }
 
-// ---- proposals ----
-
-// proposeData proposes an encoded command and waits until this server has
-// applied it.
-//
-// With no leader known raft drops a proposal, so it can never apply; that
-// case waits for an election (a restarted server learns the leader within a
-// heartbeat or two) and proposes again, until the request deadline, rather
-// than failing a client that reconnected a moment too early.
-func (s *Server) proposeData(ctx context.Context, id uint64, data []byte) (applied, error) {
-	ch, err := s.submit(ctx, id, data)
-	if err != nil {
-		return applied{}, err
-	}
-	return s.await(ctx, id, ch)
-}
-
-// submit hands data to raft under id, retrying while no leader is known
-// (see proposeData), and returns the channel its result arrives on; await
-// takes it from there. Submitting before awaiting lets a caller that
-// submits in order (one ZooKeeper connection's pipelined writes) keep its
-// writes in order while their commits overlap: raft steps them in the
-// order given, and a follower forwards them to the leader in that order.
-func (s *Server) submit(ctx context.Context, id uint64, data []byte) (chan applied, error) {
-	s.placement.writes.Add(1)
-	for {
-		ch, err := s.submitOnce(ctx, id, data)
-		if !errors.Is(err, errs.ErrNotLeader) {
-			return ch, err
-		}
-		select {
-		case <-time.After(s.cfg.tick()):
-		case <-ctx.Done():
-			return nil, err
-		case <-s.stop:
-			return nil, errs.ErrStopped
-		}
-	}
-}
-
-func (s *Server) submitOnce(ctx context.Context, id uint64, data []byte) (chan applied, error) {
-	ch := s.waiters.add(id, s.rep.Term())
-	if err := s.rep.Propose(ctx, data); err != nil {
-		s.waiters.remove(id)
-		s.metrics.proposals.WithLabelValues("rejected").Inc()
-		return nil, err
-	}
-	return ch, nil
-}
-
-// await waits for the result of the proposal submitted under id.
-func (s *Server) await(ctx context.Context, id uint64, ch chan applied) (applied, error) {
-	defer s.waiters.remove(id)
-	select {
-	case a := <-ch:
-		if a.err != nil {
-			s.metrics.proposals.WithLabelValues("unknown").Inc()
-			return applied{}, a.err
-		}
-		s.metrics.proposals.WithLabelValues("applied").Inc()
-		return a, nil
-	case <-ctx.Done():
-		s.metrics.proposals.WithLabelValues("timeout").Inc()
-		return applied{}, errs.ErrTimeout
-	case <-s.stop:
-		// raft has it and may commit it after all (forwarded to the
-		// leader): not "stopped", which says it was not applied and lets
-		// clients retry it.
-		s.metrics.proposals.WithLabelValues("unknown").Inc()
-		return applied{}, errs.ErrOutcomeUnknown
-	}
-}
-
-// proposeCoord commits c and waits until this server has applied it. A
-// caller that must know the proposal id beforehand (a pop registers its
-// grant under it) sets c.ID itself.
-func (s *Server) proposeCoord(ctx context.Context, c *coord.Command) (coord.Result, uint64, error) {
-	if c.ID == 0 {
-		c.ID = s.nextID()
-	}
-	c.TimeMs = time.Now().UnixMilli()
-	data, err := coord.Encode(c)
-	if err != nil {
-		return coord.Result{}, 0, err
-	}
-	ctx, cancel := s.withTimeout(ctx)
-	defer cancel()
-	a, err := s.proposeData(ctx, c.ID, data)
-	return a.coord, a.index, err
-}
-
-func (s *Server) proposeCoordAsync(c *coord.Command) error {
-	c.ID = s.nextID()
-	c.TimeMs = time.Now().UnixMilli()
-	data, err := coord.Encode(c)
-	if err != nil {
-		return err
-	}
-	return s.proposeDataAsync(data)
-}
-
-// proposeFenced wraps a tree write so it applies only under the given token.
-func (s *Server) proposeFenced(ctx context.Context, cmd *tree.Command, f *pb.Fence) (tree.Result, uint64, error) {
-	if err := coord.ValidName(f.GetLock()); err != nil {
-		return tree.Result{}, 0, err
-	}
-	cmd.TimeMs = time.Now().UnixMilli()
-	inner, err := tree.EncodeCommand(cmd)
-	if err != nil {
-		return tree.Result{}, 0, err
-	}
-	c := &coord.Command{ID: s.nextID(), TimeMs: cmd.TimeMs, Session: cmd.Session, Op: coord.OpFenced,
-		Lock: f.GetLock(), Token: f.GetToken(), Inner: inner}
-	data, err := coord.Encode(c)
-	if err != nil {
-		return tree.Result{}, 0, err
-	}
-	ctx, cancel := s.withTimeout(ctx)
-	defer cancel()
-	a, err := s.proposeData(ctx, c.ID, data)
-	return a.res, a.index, err
-}
-
 // ---- snapshots: tree and locks together ----
 
 var snapshotMagic = []byte("MRDS1")
@@ -351,12 +227,9 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 			region = m.Region
 		}
 	}
-	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpAcquire,
-		Lock: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits(), Value: r.GetValue(),
+	res, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpAcquire,
+		Name: r.GetName(), Mode: mode, Wait: r.GetWait(), DelayMs: r.GetDelayMs(), Permits: r.GetPermits(), Value: r.GetValue(),
 		LocalFirst: r.GetLocalFirst(), Region: region})
-	if err == nil {
-		err = res.Err
-	}
 	if err != nil {
 		return nil, a.done("Lock", err)
 	}
@@ -381,16 +254,17 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 	// caller holds the lock, and gets it if it is still there to take it.
 	cctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.requestTimeout())
 	defer cancel()
-	cres, idx, err := a.s.proposeCoord(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancel, Lock: r.GetName()})
+	out, err := a.s.Submit(cctx, coordCommand(&coord.Command{Session: r.GetSessionId(), Op: coord.OpCancel, Name: r.GetName()})).Wait()
 	if err != nil {
 		return nil, a.done("Lock", err)
 	}
+	cres, idx := out.coord, out.index
 	if cres.Granted {
 		if ctx.Err() == nil {
 			return &pb.LockResponse{Header: a.header(idx), Token: cres.Token}, a.done("Lock", nil)
 		}
 		// Nobody is waiting for this grant any more: give it back.
-		a.s.proposeCoord(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Lock: r.GetName()})
+		a.s.Submit(cctx, coordCommand(&coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Name: r.GetName()})).Wait()
 	}
 	if ctx.Err() != nil {
 		return nil, a.done("Lock", ctx.Err())
@@ -399,10 +273,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 }
 
 func (a *api) Unlock(ctx context.Context, r *pb.UnlockRequest) (*pb.UnlockResponse, error) {
-	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Lock: r.GetName()})
-	if err == nil {
-		err = res.Err
-	}
+	_, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpRelease, Name: r.GetName()})
 	if err != nil {
 		return nil, a.done("Unlock", err)
 	}
@@ -410,10 +281,7 @@ func (a *api) Unlock(ctx context.Context, r *pb.UnlockRequest) (*pb.UnlockRespon
 }
 
 func (a *api) ForceUnlock(ctx context.Context, r *pb.ForceUnlockRequest) (*pb.UnlockResponse, error) {
-	res, idx, err := a.s.proposeCoord(ctx, &coord.Command{Op: coord.OpForceRelease, Lock: r.GetName(), Target: r.GetHolderSessionId()})
-	if err == nil {
-		err = res.Err
-	}
+	_, idx, err := a.coordCall(ctx, &coord.Command{Op: coord.OpForceRelease, Name: r.GetName(), Target: r.GetHolderSessionId()})
 	if err != nil {
 		return nil, a.done("ForceUnlock", err)
 	}

@@ -96,37 +96,48 @@ func TestPlannedLeaderMoveAnswersWrites(t *testing.T) {
 // once its term ended at least the grace ago; one of the current term waits
 // for its result, and a result that arrives first is the answer.
 func TestWaitersAnswerUnknownOnlyAfterGrace(t *testing.T) {
-	w := waiters{m: map[uint64]*waiter{}}
+	w := waiters{m: map[uint64]*Future{}}
+	// add registers a proposal of term under id, as Submit does.
+	add := func(id, term uint64) *Future {
+		f := &Future{done: make(chan struct{})}
+		w.add(id, term, f)
+		return f
+	}
+	// answer is the future's outcome, if it has one yet.
+	answer := func(f *Future) (applied, bool) {
+		select {
+		case <-f.Done():
+			return f.result, true
+		default:
+			return applied{}, false
+		}
+	}
 	t0 := time.Unix(1000, 0)
 	const grace = 2 * time.Second
 	w.newTerm(3, t0)
-	old := w.add(1, 3)      // proposed in term 3
-	answered := w.add(2, 3) // term 3 too, but its result arrives
+	old := add(1, 3)      // proposed in term 3
+	answered := add(2, 3) // term 3 too, but its result arrives
 	w.newTerm(4, t0.Add(time.Second))
-	current := w.add(3, 4)                      // proposed in term 4
+	current := add(3, 4)                        // proposed in term 4
 	w.newTerm(5, t0.Add(1500*time.Millisecond)) // another change: term 3's grace still counts from its end
 	w.deliver(2, applied{index: 7})
 
 	w.sweep(t0.Add(time.Second+grace-time.Millisecond), grace)
-	select {
-	case a := <-old:
+	if a, ok := answer(old); ok {
 		t.Fatalf("answered %+v before the grace had passed", a)
-	default:
 	}
 	w.sweep(t0.Add(time.Second+grace), grace)
-	if a := <-old; !errors.Is(a.err, errs.ErrOutcomeUnknown) {
+	if a, ok := answer(old); !ok || !errors.Is(a.err, errs.ErrOutcomeUnknown) {
 		t.Fatalf("after the grace: %+v, want ErrOutcomeUnknown", a)
 	}
-	if a := <-answered; a.err != nil || a.index != 7 {
+	if a, ok := answer(answered); !ok || a.err != nil || a.index != 7 {
 		t.Fatalf("a delivered result: %+v, want index 7", a)
 	}
-	select {
-	case a := <-current:
+	if a, ok := answer(current); ok {
 		t.Fatalf("a proposal of term 4 answered %+v when term 5 is only 1.5 s old", a)
-	default:
 	}
 	w.sweep(t0.Add(1500*time.Millisecond+grace), grace)
-	if a := <-current; !errors.Is(a.err, errs.ErrOutcomeUnknown) {
+	if a, ok := answer(current); !ok || !errors.Is(a.err, errs.ErrOutcomeUnknown) {
 		t.Fatalf("term 4's proposal after term 5's grace: %+v", a)
 	}
 }

@@ -262,7 +262,8 @@ func (a *api) SetLeaderPreference(ctx context.Context, r *pb.LeaderPreferenceReq
 	if region != "" && voterIn(a.s.members(), region, 0) == 0 {
 		return nil, a.done("SetLeaderPreference", fmt.Errorf("%w: no voter in region %q", errs.ErrBadArguments, region))
 	}
-	_, idx, err := a.s.proposeCoord(ctx, &coord.Command{Op: coord.OpSetting, Lock: settingPreferRegion, Value: []byte(region)})
+	out, err := a.s.Submit(ctx, coordCommand(&coord.Command{Op: coord.OpSetting, Name: settingPreferRegion, Value: []byte(region)})).Wait()
+	idx := out.index
 	if err != nil {
 		return nil, a.done("SetLeaderPreference", err)
 	}

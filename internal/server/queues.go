@@ -29,20 +29,21 @@ func waitCtx(ctx context.Context, timeoutMs int64) (context.Context, context.Can
 	return context.WithCancel(ctx)
 }
 
-// coordCall proposes c and folds the command's own error into err.
+// coordCall submits c, waits for its result and folds the command's own
+// error into err.
 func (a *api) coordCall(ctx context.Context, c *coord.Command) (coord.Result, uint64, error) {
-	res, idx, err := a.s.proposeCoord(ctx, c)
+	out, err := a.s.Submit(ctx, coordCommand(c)).Wait()
 	if err == nil {
-		err = res.Err
+		err = out.coord.Err
 	}
-	return res, idx, err
+	return out.coord, out.index, err
 }
 
 func (a *api) Push(ctx context.Context, r *pb.PushRequest) (*pb.PushResponse, error) {
 	if len(r.GetData()) > coord.MaxItemBytes {
 		return nil, a.done("Push", errs.ErrItemTooLarge) // before the codec, which would call it a too-large request
 	}
-	res, idx, err := a.coordCall(ctx, &coord.Command{Op: coord.OpPush, Lock: r.GetQueue(), Value: r.GetData()})
+	res, idx, err := a.coordCall(ctx, &coord.Command{Op: coord.OpPush, Name: r.GetQueue(), Value: r.GetData()})
 	if err != nil {
 		return nil, a.done("Push", err)
 	}
@@ -61,7 +62,7 @@ func (a *api) Pop(ctx context.Context, r *pb.PopRequest) (*pb.PopResponse, error
 	// Register before proposing so the grant cannot slip past this call.
 	ch, _ := a.s.grants.add(key) // ids are unique: never busy
 	defer a.s.grants.remove(key)
-	res, idx, err := a.coordCall(ctx, &coord.Command{ID: id, Session: r.GetSessionId(), Op: coord.OpPop, Lock: r.GetQueue(),
+	res, idx, err := a.coordCall(ctx, &coord.Command{ID: id, Session: r.GetSessionId(), Op: coord.OpPop, Name: r.GetQueue(),
 		Wait: r.GetWait(), VisibilityMs: r.GetVisibilityMs(), Detach: r.GetDetach()})
 	if errors.Is(err, errs.ErrTimeout) || errors.Is(err, errs.ErrOutcomeUnknown) {
 		// The pop may still be applied: best effort, withdraw it and give
@@ -94,7 +95,7 @@ func (a *api) Pop(ctx context.Context, r *pb.PopRequest) (*pb.PopResponse, error
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), a.s.cfg.requestTimeout())
 	defer ccancel()
-	cres, idx, err := a.coordCall(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancelPop, Lock: r.GetQueue(), Waiter: id})
+	cres, idx, err := a.coordCall(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancelPop, Name: r.GetQueue(), Waiter: id})
 	if err != nil {
 		return nil, a.done("Pop", err)
 	}
@@ -109,14 +110,14 @@ func (a *api) Pop(ctx context.Context, r *pb.PopRequest) (*pb.PopResponse, error
 func (a *api) withdrawPop(r *pb.PopRequest, id uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.requestTimeout())
 	defer cancel()
-	cres, _, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancelPop, Lock: r.GetQueue(), Waiter: id})
+	cres, _, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancelPop, Name: r.GetQueue(), Waiter: id})
 	if err == nil && cres.Item != nil {
-		a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpNack, Lock: r.GetQueue(), Item: cres.Item.ID, Attempt: cres.Item.Attempt})
+		a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpNack, Name: r.GetQueue(), Item: cres.Item.ID, Attempt: cres.Item.Attempt})
 	}
 }
 
 func (a *api) settle(ctx context.Context, method string, op coord.OpType, r *pb.AckRequest) (*pb.AckResponse, error) {
-	_, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: op, Lock: r.GetQueue(), Item: r.GetId(), Attempt: r.GetAttempt()})
+	_, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: op, Name: r.GetQueue(), Item: r.GetId(), Attempt: r.GetAttempt()})
 	if err != nil {
 		return nil, a.done(method, err)
 	}
@@ -156,7 +157,7 @@ func (a *api) QueueStats(ctx context.Context, r *pb.QueueStatsRequest) (*pb.Queu
 // ---- barriers ----
 
 func (a *api) SetBarrier(ctx context.Context, r *pb.BarrierRequest) (*pb.BarrierResponse, error) {
-	_, idx, err := a.coordCall(ctx, &coord.Command{Op: coord.OpBarrierSet, Lock: r.GetName()})
+	_, idx, err := a.coordCall(ctx, &coord.Command{Op: coord.OpBarrierSet, Name: r.GetName()})
 	if err != nil {
 		return nil, a.done("SetBarrier", err)
 	}
@@ -164,7 +165,7 @@ func (a *api) SetBarrier(ctx context.Context, r *pb.BarrierRequest) (*pb.Barrier
 }
 
 func (a *api) RemoveBarrier(ctx context.Context, r *pb.BarrierRequest) (*pb.BarrierResponse, error) {
-	_, idx, err := a.coordCall(ctx, &coord.Command{Op: coord.OpBarrierRemove, Lock: r.GetName()})
+	_, idx, err := a.coordCall(ctx, &coord.Command{Op: coord.OpBarrierRemove, Name: r.GetName()})
 	if err != nil {
 		return nil, a.done("RemoveBarrier", err)
 	}
@@ -220,7 +221,7 @@ func (a *api) EnterBarrier(ctx context.Context, r *pb.DoubleBarrierRequest) (*pb
 		return nil, a.done("EnterBarrier", errs.ErrBadArguments) // this session already waits to enter here
 	}
 	defer a.s.grants.remove(key)
-	res, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpEnter, Lock: r.GetName(), Parties: r.GetParties()})
+	res, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpEnter, Name: r.GetName(), Parties: r.GetParties()})
 	if err != nil {
 		return nil, a.done("EnterBarrier", err)
 	}
@@ -238,7 +239,7 @@ func (a *api) EnterBarrier(ctx context.Context, r *pb.DoubleBarrierRequest) (*pb
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), a.s.cfg.requestTimeout())
 	defer ccancel()
-	cres, idx, err := a.coordCall(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancelEnter, Lock: r.GetName()})
+	cres, idx, err := a.coordCall(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpCancelEnter, Name: r.GetName()})
 	if err != nil {
 		return nil, a.done("EnterBarrier", err)
 	}
@@ -247,7 +248,7 @@ func (a *api) EnterBarrier(ctx context.Context, r *pb.DoubleBarrierRequest) (*pb
 			return &pb.DoubleBarrierResponse{Header: a.header(idx)}, a.done("EnterBarrier", nil)
 		}
 		// Inside, but nobody is waiting for it: leave so the others can.
-		a.coordCall(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpLeave, Lock: r.GetName()})
+		a.coordCall(cctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpLeave, Name: r.GetName()})
 	}
 	if ctx.Err() != nil {
 		return nil, a.done("EnterBarrier", ctx.Err())
@@ -267,7 +268,7 @@ func (a *api) LeaveBarrier(ctx context.Context, r *pb.DoubleBarrierRequest) (*pb
 		return nil, a.done("LeaveBarrier", errs.ErrBadArguments) // this session already waits to leave here
 	}
 	defer a.s.grants.remove(key)
-	res, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpLeave, Lock: r.GetName()})
+	res, idx, err := a.coordCall(ctx, &coord.Command{Session: r.GetSessionId(), Op: coord.OpLeave, Name: r.GetName()})
 	if err != nil {
 		return nil, a.done("LeaveBarrier", err)
 	}

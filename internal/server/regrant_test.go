@@ -21,21 +21,21 @@ func TestRegrantAfterSnapshot(t *testing.T) {
 		r, _, _ := st.Apply(idx, &c, live)
 		return r
 	}
-	apply(coord.Command{Op: coord.OpAcquire, Lock: "l", Session: 1})
-	apply(coord.Command{Op: coord.OpAcquire, Lock: "l", Session: 2, Wait: true})
-	apply(coord.Command{Op: coord.OpRelease, Lock: "l", Session: 1}) // granted to 2
-	apply(coord.Command{Op: coord.OpAcquire, Lock: "l", Session: 3, Wait: true})
-	apply(coord.Command{ID: 500, Op: coord.OpPop, Lock: "q", Session: 4, Wait: true})
-	apply(coord.Command{ID: 501, Op: coord.OpPop, Lock: "q", Session: 5, Wait: true})
-	apply(coord.Command{Op: coord.OpPush, Lock: "q", Value: []byte("x")}) // to pop 500
+	apply(coord.Command{Op: coord.OpAcquire, Name: "l", Session: 1})
+	apply(coord.Command{Op: coord.OpAcquire, Name: "l", Session: 2, Wait: true})
+	apply(coord.Command{Op: coord.OpRelease, Name: "l", Session: 1}) // granted to 2
+	apply(coord.Command{Op: coord.OpAcquire, Name: "l", Session: 3, Wait: true})
+	apply(coord.Command{ID: 500, Op: coord.OpPop, Name: "q", Session: 4, Wait: true})
+	apply(coord.Command{ID: 501, Op: coord.OpPop, Name: "q", Session: 5, Wait: true})
+	apply(coord.Command{Op: coord.OpPush, Name: "q", Value: []byte("x")}) // to pop 500
 	for _, s := range []int64{6, 7} {
-		apply(coord.Command{Op: coord.OpEnter, Lock: "b", Session: s, Parties: 2})
+		apply(coord.Command{Op: coord.OpEnter, Name: "b", Session: s, Parties: 2})
 	}
-	apply(coord.Command{Op: coord.OpEnter, Lock: "c", Session: 8, Parties: 2})
-	apply(coord.Command{Op: coord.OpEnter, Lock: "d", Session: 9, Parties: 2})
-	apply(coord.Command{Op: coord.OpEnter, Lock: "d", Session: 10, Parties: 2}) // opens d
-	apply(coord.Command{Op: coord.OpLeave, Lock: "b", Session: 6})
-	apply(coord.Command{Op: coord.OpLeave, Lock: "b", Session: 7}) // releases 6
+	apply(coord.Command{Op: coord.OpEnter, Name: "c", Session: 8, Parties: 2})
+	apply(coord.Command{Op: coord.OpEnter, Name: "d", Session: 9, Parties: 2})
+	apply(coord.Command{Op: coord.OpEnter, Name: "d", Session: 10, Parties: 2}) // opens d
+	apply(coord.Command{Op: coord.OpLeave, Name: "b", Session: 6})
+	apply(coord.Command{Op: coord.OpLeave, Name: "b", Session: 7}) // releases 6
 	restored, err := coord.Restore(st.Snapshot())
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,6 @@ import (
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/coord"
-	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/latency"
 	"github.com/meridian-coord/meridian/internal/pki"
 	"github.com/meridian-coord/meridian/internal/replica"
@@ -125,7 +124,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.mu.tree = tree.New()
 	s.mu.coord = coord.New()
 	s.grants.m = make(map[grantKey]chan coord.Grant)
-	s.waiters.m = make(map[uint64]*waiter)
+	s.waiters.m = make(map[uint64]*Future)
 	s.hubs.m = make(map[int64]*hub)
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
@@ -462,205 +461,7 @@ func (s *Server) endSession(id int64, expired bool) {
 	}
 }
 
-// ---- proposals ----
-
-type applied struct {
-	index uint64
-	res   tree.Result
-	coord coord.Result // for coordination commands
-	err   error        // set when the outcome became unknowable (leader change)
-}
-
-// waiters hands apply results back to the requests that proposed them.
-type waiters struct {
-	mu   sync.Mutex
-	m    map[uint64]*waiter
-	term uint64 // the current raft term, as last told
-}
-
-type waiter struct {
-	ch         chan applied
-	term       uint64    // raft term when proposed
-	staleSince time.Time // when its term ended (zero: not yet)
-}
-
-func (w *waiters) add(id, term uint64) chan applied {
-	ch := make(chan applied, 1)
-	w.mu.Lock()
-	w.m[id] = &waiter{ch: ch, term: term}
-	w.mu.Unlock()
-	return ch
-}
-
-// newTerm records that the raft term is now term (from the leader-change
-// callback): proposals of earlier terms start their grace.
-func (w *waiters) newTerm(term uint64, now time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if term <= w.term {
-		return
-	}
-	w.term = term
-	for _, wt := range w.m {
-		if wt.term < term && wt.staleSince.IsZero() {
-			wt.staleSince = now
-		}
-	}
-}
-
-// sweep fails, as outcome unknown, every proposal whose term ended at
-// least grace ago. A leader change does not decide a proposal's fate:
-// one in the log when leadership moved commits with the new leader's first
-// entry, and one forwarded to a leader that was handing over is passed on
-// to the next (replica's held proposals), so answering at the change (as
-// before) told clients "unknown" about writes that then applied, on every
-// planned move. After grace (two election timeouts) a proposal of an
-// earlier term has applied, and so been answered, unless it was lost with
-// an old leader or is still travelling: nothing tells which.
-func (w *waiters) sweep(now time.Time, grace time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for id, wt := range w.m {
-		if !wt.staleSince.IsZero() && now.Sub(wt.staleSince) >= grace {
-			delete(w.m, id)
-			wt.ch <- applied{err: errs.ErrOutcomeUnknown}
-		}
-	}
-}
-
-func (w *waiters) remove(id uint64) {
-	w.mu.Lock()
-	delete(w.m, id)
-	w.mu.Unlock()
-}
-
-func (w *waiters) deliver(id uint64, a applied) {
-	w.mu.Lock()
-	wt, ok := w.m[id]
-	delete(w.m, id)
-	w.mu.Unlock()
-	if ok {
-		wt.ch <- a
-	}
-}
-
-func (s *Server) nextID() uint64 {
-	return s.idPrefix | (s.idSeq.Add(1) & (1<<56 - 1))
-}
-
-// propose commits cmd and waits until this server has applied it.
-func (s *Server) propose(ctx context.Context, cmd *tree.Command) (tree.Result, uint64, error) {
-	cmd.ID = s.nextID()
-	cmd.TimeMs = time.Now().UnixMilli()
-	data, err := tree.EncodeCommand(cmd)
-	if err != nil {
-		return tree.Result{}, 0, err
-	}
-	ctx, cancel := s.withTimeout(ctx)
-	defer cancel()
-	a, err := s.proposeData(ctx, cmd.ID, data)
-	return a.res, a.index, err
-}
-
-// submitTree hands cmd to raft now and returns a function that waits until
-// this server has applied it: propose in two steps, for callers that must
-// order their submissions but not wait for each commit before the next.
-func (s *Server) submitTree(ctx context.Context, cmd *tree.Command) (func() (tree.Result, uint64, error), error) {
-	cmd.ID = s.nextID()
-	cmd.TimeMs = time.Now().UnixMilli()
-	data, err := tree.EncodeCommand(cmd)
-	if err != nil {
-		return nil, err
-	}
-	ch, err := s.submit(ctx, cmd.ID, data)
-	if err != nil {
-		return nil, err
-	}
-	return func() (tree.Result, uint64, error) {
-		a, err := s.await(ctx, cmd.ID, ch)
-		return a.res, a.index, err
-	}, nil
-}
-
-// proposeAsync hands a leader-duty command to raft without waiting for it.
-func (s *Server) proposeAsync(cmd *tree.Command) error {
-	cmd.ID = s.nextID()
-	cmd.TimeMs = time.Now().UnixMilli()
-	data, err := tree.EncodeCommand(cmd)
-	if err != nil {
-		return err
-	}
-	return s.proposeDataAsync(data)
-}
-
-// proposeDataAsync hands encoded leader-duty commands to raft, bounded by an
-// election timeout, without waiting for them to apply.
-func (s *Server) proposeDataAsync(data []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
-	defer cancel()
-	return s.rep.Propose(ctx, data)
-}
-
-// watchKindFor is the watch a read registers: exists on an existing node sets
-// a data watch, as ZooKeeper's client expects; on a missing node an exist
-// watch. Other reads register only when they succeeded (ok false: none).
-func watchKindFor(k watch.Kind, err error) (watch.Kind, bool) {
-	switch {
-	case err == nil && k == watch.KindExist:
-		return watch.KindData, true
-	case err == nil:
-		return k, true
-	case k == watch.KindExist && errors.Is(err, errs.ErrNoNode):
-		return k, true
-	}
-	return k, false
-}
-
-// withTimeout bounds a request by the caller's deadline and the server's
-// request timeout, whichever comes first.
-func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.requestTimeout())
-}
-
-// ---- reads ----
-
-// readBarrier makes the next local read linearizable (linear) or at least as
-// fresh as minZxid (sequential, ZooKeeper semantics).
-func (s *Server) readBarrier(ctx context.Context, linear bool, minZxid int64) error {
-	ctx, cancel := s.withTimeout(ctx)
-	defer cancel()
-	if linear {
-		_, err := s.rep.ReadIndex(ctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			return errs.ErrTimeout
-		}
-		return err
-	}
-	if minZxid > 0 && uint64(minZxid) > s.appliedIndex() {
-		if err := s.rep.WaitApplied(ctx, uint64(minZxid)); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return errs.ErrTimeout
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// admitSession refuses a new session while the cluster holds MaxSessions
-// live ones (as applied here). Checked before proposing, not in apply: the
-// limit is this member's configuration, and apply must not depend on it.
-func (s *Server) admitSession() error {
-	s.mu.RLock()
-	n := s.mu.tree.SessionCount()
-	s.mu.RUnlock()
-	if n >= s.cfg.MaxSessions {
-		s.log.Warn("session limit reached; refusing a new session", "live", n, "max_sessions", s.cfg.MaxSessions)
-		return errs.ErrTooManySessions
-	}
-	return nil
-}
-
+// appliedIndex is the index of the last entry this member applied.
 func (s *Server) appliedIndex() uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -775,7 +576,7 @@ func (s *Server) duties() {
 		if ids := s.tracker.ExpiredAfter(tree.MaxExpireBatch, slack); len(ids) > 0 {
 			s.tracker.MarkPending(ids)
 			s.log.Info("expiring sessions", "count", len(ids))
-			if err := s.proposeAsync(&tree.Command{Op: tree.Op{Type: tree.OpExpire}, Sessions: ids}); err != nil {
+			if _, err := s.Submit(context.Background(), leaderDuty(treeCommand(&tree.Command{Op: tree.Op{Type: tree.OpExpire}, Sessions: ids}))).Wait(); err != nil {
 				s.log.Warn("propose expire", "err", err)
 			}
 		}
@@ -786,7 +587,7 @@ func (s *Server) duties() {
 		if needTick {
 			// A lock-delay or a queue delivery's lease has passed: let
 			// waiters be granted, redeliver.
-			if err := s.proposeCoordAsync(&coord.Command{Op: coord.OpTick}); err != nil {
+			if _, err := s.Submit(context.Background(), leaderDuty(coordCommand(&coord.Command{Op: coord.OpTick}))).Wait(); err != nil {
 				s.log.Warn("propose lock tick", "err", err)
 			}
 		}
@@ -796,7 +597,7 @@ func (s *Server) duties() {
 			s.mu.RUnlock()
 			if need {
 				lastReap = now
-				if err := s.proposeAsync(&tree.Command{Op: tree.Op{Type: tree.OpReap}}); err != nil {
+				if _, err := s.Submit(context.Background(), leaderDuty(treeCommand(&tree.Command{Op: tree.Op{Type: tree.OpReap}}))).Wait(); err != nil {
 					s.log.Warn("propose reap", "err", err)
 				}
 			}

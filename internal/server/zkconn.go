@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -505,25 +504,14 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		return c.readOnlyHandshake(req, resp)
 	}
 	if req.SessionID == 0 {
-		timeout := session.Negotiate(time.Duration(req.TimeOut)*time.Millisecond, c.s.cfg.sessionTick())
-		pw := make([]byte, 16)
-		rand.Read(pw)
-		err := c.s.admitSession()
-		var res tree.Result
-		var idx uint64
-		if err == nil {
-			res, idx, err = c.s.propose(ctx, &tree.Command{Op: tree.Op{Type: tree.OpCreateSession}, TimeoutMs: int32(timeout.Milliseconds()), Password: pw})
-		}
-		if err == nil {
-			err = res.Err
-		}
+		ns, idx, err := c.s.createSession(ctx, time.Duration(req.TimeOut)*time.Millisecond)
 		if err != nil {
 			c.closeWhy = "create session: " + err.Error()
 			c.countConnect(err)
 			return false
 		}
-		c.session, c.timeout, c.lastZxid = res.SessionID, timeout, int64(idx)
-		resp.SessionID, resp.TimeOut, resp.Passwd = res.SessionID, int32(timeout.Milliseconds()), pw
+		c.session, c.timeout, c.lastZxid = ns.id, ns.timeout, int64(idx)
+		resp.SessionID, resp.TimeOut, resp.Passwd = ns.id, int32(ns.timeout.Milliseconds()), ns.password
 	} else {
 		// Never serve a client older data than it has seen or been told of.
 		// LastZxidSeen covers replies only: clients do not count the zxid of
@@ -534,24 +522,17 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		// this server up to everything committed, hence everything any
 		// server has notified. A client claiming a zxid beyond that still
 		// waits for it and is refused when it never comes, as ZooKeeper does.
-		err := c.s.readBarrier(ctx, true, 0)
-		if err == nil {
-			err = c.s.readBarrier(ctx, false, req.LastZxidSeen)
+		si, err := c.s.resumeSession(ctx, req.SessionID, req.Passwd, req.LastZxidSeen, true)
+		if errors.Is(err, errs.ErrSessionExpired) {
+			return expired()
 		}
 		if err != nil {
 			c.closeWhy = "cannot catch up with the client's zxid: " + err.Error()
 			c.countConnect(err)
 			return false
 		}
-		c.s.mu.RLock()
-		si, ok := c.s.mu.tree.Session(req.SessionID)
-		c.s.mu.RUnlock()
-		if !ok || subtle.ConstantTimeCompare(si.Password, req.Passwd) != 1 {
-			return expired()
-		}
 		c.session, c.timeout = si.ID, time.Duration(si.TimeoutMs)*time.Millisecond
 		resp.SessionID, resp.TimeOut, resp.Passwd = si.ID, si.TimeoutMs, req.Passwd
-		c.s.touch(si.ID)
 	}
 	c.auth = c.identity()
 	c.l.mu.Lock()

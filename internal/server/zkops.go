@@ -133,7 +133,7 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 	if err != nil {
 		return false
 	}
-	var cmd *tree.Command
+	var w writeRequest
 	// respond answers with the applied result (err: the proposal's error or
 	// the result's).
 	var respond func(res tree.Result, idx uint64, err error)
@@ -142,10 +142,11 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 		if hdr.Type != zk.OpMulti {
 			return false // multiRead
 		}
-		var ok bool
-		if cmd, ok = multiCommand(r); !ok {
+		ops, ok := multiOps(r)
+		if !ok {
 			return false // served in turn, which refuses it
 		}
+		w.op, w.ops = tree.Op{Type: tree.OpMulti}, ops
 		respond = func(res tree.Result, idx uint64, err error) {
 			c.multiReply(hdr, r, res, int64(idx), err)
 		}
@@ -154,7 +155,7 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 		if !ok || hdr.Type == zk.OpDeleteContainer {
 			return false // not a write, or one served in turn
 		}
-		cmd = &tree.Command{Op: op}
+		w.op = op
 		respond = func(res tree.Result, idx uint64, err error) {
 			c.reply(hdr, int64(idx), err, zkWriteResponse(hdr.Type, res))
 		}
@@ -169,23 +170,14 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 		return true // closing: the next read fails
 	}
 	c.s.touch(c.session)
-	cmd.Session, cmd.Auth = c.session, c.auth
-	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
-	wait, err := c.s.submitTree(ctx, cmd)
+	w.session, w.auth = c.session, c.auth
+	f := c.s.submitWrite(context.Background(), &w) // bounded by the request timeout
 	prev, sent := c.tail, make(chan struct{})
 	c.tail = sent
 	c.s.wg.Add(1) // the reader holds the group, so this cannot race Close's Wait
 	go func() {
 		defer c.s.wg.Done()
-		defer cancel()
-		var res tree.Result
-		var idx uint64
-		if err == nil {
-			res, idx, err = wait()
-			if err == nil {
-				err = res.Err
-			}
-		}
+		res, idx, err := writeOutcome(f.Wait())
 		<-prev
 		respond(res, idx, err)
 		close(sent)
@@ -233,69 +225,36 @@ func (c *zkConn) serve(pkt []byte) bool {
 		return true
 	}
 	applied := func() int64 { return int64(c.s.appliedIndex()) }
-	write := func(cmd *tree.Command) (tree.Result, int64, error) {
-		if c.readOnly {
-			return tree.Result{}, 0, errs.ErrNotReadOnly
-		}
-		cmd.Session, cmd.Auth = c.session, c.auth
-		res, idx, err := c.s.propose(ctx, cmd)
-		if err == nil {
-			err = res.Err
-		}
+	write := func(w *writeRequest) (tree.Result, int64, error) {
+		w.session, w.auth, w.readOnly = c.session, c.auth, c.readOnly
+		res, idx, err := c.s.write(ctx, w)
 		return res, int64(idx), err
 	}
-	// read runs fn under the tree's read lock and registers a watch of kind
-	// k when asked (for exists even on a missing node). respond, when set,
-	// sends the reply under that lock too, with the index the read saw: a
-	// change applied after the read must not have its watch notification
-	// queued before the reply, or the client, which sets up its watch when
-	// the reply arrives (go-zookeeper does), drops the event and the watch
-	// is spent. ZooKeeper replies in apply order for the same reason.
-	read := func(path string, watchIt bool, k watch.Kind, rk readKind, fn func(t *tree.Tree) error, respond func(zxid int64, err error)) error {
-		if err := tree.ValidatePath(path, false); err != nil {
-			if respond != nil {
-				respond(applied(), err)
-			}
-			return err
-		}
-		c.s.mu.RLock()
-		defer c.s.mu.RUnlock()
-		err := func() error {
-			if err := authorizeRead(c.s.mu.tree, path, rk, c.auth); err != nil {
-				return err
-			}
-			err := fn(c.s.mu.tree)
-			if wk, ok := watchKindFor(k, err); watchIt && ok {
-				if werr := c.s.watches.Add(c, path, wk); werr != nil {
-					return werr
-				}
-				if h := zkWatchSetHook.Load(); h != nil {
-					(*h)(path)
-				}
-			}
-			return err
-		}()
-		if respond != nil {
-			respond(int64(c.s.mu.applied), err)
-		}
-		return err
+	// read serves a read through the request core with this connection's
+	// identities, the connection as the watcher; respond, when set, replies
+	// under the tree's read lock (see Server.read).
+	read := func(r readRequest, respond func(res readResult, zxid int64, err error)) (readResult, error) {
+		r.auth, r.watcher = c.auth, c
+		res, _, err := c.s.read(ctx, &r, respond)
+		return res, err
 	}
 	if op, ok := zkWriteOp(hdr.Type, req); ok {
-		res, idx, err := write(&tree.Command{Op: op})
+		res, idx, err := write(&writeRequest{op: op})
 		reply(idx, err, zkWriteResponse(hdr.Type, res))
 		return true
 	}
 
 	switch r := req.(type) {
 	case *zk.ExistsRequest:
-		var st tree.Stat
-		read(r.Path, r.Watch, watch.KindExist, readExists, func(t *tree.Tree) (err error) { st, err = t.Exists(r.Path); return },
-			func(zxid int64, err error) { reply(zxid, err, &zk.ExistsResponse{Stat: toZKStat(st)}) })
+		read(readRequest{path: r.Path, kind: readExists, watch: r.Watch},
+			func(res readResult, zxid int64, err error) {
+				reply(zxid, err, &zk.ExistsResponse{Stat: toZKStat(res.stat)})
+			})
 	case *zk.GetDataRequest:
-		var data []byte
-		var st tree.Stat
-		read(r.Path, r.Watch, watch.KindData, readData, func(t *tree.Tree) (err error) { data, st, err = t.Get(r.Path); return },
-			func(zxid int64, err error) { reply(zxid, err, &zk.GetDataResponse{Data: data, Stat: toZKStat(st)}) })
+		read(readRequest{path: r.Path, kind: readData, watch: r.Watch},
+			func(res readResult, zxid int64, err error) {
+				reply(zxid, err, &zk.GetDataResponse{Data: res.data, Stat: toZKStat(res.stat)})
+			})
 	case *zk.GetChildrenRequest, *zk.GetChildren2Request:
 		path, w := "", false
 		if g, ok := r.(*zk.GetChildrenRequest); ok {
@@ -304,10 +263,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 			g := r.(*zk.GetChildren2Request)
 			path, w = g.Path, g.Watch
 		}
-		var kids []string
-		var st tree.Stat
-		read(path, w, watch.KindChild, readChildren, func(t *tree.Tree) (err error) { kids, st, err = t.Children(path); return },
-			func(zxid int64, err error) {
+		read(readRequest{path: path, kind: readChildren, watch: w},
+			func(res readResult, zxid int64, err error) {
+				kids, st := res.children, res.stat
 				if err == nil {
 					kids = syntheticChildren(path, kids, &st)
 				}
@@ -318,15 +276,8 @@ func (c *zkConn) serve(pkt []byte) bool {
 				}
 			})
 	case *zk.GetACLRequest:
-		var acl []tree.ACL
-		var st tree.Stat
-		err := read(r.Path, false, 0, readACL, func(t *tree.Tree) (err error) {
-			if acl, st, err = t.GetACL(r.Path); err == nil {
-				acl = redactACL(t, r.Path, acl, c.auth)
-			}
-			return
-		}, nil)
-		reply(applied(), err, &zk.GetACLResponse{ACL: toZKACL(acl), Stat: toZKStat(st)})
+		res, err := read(readRequest{path: r.Path, kind: readACL}, nil)
+		reply(applied(), err, &zk.GetACLResponse{ACL: toZKACL(res.acl), Stat: toZKStat(res.stat)})
 	case *zk.SyncRequest:
 		var err error = errs.ErrNotReadOnly
 		if !c.readOnly {
@@ -334,15 +285,8 @@ func (c *zkConn) serve(pkt []byte) bool {
 		}
 		reply(applied(), err, &zk.SyncResponse{Path: r.Path})
 	case *zk.CheckVersionRequest:
-		var st tree.Stat
-		err := read(r.Path, false, 0, 0, func(t *tree.Tree) (err error) {
-			st, err = t.Exists(r.Path)
-			if err == nil && r.Version != -1 && st.Version != r.Version {
-				err = errs.ErrBadVersion
-			}
-			return err
-		}, nil)
-		reply(applied(), err, &zk.SetDataResponse{Stat: toZKStat(st)})
+		res, err := read(readRequest{path: r.Path, kind: readCheckVersion, version: r.Version}, nil)
+		reply(applied(), err, &zk.SetDataResponse{Stat: toZKStat(res.stat)})
 	case *zk.MultiRequest:
 		if hdr.Type == zk.OpMultiRead {
 			reply(applied(), nil, c.multiRead(r))
@@ -381,9 +325,8 @@ func (c *zkConn) serve(pkt []byte) bool {
 		c.s.mu.RUnlock()
 		reply(applied(), nil, &zk.GetEphemeralsResponse{Ephemerals: paths})
 	case *zk.GetAllChildrenNumberRequest:
-		var n int
-		err := read(r.Path, false, 0, readChildren, func(t *tree.Tree) (err error) { n, err = t.AllChildrenNumber(r.Path); return }, nil)
-		reply(applied(), err, &zk.GetAllChildrenNumberResponse{TotalNumber: int32(n)})
+		res, err := read(readRequest{path: r.Path, kind: readChildCount}, nil)
+		reply(applied(), err, &zk.GetAllChildrenNumberResponse{TotalNumber: int32(res.count)})
 	case *zk.ReconfigRequest:
 		if c.readOnly {
 			reply(0, errs.ErrNotReadOnly, nil)
@@ -403,8 +346,8 @@ func (c *zkConn) serve(pkt []byte) bool {
 				c.close("session closed by client")
 				return false
 			}
-			_, idx, err := write(&tree.Command{Op: tree.Op{Type: tree.OpCloseSession}})
-			reply(idx, err, nil)
+			idx, err := c.s.closeSession(ctx, c.session, c.auth)
+			reply(int64(idx), err, nil)
 			c.close("session closed by client")
 			return false
 		case zk.OpWhoAmI:
@@ -427,7 +370,6 @@ func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 	out := &zk.MultiResponse{}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
-	t := c.s.mu.tree
 	for _, o := range r.Ops {
 		var path string
 		switch op := o.Op.(type) {
@@ -436,26 +378,22 @@ func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 		case *zk.GetChildrenRequest:
 			path = op.Path
 		}
-		err := tree.ValidatePath(path, false)
+		rr := readRequest{path: path, kind: readData, auth: c.auth}
+		if o.Type != zk.OpGetData {
+			rr.kind = readChildren
+		}
+		err := rr.validate()
+		var rres readResult
 		if err == nil {
-			kind := readData
-			if o.Type != zk.OpGetData {
-				kind = readChildren
-			}
-			err = authorizeRead(t, path, kind, c.auth)
+			rres, err = c.s.readLocked(&rr)
 		}
 		var res zk.OpResult
-		if err == nil && o.Type == zk.OpGetData {
-			var data []byte
-			var st tree.Stat
-			if data, st, err = t.Get(path); err == nil {
-				res = zk.OpResult{Type: zk.OpGetData, Data: data, Stat: toZKStat(st)}
-			}
-		} else if err == nil {
-			var kids []string
-			if kids, _, err = t.Children(path); err == nil {
-				res = zk.OpResult{Type: zk.OpGetChildren, Children: kids}
-			}
+		switch {
+		case err != nil:
+		case rr.kind == readData:
+			res = zk.OpResult{Type: zk.OpGetData, Data: rres.data, Stat: toZKStat(rres.stat)}
+		default:
+			res = zk.OpResult{Type: zk.OpGetChildren, Children: rres.children}
 		}
 		if err != nil {
 			res = zk.OpResult{Type: zk.OpError, Err: errs.ZKCode(err)}
@@ -483,24 +421,24 @@ func (c *zkConn) setWatches(op int32, rel int64, data, exist, child, pers, rec [
 // multi serves a multi: all ops in one command; on failure ZooKeeper's
 // error results (0 before the failing op, its code, -2 after) with a reply
 // header error of 0.
-func (c *zkConn) multi(hdr zk.RequestHeader, r *zk.MultiRequest, write func(*tree.Command) (tree.Result, int64, error)) {
-	cmd, ok := multiCommand(r)
+func (c *zkConn) multi(hdr zk.RequestHeader, r *zk.MultiRequest, write func(*writeRequest) (tree.Result, int64, error)) {
+	ops, ok := multiOps(r)
 	if !ok {
 		c.reply(hdr, 0, errs.ErrBadArguments, nil)
 		return
 	}
-	res, idx, err := write(cmd)
+	res, idx, err := write(&writeRequest{op: tree.Op{Type: tree.OpMulti}, ops: ops})
 	c.multiReply(hdr, r, res, idx, err)
 }
 
-// multiCommand is the tree command of a multi's ops; false if one is not a
+// multiOps are the tree operations of a multi's ops; false if one is not a
 // write a multi may hold.
-func multiCommand(r *zk.MultiRequest) (*tree.Command, bool) {
-	cmd := &tree.Command{Op: tree.Op{Type: tree.OpMulti}}
+func multiOps(r *zk.MultiRequest) ([]tree.Op, bool) {
+	var ops []tree.Op
 	for _, o := range r.Ops {
 		switch op := o.Op.(type) {
 		case *zk.CheckVersionRequest:
-			cmd.Ops = append(cmd.Ops, tree.Op{Type: tree.OpCheck, Path: op.Path, Version: op.Version})
+			ops = append(ops, tree.Op{Type: tree.OpCheck, Path: op.Path, Version: op.Version})
 		case *zk.SetACLRequest, *zk.DeleteContainerRequest:
 			return nil, false // not ops of a multi
 		default:
@@ -508,10 +446,10 @@ func multiCommand(r *zk.MultiRequest) (*tree.Command, bool) {
 			if !ok {
 				return nil, false
 			}
-			cmd.Ops = append(cmd.Ops, w)
+			ops = append(ops, w)
 		}
 	}
-	return cmd, true
+	return ops, true
 }
 
 // multiReply answers a multi with its applied result: err is the proposal's

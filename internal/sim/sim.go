@@ -341,7 +341,7 @@ func (s *Sim) apply(n *node, e *pb.Entry) error {
 					}
 					n.tokens[g.Lock] = g.Token
 				}
-				if info, ok := n.coord.Get(c.Lock); ok && info.Permits <= 1 {
+				if info, ok := n.coord.Get(c.Name); ok && info.Permits <= 1 {
 					excl := 0
 					for _, hd := range info.Holders {
 						if hd.Mode == coord.Exclusive {
@@ -349,7 +349,7 @@ func (s *Sim) apply(n *node, e *pb.Entry) error {
 						}
 					}
 					if excl > 1 || (excl == 1 && len(info.Holders) > 1) {
-						return fmt.Errorf("seed %d at %d ms: lock %s has holders %v on node %d", s.cfg.Seed, s.now, c.Lock, info.Holders, n.id)
+						return fmt.Errorf("seed %d at %d ms: lock %s has holders %v on node %d", s.cfg.Seed, s.now, c.Name, info.Holders, n.id)
 					}
 				}
 			} else {
@@ -406,9 +406,9 @@ func (s *Sim) propose() {
 		data, err = tree.EncodeCommand(&tree.Command{TimeMs: int64(s.now), Op: tree.Op{Type: tree.OpSetData,
 			Path: fmt.Sprintf("/n%d", s.rng.IntN(50)), Data: fmt.Appendf(nil, "v%d", s.now), Version: -1}})
 	case 2, 3:
-		data, err = coord.Encode(&coord.Command{Op: coord.OpAcquire, Lock: lock, Session: session, Wait: true, TimeMs: int64(s.now)})
+		data, err = coord.Encode(&coord.Command{Op: coord.OpAcquire, Name: lock, Session: session, Wait: true, TimeMs: int64(s.now)})
 	default:
-		data, err = coord.Encode(&coord.Command{Op: coord.OpRelease, Lock: lock, Session: session, TimeMs: int64(s.now)})
+		data, err = coord.Encode(&coord.Command{Op: coord.OpRelease, Name: lock, Session: session, TimeMs: int64(s.now)})
 	}
 	if err != nil {
 		panic(err)
