@@ -39,8 +39,9 @@ func seeds(t *testing.T) (first, n uint64) {
 // TestSimulation runs many seeded runs of 3 and 5 nodes under message loss,
 // duplication, reordering, crashes and (one-way) partitions, checking one
 // leader per term, committed entries never changing, identical state at
-// equal index, monotonic fencing tokens and lock exclusion throughout, and
-// convergence once the faults stop.
+// equal index, monotonic fencing tokens, lock exclusion and no lock held by
+// or waited for by an ended session throughout, and convergence once the
+// faults stop.
 func TestSimulation(t *testing.T) {
 	first, n := seeds(t)
 	var total Stats
