@@ -1,20 +1,22 @@
 // Package server wires one Meridian member together: the replicated state
-// (tree and coord, applied from the replica's raft loop), sessions, watches,
-// and the client ports (the ZooKeeper protocol, the native gRPC API, HTTP
-// for metrics and health). It decides nothing that must be the same on every
-// replica (that happens in tree.Apply and coord.Apply); what it decides, on
-// the leader only, is when to propose time-driven commands, stamping its
-// wall clock into them.
+// (internal/fsm: tree and coord, applied from the replica's raft loop),
+// sessions, watches, and the client ports (the ZooKeeper protocol, the
+// native gRPC API, HTTP for metrics and health). It decides nothing that
+// must be the same on every replica (that happens in fsm.Apply); what it
+// decides, on the leader only, is when to propose time-driven commands,
+// stamping its wall clock into them.
 //
 // Data flows one way: request → proposal → raft → apply → result and watch
 // events → connections. Each file has one job:
 //
-//   - server.go: Server, New/Serve/Close; the state machine the replica
-//     drives (stateMachine.Apply, Snapshot, Restore) and the per-member
-//     reactions to an apply (afterApply, endSession); and the leader's
-//     duties (duties: session expiry, TTL and container reaping, the coord
-//     tick for lock-delays and queue leases, keepalive forwarding from
-//     followers).
+//   - server.go: Server, New/Serve/Close; the adapter the replica drives
+//     (stateMachine.Apply, Snapshot, Restore, handing entries to the fsm),
+//     s.mu (stateView: the fsm's lock and state, for reads) and the
+//     per-member reactions to an apply (appliedLocked and restoredLocked
+//     under the fsm's lock; afterApply, endSession after it); and the
+//     leader's duties (duties: session expiry, TTL and container reaping,
+//     the coord tick for lock-delays and queue leases, keepalive forwarding
+//     from followers).
 //   - propose.go: the proposer. Submit hands a tree command, a
 //     coordination command or a fenced write to raft and returns its
 //     Future (Wait, Done); waiters hands each applied result to its
@@ -46,9 +48,9 @@
 //     from the request core: tree reads and writes, sessions, watch
 //     streams, status, leader transfer. locks.go, queues.go and
 //     election.go hold the lock, queue, barrier, election and counter
-//     methods, which Submit coordination commands; locks.go also applies
-//     them (applyCoord, applyFenced), answers waiting acquires and pops
-//     from apply (deliverGrants), and frames the snapshot (tree and coord).
+//     methods, which Submit coordination commands; locks.go also answers
+//     waiting acquires and pops from apply (deliverGrants, and regrant
+//     after a snapshot install).
 //   - hub.go: a session's watch sink for its gRPC Watch stream.
 //   - members.go: run-time membership over the replica's address book;
 //     placement.go: write-load reports to the leader and its leadership
@@ -82,10 +84,11 @@
 // this member applies the entry.
 //
 // Apply: the replica's raft loop calls stateMachine.Apply with each
-// committed entry in log order. A tree command goes to tree.Apply under s.mu
-// (watch events are triggered under the same lock; ending a session also
-// releases its locks in coord), a coordination command to applyCoord; then
-// afterApply and deliverGrants do this member's bookkeeping and
+// committed entry in log order, which hands it to fsm.Apply. Under the fsm's
+// lock (the one s.mu.RLock takes) the entry is applied to the tree or coord
+// (ending a session also releases its locks) and the appliedLocked hook
+// triggers its watch events; then afterApply does this member's bookkeeping
+// with the returned fsm.Result (sessions, observers, deliverGrants) and
 // waiters.deliver completes the Future of the request that proposed it,
 // if it was here.
 package server

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -18,60 +16,7 @@ import (
 // release (forced release). Path carries the lock name, Zxid the lost token.
 const eventLockLost tree.EventType = -100
 
-// ---- apply ----
-
-// applyCoord applies a coordination command (called from Apply).
-func (s *Server) applyCoord(index uint64, data []byte) {
-	c, err := coord.Decode(data)
-	if err != nil {
-		s.log.Error("undecodable coordination entry skipped", "index", index, "err", err)
-		s.mu.Lock()
-		s.mu.applied = index
-		s.mu.Unlock()
-		return
-	}
-	if c.Op == coord.OpFenced {
-		s.applyFenced(index, c)
-		return
-	}
-	s.mu.Lock()
-	live := func(id int64) bool { _, ok := s.mu.tree.Session(id); return ok }
-	res, grants, losses := s.mu.coord.Apply(index, c, live)
-	s.mu.applied = index
-	s.mu.Unlock()
-	switch c.Op {
-	case coord.OpRelease, coord.OpForceRelease, coord.OpProclaim:
-		if res.Err == nil {
-			s.obs.notify(c.Name) // a release or proclaim changes what observers see
-		}
-	}
-	s.deliverGrants(grants, losses)
-	s.waiters.deliver(c.ID, applied{index: index, coord: res})
-}
-
-// applyFenced applies the tree command inside a fenced write only if its
-// token is the lock's current token; the check and the write are one apply.
-func (s *Server) applyFenced(index uint64, c *coord.Command) {
-	inner, err := tree.DecodeCommand(c.Inner)
-	s.mu.Lock()
-	var res tree.Result
-	var grants []coord.Grant
-	var losses []coord.Loss
-	switch {
-	case err != nil:
-		res = tree.Result{Err: errs.ErrMarshalling}
-	case s.mu.coord.CheckToken(c.Name, c.Token) != nil:
-		res = tree.Result{Err: errs.ErrStaleToken}
-	case inner.Op.Type == tree.OpCloseSession || inner.Op.Type == tree.OpExpire || inner.Op.Type == tree.OpCreateSession:
-		res = tree.Result{Err: errs.ErrBadArguments} // only data writes can be fenced
-	default:
-		res, grants, losses = s.applyTreeLocked(index, inner)
-	}
-	s.mu.applied = index
-	s.mu.Unlock()
-	s.deliverGrants(grants, losses)
-	s.waiters.deliver(c.ID, applied{index: index, res: res})
-}
+// ---- grants: requests waiting here for what an apply gives them ----
 
 // grantKey identifies a waiting request on this server: an acquire (lock,
 // session), a pop (also its proposal id: a session may have several), a
@@ -176,31 +121,6 @@ func (s *Server) deliverGrants(grants []coord.Grant, losses []coord.Loss) {
 			h.Notify(tree.Event{Type: eventLockLost, Path: l.Lock, Zxid: int64(l.Token)})
 		}
 	}
-}
-
-// ---- snapshots: tree and locks together ----
-
-var snapshotMagic = []byte("MRDS1")
-
-func encodeSnapshot(treeSnap, coordSnap []byte) []byte {
-	out := make([]byte, 0, len(snapshotMagic)+10+len(treeSnap)+len(coordSnap))
-	out = append(out, snapshotMagic...)
-	out = binary.AppendUvarint(out, uint64(len(treeSnap)))
-	out = append(out, treeSnap...)
-	return append(out, coordSnap...)
-}
-
-func decodeSnapshot(b []byte) (treeSnap, coordSnap []byte, err error) {
-	if len(b) < len(snapshotMagic) || string(b[:len(snapshotMagic)]) != string(snapshotMagic) {
-		return nil, nil, fmt.Errorf("%w: snapshot: bad magic", errs.ErrDataInconsistency)
-	}
-	b = b[len(snapshotMagic):]
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
-		return nil, nil, fmt.Errorf("%w: snapshot: bad tree length", errs.ErrDataInconsistency)
-	}
-	b = b[k:]
-	return b[:n], b[n:], nil
 }
 
 // ---- API ----

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/latency"
 	"github.com/meridian-coord/meridian/internal/pki"
 	"github.com/meridian-coord/meridian/internal/replica"
@@ -54,15 +54,11 @@ type Server struct {
 	saslUsers map[string]string // DIGEST-MD5 users from cfg.JAASConfig
 	placement placementState
 
-	// mu guards the tree and appliedIndex. Apply takes it for writing and
-	// triggers watches while holding it, so a read that registers a watch sees
-	// either the state before a change (and is notified of it) or after it.
-	mu struct {
-		sync.RWMutex
-		tree    *tree.Tree
-		coord   *coord.State
-		applied uint64
-	}
+	// fsm is the replicated state (tree and coord); the replica's raft loop
+	// applies to it through stateMachine.
+	fsm *fsm.FSM
+	// mu is how this member reads fsm: see stateView.
+	mu stateView
 
 	rep     *replica.Replica
 	watches *watch.Manager
@@ -121,8 +117,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.saslUsers = users
 	}
-	s.mu.tree = tree.New()
-	s.mu.coord = coord.New()
+	s.fsm = fsm.New(fsm.Hooks{Applied: s.appliedLocked, Restored: s.restoredLocked})
+	s.mu = stateView{fsm: s.fsm, tree: s.fsm.Tree(), coord: s.fsm.Coord()}
 	s.grants.m = make(map[grantKey]chan coord.Grant)
 	s.waiters.m = make(map[uint64]*Future)
 	s.hubs.m = make(map[int64]*hub)
@@ -326,115 +322,81 @@ func (s *Server) Close() error {
 
 // ---- state machine adapter (called by the replica's raft loop) ----
 
+// stateView is this member's read handle on the state machine: RLock and
+// RUnlock take the fsm's lock, and tree, coord and applied are the fsm's,
+// refreshed by its hooks under its write lock. Only the fsm writes: Apply
+// triggers watches inside the same lock (appliedLocked), so a read that
+// registers a watch under RLock sees either the state before a change (and
+// is notified of it) or after it.
+type stateView struct {
+	fsm     *fsm.FSM
+	tree    *tree.Tree
+	coord   *coord.State
+	applied uint64
+}
+
+func (v *stateView) RLock()   { v.fsm.RLock() }
+func (v *stateView) RUnlock() { v.fsm.RUnlock() }
+
 type stateMachine Server
 
 func (sm *stateMachine) Apply(index, term uint64, data []byte) {
 	s := (*Server)(sm)
 	start := time.Now()
 	defer func() { s.metrics.applyDuration.Observe(time.Since(start).Seconds()) }()
-	if len(data) > 0 && data[0] == coord.Tag {
-		s.applyCoord(index, data)
-		return
-	}
-	cmd, err := tree.DecodeCommand(data)
-	if err != nil {
-		// Every replica decodes the same bytes the same way, so skipping is
-		// deterministic; the proposer validated what it encoded.
-		s.log.Error("undecodable log entry skipped", "index", index, "err", err)
-		s.mu.Lock()
-		s.mu.applied = index
-		s.mu.Unlock()
-		return
-	}
-	s.mu.Lock()
-	res, grants, losses := s.applyTreeLocked(index, cmd)
-	s.mu.applied = index
-	s.mu.Unlock()
-	s.afterApply(cmd, res, grants, losses)
-	s.waiters.deliver(cmd.ID, applied{index: index, res: res})
+	r := s.fsm.Apply(index, data)
+	s.afterApply(&r)
 }
 
-// applyTreeLocked applies a tree command and, when it ends sessions, releases
-// their locks in the same apply. Caller holds s.mu.
-func (s *Server) applyTreeLocked(index uint64, cmd *tree.Command) (tree.Result, []coord.Grant, []coord.Loss) {
-	res, events := s.mu.tree.Apply(index, cmd)
-	for _, ev := range events {
+// appliedLocked is fsm's Applied hook, run under its write lock: watches
+// fire before any read can see the change.
+func (s *Server) appliedLocked(r *fsm.Result) {
+	for _, ev := range r.Events {
 		s.watches.Trigger(ev)
 	}
-	var grants []coord.Grant
-	var losses []coord.Loss
-	switch cmd.Op.Type {
-	case tree.OpCloseSession:
-		if res.Err == nil {
-			grants, losses = s.mu.coord.SessionEnded(index, cmd.TimeMs, cmd.Session, false)
-		}
-	case tree.OpExpire:
-		// All at once: see coord.SessionsEnded.
-		grants, losses = s.mu.coord.SessionsEnded(index, cmd.TimeMs, cmd.Sessions, true)
-	}
-	return res, grants, losses
+	s.mu.applied = r.Index
 }
 
-// afterApply does the per-server bookkeeping of an applied command: session
-// tracking, ended sessions' watch streams, lock grants and losses.
-func (s *Server) afterApply(cmd *tree.Command, res tree.Result, grants []coord.Grant, losses []coord.Loss) {
-	switch cmd.Op.Type {
-	case tree.OpCreateSession:
-		if res.Err == nil {
-			s.tracker.Add(res.SessionID, time.Duration(cmd.TimeoutMs)*time.Millisecond)
-		}
-	case tree.OpCloseSession:
-		s.endSession(cmd.Session, false)
-	case tree.OpExpire:
-		for _, id := range cmd.Sessions {
-			s.endSession(id, true)
+// afterApply is this member's reaction to an applied entry: session
+// tracking, ended sessions' connections and watch streams, observers, the
+// requests waiting here for a grant, and the request that proposed the
+// entry if it was proposed here.
+func (s *Server) afterApply(r *fsm.Result) {
+	if r.Skipped != nil {
+		s.log.Error("undecodable log entry skipped", "index", r.Index, "err", r.Skipped)
+		return
+	}
+	if r.Started.ID != 0 {
+		s.tracker.Add(r.Started.ID, time.Duration(r.Started.TimeoutMs)*time.Millisecond)
+	}
+	for _, e := range r.Ended {
+		s.endSession(e.ID, e.Expired)
+	}
+	if c := r.CoordCommand; c != nil && r.CoordResult.Err == nil {
+		switch c.Op {
+		case coord.OpRelease, coord.OpForceRelease, coord.OpProclaim:
+			s.obs.notify(c.Name) // a release or proclaim changes what observers see
 		}
 	}
-	s.deliverGrants(grants, losses)
+	s.deliverGrants(r.Grants, r.Losses)
+	s.waiters.deliver(r.ID, applied{index: r.Index, res: r.TreeResult, coord: r.CoordResult})
 }
 
 // Snapshot serializes the whole replicated state: the tree and the locks.
 func (sm *stateMachine) Snapshot() ([]byte, error) {
-	s := (*Server)(sm)
-	var buf bytes.Buffer
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.mu.tree.Snapshot(&buf); err != nil {
-		return nil, err
-	}
-	return encodeSnapshot(buf.Bytes(), s.mu.coord.Snapshot()), nil
+	return (*Server)(sm).fsm.Snapshot()
 }
 
 func (sm *stateMachine) Restore(index uint64, data []byte) error {
 	s := (*Server)(sm)
-	treeSnap, coordSnap, err := decodeSnapshot(data)
-	if err != nil {
+	if err := s.fsm.Restore(index, data); err != nil {
 		return err
 	}
-	t, err := tree.Restore(bytes.NewReader(treeSnap))
-	if err != nil {
-		return err
-	}
-	c, err := coord.Restore(coordSnap)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.mu.tree = t
-	s.mu.coord = c
-	s.mu.applied = index
-	sessions := t.Sessions()
-	// The state jumped past changes whose events were never triggered here:
-	// make every client re-register its watches relative to its last zxid,
-	// which fires those whose node changed (ZooKeeper's setWatches).
-	for _, h := range s.hubs.all() {
-		s.watches.RemoveAll(h)
-		h.reset()
-	}
-	if s.zk != nil {
-		s.zk.closeAllConns("state replaced by a leader snapshot")
-	}
-	s.mu.Unlock()
+	// Only the raft loop (here) changes the state: what it reads now is
+	// what it restored.
+	s.mu.RLock()
+	sessions, c := s.mu.tree.Sessions(), s.mu.coord
+	s.mu.RUnlock()
 	// Leaders may have changed and barriers been removed in the skipped
 	// range: observers and barrier waiters re-read the state, and waiting
 	// requests whose grant was in that range get it now.
@@ -447,6 +409,21 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 	}
 	s.tracker.ResetAll(live)
 	return nil
+}
+
+// restoredLocked is fsm's Restored hook, run under its write lock.
+func (s *Server) restoredLocked() {
+	s.mu.tree, s.mu.coord, s.mu.applied = s.fsm.Tree(), s.fsm.Coord(), s.fsm.Applied()
+	// The state jumped past changes whose events were never triggered here:
+	// make every client re-register its watches relative to its last zxid,
+	// which fires those whose node changed (ZooKeeper's setWatches).
+	for _, h := range s.hubs.all() {
+		s.watches.RemoveAll(h)
+		h.reset()
+	}
+	if s.zk != nil {
+		s.zk.closeAllConns("state replaced by a leader snapshot")
+	}
 }
 
 // endSession forgets a closed or expired session on this server.

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -10,8 +8,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/meridian-coord/meridian/internal/coord"
-	"github.com/meridian-coord/meridian/internal/tree"
+	"github.com/meridian-coord/meridian/internal/fsm"
 )
 
 // What a replica.Node leaves to its driver: a disk, a network and a state
@@ -194,33 +191,17 @@ func (m machine) Apply(index, term uint64, data []byte) {
 	m.s.err = m.s.apply(m.n, e)
 }
 
-// Snapshot is the tree's snapshot and the coordination state's, the
-// first length-prefixed (the replica snapshots every snapshotEntries
-// applied entries and sends snapshots to members that fell behind).
-func (m machine) Snapshot() ([]byte, error) {
-	var b bytes.Buffer
-	if err := m.n.tree.Snapshot(&b); err != nil {
-		return nil, err
-	}
-	out := binary.AppendUvarint(nil, uint64(b.Len()))
-	out = append(out, b.Bytes()...)
-	return append(out, m.n.coord.Snapshot()...), nil
-}
+// Snapshot is the shipped state machine's snapshot (the replica snapshots
+// every snapshotEntries applied entries and sends snapshots to members
+// that fell behind).
+func (m machine) Snapshot() ([]byte, error) { return m.n.fsm.Snapshot() }
 
 // Restore replaces n's state with a snapshot taken at index, which must be
 // the state every member had after applying index.
 func (m machine) Restore(index uint64, data []byte) error {
 	s, n := m.s, m.n
-	size, k := binary.Uvarint(data)
-	if k <= 0 || size > uint64(len(data)-k) {
-		return fmt.Errorf("sim: snapshot header")
-	}
-	t, err := tree.Restore(bytes.NewReader(data[k : k+int(size)]))
-	if err != nil {
-		return err
-	}
-	c, err := coord.Restore(data[k+int(size):])
-	if err != nil {
+	f := fsm.New(fsm.Hooks{})
+	if err := f.Restore(index, data); err != nil {
 		return err
 	}
 	// The last entry with data at or before index: every one was applied
@@ -231,7 +212,7 @@ func (m machine) Restore(index uint64, data []byte) error {
 			at = i
 		}
 	}
-	n.tree, n.coord, n.applied, n.tokens = t, c, at, map[string]uint64{}
+	n.fsm, n.applied, n.tokens = f, at, map[string]uint64{}
 	s.Stats.Restores++
 	if at > 0 && s.states[at] != s.stateHash(n) && s.err == nil {
 		s.err = fmt.Errorf("seed %d at %d ms: node %d restored a snapshot at %d that differs from the state after %d", s.cfg.Seed, s.now, n.id, index, at)

@@ -1,7 +1,7 @@
 // Package sim is a deterministic simulation of a Meridian consensus group:
 // several members (the replica package's own code, over simulated disks)
-// applying committed entries to the real state machines (internal/tree and
-// internal/coord), over a simulated network and clock, all driven by one
+// applying committed entries to the shipped state machine (internal/fsm:
+// tree and coord), over a simulated network and clock, all driven by one
 // seeded random source in one goroutine. Messages are delayed, dropped,
 // duplicated and reordered; nodes crash (losing everything not yet synced
 // to their disk) and restart; the network partitions, asymmetrically too.
@@ -26,7 +26,6 @@
 package sim
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -40,6 +39,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/replica"
 	"github.com/meridian-coord/meridian/internal/tree"
 )
@@ -89,9 +89,8 @@ type node struct {
 	id      uint64
 	up      bool
 	replica *replica.Node
-	disk    disk // survives crashes
-	tree    *tree.Tree
-	coord   *coord.State
+	disk    disk     // survives crashes
+	fsm     *fsm.FSM // the shipped state machine, as every member runs it
 	applied uint64
 	heardAt uint64            // last message from a leader (or own campaign)
 	timeout uint64            // this node's current election timeout
@@ -162,7 +161,7 @@ func (s *Sim) start(n *node, fresh bool) {
 			c.ElectionTick, c.CheckQuorum, c.Logger = 1<<20, false, quiet{}
 		},
 	}
-	n.tree, n.coord, n.applied, n.tokens = tree.New(), coord.New(), 0, map[string]uint64{}
+	n.fsm, n.applied, n.tokens = fsm.New(fsm.Hooks{}), 0, map[string]uint64{}
 	rn, err := replica.NewNode(cfg, machine{s, n}, storage{s, n}, network{s, n}, opts)
 	if err != nil {
 		panic(fmt.Sprintf("seed %d: restart node %d: %v", s.cfg.Seed, n.id, err))
@@ -329,35 +328,8 @@ func (s *Sim) apply(n *node, e *pb.Entry) error {
 	switch e.GetType() {
 	case pb.EntryNormal:
 		if d := e.GetData(); len(d) > 0 {
-			if d[0] == coord.Tag {
-				c, err := coord.Decode(d)
-				if err != nil {
-					return fmt.Errorf("seed %d: undecodable coord entry %d: %v", s.cfg.Seed, idx, err)
-				}
-				_, grants, _ := n.coord.Apply(idx, c, func(int64) bool { return true })
-				for _, g := range grants { // every new grant, immediate or handed off
-					if g.Token <= n.tokens[g.Lock] {
-						return fmt.Errorf("seed %d at %d ms: node %d granted %s token %d after %d", s.cfg.Seed, s.now, n.id, g.Lock, g.Token, n.tokens[g.Lock])
-					}
-					n.tokens[g.Lock] = g.Token
-				}
-				if info, ok := n.coord.Get(c.Name); ok && info.Permits <= 1 {
-					excl := 0
-					for _, hd := range info.Holders {
-						if hd.Mode == coord.Exclusive {
-							excl++
-						}
-					}
-					if excl > 1 || (excl == 1 && len(info.Holders) > 1) {
-						return fmt.Errorf("seed %d at %d ms: lock %s has holders %v on node %d", s.cfg.Seed, s.now, c.Name, info.Holders, n.id)
-					}
-				}
-			} else {
-				cmd, err := tree.DecodeCommand(d)
-				if err != nil {
-					return fmt.Errorf("seed %d: undecodable tree entry %d: %v", s.cfg.Seed, idx, err)
-				}
-				n.tree.Apply(idx, cmd)
+			if err := s.applyData(n, idx, d); err != nil {
+				return err
 			}
 		}
 	}
@@ -372,17 +344,78 @@ func (s *Sim) apply(n *node, e *pb.Entry) error {
 	return nil
 }
 
+// applyData applies a normal entry's data to n's state machine, as a
+// member's replica does, and checks the invariants of its result.
+func (s *Sim) applyData(n *node, idx uint64, data []byte) error {
+	r := n.fsm.Apply(idx, data)
+	if r.Skipped != nil {
+		return fmt.Errorf("seed %d: undecodable entry %d: %v", s.cfg.Seed, idx, r.Skipped)
+	}
+	if err := s.checkGrants(n, r.Grants); err != nil {
+		return err
+	}
+	return s.checkLocks(n)
+}
+
+// checkGrants checks that every lock grant of an entry (immediate, handed
+// off at a release, or at a session's end) carries a token above every
+// token granted for that lock before on this node.
+func (s *Sim) checkGrants(n *node, grants []coord.Grant) error {
+	for _, g := range grants {
+		if g.Kind != coord.GrantLock {
+			continue
+		}
+		if g.Token <= n.tokens[g.Lock] {
+			return fmt.Errorf("seed %d at %d ms: node %d granted %s token %d after %d", s.cfg.Seed, s.now, n.id, g.Lock, g.Token, n.tokens[g.Lock])
+		}
+		n.tokens[g.Lock] = g.Token
+	}
+	return nil
+}
+
+// checkLocks checks every lock on n after an apply: at most one exclusive
+// holder and never one beside shared holders, and no holder or waiter
+// whose session has ended (the apply that ends a session releases its
+// locks).
+func (s *Sim) checkLocks(n *node) error {
+	t := n.fsm.Tree()
+	for _, info := range n.fsm.Coord().List("", 1000) {
+		excl := 0
+		for _, hd := range info.Holders {
+			if hd.Mode == coord.Exclusive {
+				excl++
+			}
+			if _, live := t.Session(hd.Session); !live {
+				return fmt.Errorf("seed %d at %d ms: lock %s is held by ended session %d on node %d (applied %d)", s.cfg.Seed, s.now, info.Name, hd.Session, n.id, n.applied)
+			}
+		}
+		for _, w := range info.Waiters {
+			if _, live := t.Session(w.Session); !live {
+				return fmt.Errorf("seed %d at %d ms: ended session %d waits for lock %s on node %d", s.cfg.Seed, s.now, w.Session, info.Name, n.id)
+			}
+		}
+		if info.Permits <= 1 && (excl > 1 || (excl == 1 && len(info.Holders) > 1)) {
+			return fmt.Errorf("seed %d at %d ms: lock %s has holders %v on node %d", s.cfg.Seed, s.now, info.Name, info.Holders, n.id)
+		}
+	}
+	return nil
+}
+
+// stateHash hashes the node's state as the shipped snapshot frames it.
 func (s *Sim) stateHash(n *node) [32]byte {
-	var b bytes.Buffer
-	if err := n.tree.Snapshot(&b); err != nil {
+	b, err := n.fsm.Snapshot()
+	if err != nil {
 		panic(err)
 	}
-	b.Write(n.coord.Snapshot())
-	return sha256.Sum256(b.Bytes())
+	return sha256.Sum256(b)
 }
 
 // propose sends one random client command to a random live node (raft
-// forwards it to the leader, through the simulated network).
+// forwards it to the leader, through the simulated network). Commands run
+// on behalf of sessions the node knows as live, as a client's would: they
+// create nodes (ephemeral ones too), take and release locks (with a
+// lock-delay at times), and sessions are created, closed and expired, so
+// applies end sessions that hold and wait for locks.
 func (s *Sim) propose() {
 	var up []*node
 	for _, n := range s.nodes {
@@ -397,18 +430,47 @@ func (s *Sim) propose() {
 	var data []byte
 	var err error
 	lock := fmt.Sprintf("lock-%d", s.rng.IntN(3))
-	session := int64(1 + s.rng.IntN(4))
-	switch s.rng.IntN(5) {
+	sessions := n.fsm.Tree().Sessions()
+	session := int64(1) // none known: the command fails as a stale session's would
+	if len(sessions) > 0 {
+		session = sessions[s.rng.IntN(len(sessions))].ID
+	}
+	now := int64(s.now)
+	switch s.rng.IntN(8) {
 	case 0:
-		data, err = tree.EncodeCommand(&tree.Command{TimeMs: int64(s.now), Op: tree.Op{Type: tree.OpCreate,
-			Path: fmt.Sprintf("/n%d", s.rng.IntN(50)), Data: []byte("x"), ACL: tree.OpenACL}})
+		mode, owner := tree.ModePersistent, int64(0)
+		if s.rng.IntN(2) == 0 {
+			mode, owner = tree.ModeEphemeral, session
+		}
+		data, err = tree.EncodeCommand(&tree.Command{TimeMs: now, Session: owner, Op: tree.Op{Type: tree.OpCreate,
+			Path: fmt.Sprintf("/n%d", s.rng.IntN(50)), Data: []byte("x"), ACL: tree.OpenACL, Mode: mode}})
 	case 1:
-		data, err = tree.EncodeCommand(&tree.Command{TimeMs: int64(s.now), Op: tree.Op{Type: tree.OpSetData,
+		data, err = tree.EncodeCommand(&tree.Command{TimeMs: now, Op: tree.Op{Type: tree.OpSetData,
 			Path: fmt.Sprintf("/n%d", s.rng.IntN(50)), Data: fmt.Appendf(nil, "v%d", s.now), Version: -1}})
 	case 2, 3:
-		data, err = coord.Encode(&coord.Command{Op: coord.OpAcquire, Name: lock, Session: session, Wait: true, TimeMs: int64(s.now)})
+		delay := int64(0)
+		if s.rng.IntN(4) == 0 {
+			delay = 30
+		}
+		data, err = coord.Encode(&coord.Command{Op: coord.OpAcquire, Name: lock, Session: session, Wait: true,
+			DelayMs: delay, TimeMs: now})
+	case 4:
+		data, err = coord.Encode(&coord.Command{Op: coord.OpRelease, Name: lock, Session: session, TimeMs: now})
+	case 5:
+		data, err = tree.EncodeCommand(&tree.Command{TimeMs: now, Op: tree.Op{Type: tree.OpCreateSession},
+			TimeoutMs: 10000, Password: []byte("0123456789abcdef")})
+	case 6:
+		if s.rng.IntN(2) == 0 {
+			data, err = tree.EncodeCommand(&tree.Command{TimeMs: now, Session: session, Op: tree.Op{Type: tree.OpCloseSession}})
+			break
+		}
+		ids := []int64{session}
+		if len(sessions) > 1 && s.rng.IntN(2) == 0 {
+			ids = append(ids, sessions[s.rng.IntN(len(sessions))].ID)
+		}
+		data, err = tree.EncodeCommand(&tree.Command{TimeMs: now, Op: tree.Op{Type: tree.OpExpire}, Sessions: ids})
 	default:
-		data, err = coord.Encode(&coord.Command{Op: coord.OpRelease, Name: lock, Session: session, TimeMs: int64(s.now)})
+		data, err = coord.Encode(&coord.Command{Op: coord.OpTick, TimeMs: now}) // lets delayed locks be granted
 	}
 	if err != nil {
 		panic(err)

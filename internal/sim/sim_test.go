@@ -40,8 +40,9 @@ func seeds(t *testing.T) (first, n uint64) {
 // duplication, reordering, crashes and (one-way) partitions, checking one
 // leader per term, committed entries never changing, identical state at
 // equal index (a restored snapshot included), no acknowledgement or vote
-// sent before the sender's disk synced it, monotonic fencing tokens and
-// lock exclusion throughout, and convergence once the faults stop.
+// sent before the sender's disk synced it, monotonic fencing tokens, lock
+// exclusion and no lock held by or waited for by an ended session
+// throughout, and convergence once the faults stop.
 func TestSimulation(t *testing.T) {
 	first, n := seeds(t)
 	var total Stats

@@ -1,0 +1,273 @@
+// Package fsm is Meridian's replicated state machine: the data tree
+// (internal/tree) and the coordination state (internal/coord) behind one
+// lock, and the one function that applies a committed log entry to them.
+//
+// Every member applies the same log through Apply and must end in the same
+// state, so Apply decodes the entry, applies it to the tree or to coord and
+// returns what happened: the proposer's result, the watch events, the grants
+// and losses of locks, queue items and barriers, and the sessions it started
+// and ended. Ending a session releases everything it held in coord in the
+// same apply. What a member does about a result (answering the request that
+// proposed it, waking the requests waiting for a grant, triggering watches,
+// forgetting a session's connections) is not decided here.
+//
+// It never reads a clock (time arrives in commands), starts a goroutine or
+// does I/O, and it never panics on the bytes of an entry: an entry that
+// does not decode is skipped, the same way on every member.
+//
+// Snapshot and Restore frame the tree and coord snapshots in one envelope;
+// its bytes are part of the on-disk and peer format.
+//
+// Concurrency: Apply, Snapshot and Restore are called from one goroutine
+// (the replica's raft loop). Readers on other goroutines take RLock and
+// read Tree, Coord and Applied. Apply and Restore hold the write lock while
+// they change the state and while they call the Hooks, so a reader that
+// registers a watch under RLock sees either the state before a change (and
+// the hook triggers its watch) or the state after it.
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/tree"
+)
+
+// Hooks are a member's reactions that must happen inside the write lock,
+// before any reader sees the change. Either may be nil. They must not call
+// back into the FSM's lock.
+type Hooks struct {
+	// Applied is called after each entry is applied (skipped ones too).
+	Applied func(r *Result)
+	// Restored is called after a snapshot replaced the state.
+	Restored func()
+}
+
+// FSM is the replicated state: the tree, coord and the index of the last
+// entry applied to them.
+type FSM struct {
+	mu      sync.RWMutex
+	tree    *tree.Tree
+	coord   *coord.State
+	applied uint64
+	hooks   Hooks
+}
+
+// New returns an empty state machine at index 0.
+func New(h Hooks) *FSM {
+	return &FSM{tree: tree.New(), coord: coord.New(), hooks: h}
+}
+
+// RLock locks the state for reading: Tree, Coord and Applied stay as they
+// are until RUnlock.
+func (f *FSM) RLock() { f.mu.RLock() }
+
+// RUnlock undoes RLock.
+func (f *FSM) RUnlock() { f.mu.RUnlock() }
+
+// Tree is the data tree. Call it under RLock (or from the goroutine that
+// applies); a Restore replaces it.
+func (f *FSM) Tree() *tree.Tree { return f.tree }
+
+// Coord is the coordination state. Call it under RLock (or from the
+// goroutine that applies); a Restore replaces it.
+func (f *FSM) Coord() *coord.State { return f.coord }
+
+// Applied is the index of the last entry applied or restored. Call it
+// under RLock (or from the goroutine that applies).
+func (f *FSM) Applied() uint64 { return f.applied }
+
+// SessionStart is a session an entry created.
+type SessionStart struct {
+	ID        int64
+	TimeoutMs int32
+}
+
+// SessionEnd is a session an entry ended: closed by its client or expired
+// by the leader.
+type SessionEnd struct {
+	ID      int64
+	Expired bool
+}
+
+// Result is what applying one entry did.
+type Result struct {
+	Index uint64
+	// Skipped is why the entry was not applied (it does not decode); the
+	// rest of the Result is then empty.
+	Skipped error
+	// ID is the proposal id the proposer put in the command, so the member
+	// that proposed it can answer the request waiting for it.
+	ID uint64
+	// TreeCommand is the tree command of the entry (for a fenced write, its
+	// inner command, nil when that does not decode); nil for coordination
+	// commands.
+	TreeCommand *tree.Command
+	// CoordCommand is the coordination command of the entry (a fenced write
+	// too); nil for tree commands.
+	CoordCommand *coord.Command
+	// TreeResult is the proposer's result of a tree command or a fenced
+	// write; CoordResult that of any other coordination command.
+	TreeResult  tree.Result
+	CoordResult coord.Result
+	// Events are the watch events of the tree change.
+	Events []tree.Event
+	// Grants and Losses are what the entry gave to waiting requests and
+	// took away from holders (a session's end releases its locks).
+	Grants []coord.Grant
+	Losses []coord.Loss
+	// Started is the session the entry created (ID 0: none).
+	Started SessionStart
+	// Ended are the sessions a close or an expire names, in its order. A
+	// session the tree no longer knows is listed too, so that a member
+	// forgets whatever it still keeps for it.
+	Ended []SessionEnd
+}
+
+// Apply applies the committed entry data at log index index, with the write
+// lock held, calls Hooks.Applied and returns the result.
+func (f *FSM) Apply(index uint64, data []byte) Result {
+	r := Result{Index: index}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(data) > 0 && data[0] == coord.Tag {
+		f.applyCoord(&r, data)
+	} else if cmd, err := tree.DecodeCommand(data); err != nil {
+		// Every member decodes the same bytes the same way, so skipping is
+		// deterministic; the proposer validated what it encoded.
+		r.Skipped = fmt.Errorf("tree entry: %w", err)
+	} else {
+		r.ID, r.TreeCommand = cmd.ID, cmd
+		f.applyTree(&r, cmd)
+	}
+	f.applied = index
+	if f.hooks.Applied != nil {
+		f.hooks.Applied(&r)
+	}
+	return r
+}
+
+// applyTree applies a tree command and, when it ends sessions, releases
+// their locks in coord in the same apply.
+func (f *FSM) applyTree(r *Result, cmd *tree.Command) {
+	r.TreeResult, r.Events = f.tree.Apply(r.Index, cmd)
+	switch cmd.Op.Type {
+	case tree.OpCreateSession:
+		if r.TreeResult.Err == nil {
+			r.Started = SessionStart{ID: r.TreeResult.SessionID, TimeoutMs: cmd.TimeoutMs}
+		}
+	case tree.OpCloseSession:
+		if r.TreeResult.Err == nil {
+			r.Grants, r.Losses = f.coord.SessionEnded(r.Index, cmd.TimeMs, cmd.Session, false)
+		}
+		r.Ended = []SessionEnd{{ID: cmd.Session}}
+	case tree.OpExpire:
+		// All at once: see coord.SessionsEnded. Also when the tree refused
+		// the batch (too large, which no proposer sends): members that ran
+		// earlier versions released them, and every member must agree.
+		r.Grants, r.Losses = f.coord.SessionsEnded(r.Index, cmd.TimeMs, cmd.Sessions, true)
+		r.Ended = make([]SessionEnd, len(cmd.Sessions))
+		for i, id := range cmd.Sessions {
+			r.Ended[i] = SessionEnd{ID: id, Expired: true}
+		}
+	}
+}
+
+// applyCoord applies a coordination command.
+func (f *FSM) applyCoord(r *Result, data []byte) {
+	c, err := coord.Decode(data)
+	if err != nil {
+		r.Skipped = fmt.Errorf("coordination entry: %w", err)
+		return
+	}
+	r.ID, r.CoordCommand = c.ID, c
+	if c.Op == coord.OpFenced {
+		f.applyFenced(r, c)
+		return
+	}
+	live := func(id int64) bool { _, ok := f.tree.Session(id); return ok }
+	r.CoordResult, r.Grants, r.Losses = f.coord.Apply(r.Index, c, live)
+}
+
+// applyFenced applies the tree command inside a fenced write only if its
+// token is the lock's current token; the check and the write are one apply.
+func (f *FSM) applyFenced(r *Result, c *coord.Command) {
+	inner, err := tree.DecodeCommand(c.Inner)
+	switch {
+	case err != nil:
+		r.TreeResult = tree.Result{Err: errs.ErrMarshalling}
+	case f.coord.CheckToken(c.Name, c.Token) != nil:
+		r.TreeCommand = inner
+		r.TreeResult = tree.Result{Err: errs.ErrStaleToken}
+	case inner.Op.Type == tree.OpCloseSession || inner.Op.Type == tree.OpExpire || inner.Op.Type == tree.OpCreateSession:
+		r.TreeCommand = inner
+		r.TreeResult = tree.Result{Err: errs.ErrBadArguments} // only data writes can be fenced
+	default:
+		r.TreeCommand = inner
+		f.applyTree(r, inner)
+	}
+}
+
+// Snapshot serializes the whole state (tree and coord) as of Applied.
+func (f *FSM) Snapshot() ([]byte, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var buf bytes.Buffer
+	if err := f.tree.Snapshot(&buf); err != nil {
+		return nil, err
+	}
+	return encodeSnapshot(buf.Bytes(), f.coord.Snapshot()), nil
+}
+
+// Restore replaces the state with a snapshot taken at index and calls
+// Hooks.Restored under the write lock. On an error the state is unchanged.
+func (f *FSM) Restore(index uint64, data []byte) error {
+	treeSnap, coordSnap, err := decodeSnapshot(data)
+	if err != nil {
+		return err
+	}
+	t, err := tree.Restore(bytes.NewReader(treeSnap))
+	if err != nil {
+		return err
+	}
+	c, err := coord.Restore(coordSnap)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tree, f.coord, f.applied = t, c, index
+	if f.hooks.Restored != nil {
+		f.hooks.Restored()
+	}
+	return nil
+}
+
+// snapshotMagic opens the envelope: magic, the tree snapshot's length as a
+// uvarint, the tree snapshot, then the coord snapshot to the end.
+var snapshotMagic = []byte("MRDS1")
+
+func encodeSnapshot(treeSnap, coordSnap []byte) []byte {
+	out := make([]byte, 0, len(snapshotMagic)+10+len(treeSnap)+len(coordSnap))
+	out = append(out, snapshotMagic...)
+	out = binary.AppendUvarint(out, uint64(len(treeSnap)))
+	out = append(out, treeSnap...)
+	return append(out, coordSnap...)
+}
+
+func decodeSnapshot(b []byte) (treeSnap, coordSnap []byte, err error) {
+	if len(b) < len(snapshotMagic) || string(b[:len(snapshotMagic)]) != string(snapshotMagic) {
+		return nil, nil, fmt.Errorf("%w: snapshot: bad magic", errs.ErrDataInconsistency)
+	}
+	b = b[len(snapshotMagic):]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return nil, nil, fmt.Errorf("%w: snapshot: bad tree length", errs.ErrDataInconsistency)
+	}
+	b = b[k:]
+	return b[:n], b[n:], nil
+}

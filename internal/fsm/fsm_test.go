@@ -1,0 +1,441 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/tree"
+)
+
+// TestScripts runs the scripts in testdata/ (rewrite the golden output
+// with: go test ./internal/fsm -rewrite). Every entry goes through the
+// codec and Apply at the next log index, starting at 1; the output is the
+// Result: the proposer's result, the watch events, grants, losses and the
+// sessions started and ended.
+//
+//	create-session [timeout=MS]
+//	close-session session=N
+//	expire sessions=(N, ...)
+//	create path=/a [session=N] [ephemeral] [data=D]
+//	set path=/a data=D
+//	acquire lock=l session=N [wait] [delay=MS]
+//	release lock=l session=N
+//	fenced lock=l token=N session=N path=/a data=D    (a fenced set)
+//	fenced lock=l token=N session=N inner=close-session|garbage
+//	tick
+//	garbage [coord]                                    (an entry that does not decode)
+//	snapshot        (round trip into a new FSM, which the script continues with)
+//	show
+//
+// time=MS on any entry sets the proposer's clock from then on (default 1000).
+func TestScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := &harness{t: t, fsm: New(Hooks{}), now: 1000}
+		datadriven.RunTest(t, path, h.run)
+	})
+}
+
+type harness struct {
+	t     *testing.T
+	fsm   *FSM
+	index uint64
+	now   int64
+}
+
+func arg(d *datadriven.TestData, key string) (string, bool) {
+	for _, a := range d.CmdArgs {
+		if a.Key == key {
+			if len(a.Vals) == 0 {
+				return "", true
+			}
+			return a.Vals[0], true
+		}
+	}
+	return "", false
+}
+
+func (h *harness) int(d *datadriven.TestData, key string) int64 {
+	v, ok := arg(d, key)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		h.t.Fatalf("%s: %s=%s: %v", d.Pos, key, v, err)
+	}
+	return n
+}
+
+func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+	if v, ok := arg(d, "time"); ok {
+		h.now, _ = strconv.ParseInt(v, 10, 64)
+	}
+	switch d.Cmd {
+	case "show":
+		return show(h.fsm)
+	case "snapshot":
+		return h.roundTrip()
+	}
+	data := h.entry(d)
+	h.index++
+	r := h.fsm.Apply(h.index, data)
+	if r.Index != h.index || h.fsm.Applied() != h.index {
+		t.Fatalf("%s: applied %d, result index %d, want %d", d.Pos, h.fsm.Applied(), r.Index, h.index)
+	}
+	return fmtResult(&r)
+}
+
+// entry encodes the directive's command as the log carries it.
+func (h *harness) entry(d *datadriven.TestData) []byte {
+	t := h.t
+	path, _ := arg(d, "path")
+	value, _ := arg(d, "data")
+	lock, _ := arg(d, "lock")
+	session := h.int(d, "session")
+	id := h.index + 1000 // a proposal id the output can tell from an index
+	treeCmd := func(c *tree.Command) []byte {
+		c.ID, c.TimeMs = id, h.now
+		b, err := tree.EncodeCommand(c)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		return b
+	}
+	coordCmd := func(c *coord.Command) []byte {
+		c.ID, c.TimeMs, c.Session, c.Name = id, h.now, session, lock
+		b, err := coord.Encode(c)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		return b
+	}
+	switch d.Cmd {
+	case "create-session":
+		timeout := int32(h.int(d, "timeout"))
+		if timeout == 0 {
+			timeout = 10000
+		}
+		return treeCmd(&tree.Command{Op: tree.Op{Type: tree.OpCreateSession}, TimeoutMs: timeout,
+			Password: []byte("0123456789abcdef")})
+	case "close-session":
+		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpCloseSession}})
+	case "expire":
+		var ids []int64
+		for _, a := range d.CmdArgs {
+			if a.Key == "sessions" {
+				for _, v := range a.Vals {
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						t.Fatalf("%s: %v", d.Pos, err)
+					}
+					ids = append(ids, n)
+				}
+			}
+		}
+		return treeCmd(&tree.Command{Op: tree.Op{Type: tree.OpExpire}, Sessions: ids})
+	case "create":
+		mode := tree.ModePersistent
+		if _, ok := arg(d, "ephemeral"); ok {
+			mode = tree.ModeEphemeral
+		}
+		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpCreate, Path: path,
+			Data: []byte(value), ACL: tree.OpenACL, Mode: mode}})
+	case "set":
+		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpSetData, Path: path,
+			Data: []byte(value), Version: -1}})
+	case "acquire":
+		_, wait := arg(d, "wait")
+		return coordCmd(&coord.Command{Op: coord.OpAcquire, Wait: wait, DelayMs: h.int(d, "delay")})
+	case "release":
+		return coordCmd(&coord.Command{Op: coord.OpRelease})
+	case "tick":
+		return coordCmd(&coord.Command{Op: coord.OpTick})
+	case "fenced":
+		var inner []byte
+		switch v, _ := arg(d, "inner"); v {
+		case "":
+			inner = treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpSetData, Path: path,
+				Data: []byte(value), Version: -1}})
+		case "close-session":
+			inner = treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpCloseSession}})
+		case "garbage":
+			inner = []byte{0xff, 0xff}
+		default:
+			t.Fatalf("%s: unknown inner %q", d.Pos, v)
+		}
+		return coordCmd(&coord.Command{Op: coord.OpFenced, Token: uint64(h.int(d, "token")), Inner: inner})
+	case "garbage":
+		if _, ok := arg(d, "coord"); ok {
+			return []byte{coord.Tag, 0xff}
+		}
+		return []byte{0xff, 0xff}
+	}
+	t.Fatalf("%s: unknown command %s", d.Pos, d.Cmd)
+	return nil
+}
+
+// roundTrip restores a snapshot into a new FSM, checks that it snapshots
+// to the same bytes at the same index, and continues with it.
+func (h *harness) roundTrip() string {
+	t := h.t
+	b, err := h.fsm.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := New(Hooks{})
+	if err := f.Restore(h.fsm.Applied(), b); err != nil {
+		t.Fatal(err)
+	}
+	b2, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, b2) {
+		t.Fatalf("snapshot at %d does not round-trip", h.index)
+	}
+	if f.Applied() != h.fsm.Applied() {
+		t.Fatalf("restored at %d, want %d", f.Applied(), h.fsm.Applied())
+	}
+	h.fsm = f
+	return fmt.Sprintf("restored at index %d: same %d bytes\n", f.Applied(), len(b))
+}
+
+var errNames = map[error]string{
+	errs.ErrNoNode: "ErrNoNode", errs.ErrNodeExists: "ErrNodeExists", errs.ErrSessionExpired: "ErrSessionExpired",
+	errs.ErrStaleToken: "ErrStaleToken", errs.ErrBadArguments: "ErrBadArguments", errs.ErrMarshalling: "ErrMarshalling",
+	errs.ErrLockNotHeld: "ErrLockNotHeld", errs.ErrLockHeld: "ErrLockHeld",
+}
+
+func errName(err error) string {
+	for e, n := range errNames {
+		if errors.Is(err, e) {
+			return n
+		}
+	}
+	return err.Error()
+}
+
+var eventNames = map[tree.EventType]string{
+	tree.EventNodeCreated: "NodeCreated", tree.EventNodeDeleted: "NodeDeleted",
+	tree.EventNodeDataChanged: "NodeDataChanged", tree.EventNodeChildrenChanged: "NodeChildrenChanged",
+}
+
+func fmtResult(r *Result) string {
+	var out strings.Builder
+	fmt.Fprintf(&out, "index %d: ", r.Index)
+	switch {
+	case r.Skipped != nil:
+		fmt.Fprintf(&out, "skipped (%v)\n", r.Skipped)
+		return out.String()
+	case r.CoordCommand != nil && r.CoordCommand.Op != coord.OpFenced:
+		cr := r.CoordResult
+		switch {
+		case cr.Err != nil:
+			fmt.Fprintf(&out, "coord %s", errName(cr.Err))
+		case cr.Granted:
+			fmt.Fprintf(&out, "coord granted token=%d", cr.Token)
+		case cr.Position > 0:
+			fmt.Fprintf(&out, "coord waiting position=%d", cr.Position)
+		default:
+			out.WriteString("coord ok")
+		}
+	default:
+		tr := r.TreeResult
+		what := "tree"
+		if r.CoordCommand != nil {
+			what = "fenced"
+		}
+		switch {
+		case tr.Err != nil:
+			fmt.Fprintf(&out, "%s %s", what, errName(tr.Err))
+		case tr.SessionID != 0:
+			fmt.Fprintf(&out, "%s ok session=%d", what, tr.SessionID)
+		case tr.Op.Path != "":
+			fmt.Fprintf(&out, "%s ok path=%s", what, tr.Op.Path)
+		default:
+			fmt.Fprintf(&out, "%s ok", what)
+		}
+		if len(tr.Deleted) > 0 {
+			fmt.Fprintf(&out, " deleted=%s", strings.Join(tr.Deleted, ","))
+		}
+	}
+	fmt.Fprintf(&out, " id=%d\n", r.ID)
+	for _, ev := range r.Events {
+		fmt.Fprintf(&out, "event %s %s\n", eventNames[ev.Type], ev.Path)
+	}
+	for _, g := range r.Grants {
+		fmt.Fprintf(&out, "grant %s to session %d token=%d %s\n", g.Lock, g.Session, g.Token, g.Mode)
+	}
+	for _, l := range r.Losses {
+		fmt.Fprintf(&out, "lost %s by session %d token=%d (%s)\n", l.Lock, l.Session, l.Token, l.Reason)
+	}
+	if r.Started.ID != 0 {
+		fmt.Fprintf(&out, "started session %d timeout=%d\n", r.Started.ID, r.Started.TimeoutMs)
+	}
+	for _, e := range r.Ended {
+		how := "closed"
+		if e.Expired {
+			how = "expired"
+		}
+		fmt.Fprintf(&out, "ended session %d (%s)\n", e.ID, how)
+	}
+	return out.String()
+}
+
+func show(f *FSM) string {
+	f.RLock()
+	defer f.RUnlock()
+	var out strings.Builder
+	fmt.Fprintf(&out, "applied %d\n", f.Applied())
+	for _, s := range f.Tree().Sessions() {
+		fmt.Fprintf(&out, "session %d timeout=%d ephemerals=%v\n", s.ID, s.TimeoutMs, f.Tree().Ephemerals(s.ID, "/"))
+	}
+	for _, l := range f.Coord().List("", 1000) {
+		fmt.Fprintf(&out, "%s:", l.Name)
+		if l.DelayUntilMs > 0 {
+			fmt.Fprintf(&out, " delay-until=%d", l.DelayUntilMs)
+		}
+		for _, hd := range l.Holders {
+			fmt.Fprintf(&out, " holder(s%d,t%d)", hd.Session, hd.Token)
+		}
+		for _, w := range l.Waiters {
+			fmt.Fprintf(&out, " waiter(s%d)", w.Session)
+		}
+		out.WriteString("\n")
+	}
+	return out.String()
+}
+
+// The snapshot envelope's bytes are the on-disk and peer format: magic
+// "MRDS1", the tree snapshot's length as a uvarint, the tree snapshot, then
+// coord's, to the end.
+func TestSnapshotEnvelope(t *testing.T) {
+	f := New(Hooks{})
+	apply(t, f, treeEntry(t, &tree.Command{Op: tree.Op{Type: tree.OpCreateSession}, TimeoutMs: 5000,
+		Password: []byte("0123456789abcdef")}))
+	apply(t, f, treeEntry(t, &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: "/a", Data: []byte("x"), ACL: tree.OpenACL}}))
+	apply(t, f, coordEntry(t, &coord.Command{Op: coord.OpAcquire, Name: "l", Session: 1}))
+	got, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var treeSnap bytes.Buffer
+	if err := f.Tree().Snapshot(&treeSnap); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte("MRDS1"), binary.AppendUvarint(nil, uint64(treeSnap.Len()))...)
+	want = append(append(want, treeSnap.Bytes()...), f.Coord().Snapshot()...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("snapshot envelope changed:\n got %x\nwant %x", got, want)
+	}
+	// An empty state, byte for byte: pins the envelope and both empty
+	// snapshots together.
+	empty, err := New(Hooks{}).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wantEmpty = "MRDS1\x80\x01MTRE\x02\x00\x03\x01/\x00\x01>\x05world\x06anyone\x00\x00\x00\x00\x00\x00\x00\x00\x00" +
+		"\x02\x00\x00\x00\n/zookeeper\x00\x01>\x05world\x06anyone\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00" +
+		"\x10/zookeeper/quota\x00\x01>\x05world\x06anyone\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00BJ\x10\xf2" +
+		"\x01\x00\x00\xc5%1\x04"
+	if string(empty) != wantEmpty {
+		t.Fatalf("empty state's snapshot changed: %q", empty)
+	}
+}
+
+// A snapshot that does not parse is refused and leaves the state as it was.
+func TestRestoreRefusesBadSnapshot(t *testing.T) {
+	f := New(Hooks{})
+	apply(t, f, treeEntry(t, &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: "/a", ACL: tree.OpenACL}}))
+	before, _ := f.Snapshot()
+	good := append([]byte(nil), before...)
+	for name, b := range map[string][]byte{
+		"empty":          nil,
+		"bad magic":      append([]byte("MRDS2"), good[5:]...),
+		"tree too long":  append([]byte("MRDS1\xff\x01"), good[6:]...),
+		"truncated tree": good[:10],
+		"no length":      []byte("MRDS1"),
+		"corrupt coord":  append(good[:len(good):len(good)], 0xff, 0xff, 0xff),
+		"corrupt tree":   append([]byte("MRDS1\x02xx"), good[6:]...),
+	} {
+		if err := f.Restore(99, b); err == nil {
+			t.Errorf("%s: restored", name)
+		}
+		after, _ := f.Snapshot()
+		if !bytes.Equal(before, after) || f.Applied() != 1 {
+			t.Fatalf("%s: a refused snapshot changed the state", name)
+		}
+	}
+}
+
+// Hooks run inside the write lock: no reader can see the new state before
+// the member has reacted to it (triggered the watches of the change).
+func TestHooksRunUnderWriteLock(t *testing.T) {
+	var f *FSM
+	var applied []uint64
+	restored := 0
+	f = New(Hooks{
+		Applied: func(r *Result) {
+			if f.mu.TryRLock() {
+				t.Error("Applied hook ran without the write lock")
+				f.mu.RUnlock()
+			}
+			if f.Applied() != r.Index {
+				t.Errorf("Applied hook at %d sees applied %d", r.Index, f.Applied())
+			}
+			applied = append(applied, r.Index)
+		},
+		Restored: func() {
+			if f.mu.TryRLock() {
+				t.Error("Restored hook ran without the write lock")
+				f.mu.RUnlock()
+			}
+			restored++
+		},
+	})
+	apply(t, f, treeEntry(t, &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: "/a", ACL: tree.OpenACL}}))
+	f.Apply(2, []byte{0xff}) // skipped, but applied: the hook runs too
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Restore(7, snap); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(applied) != "[1 2]" || restored != 1 || f.Applied() != 7 {
+		t.Fatalf("applied hooks %v, restored %d, applied %d", applied, restored, f.Applied())
+	}
+}
+
+func treeEntry(t *testing.T, c *tree.Command) []byte {
+	b, err := tree.EncodeCommand(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func coordEntry(t *testing.T, c *coord.Command) []byte {
+	b, err := coord.Encode(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func apply(t *testing.T, f *FSM, data []byte) Result {
+	r := f.Apply(f.Applied()+1, data)
+	if r.Skipped != nil {
+		t.Fatal(r.Skipped)
+	}
+	return r
+}
