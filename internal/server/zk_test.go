@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/testutil"
-	"github.com/meridian-coord/meridian/internal/tree"
 	"github.com/meridian-coord/meridian/internal/zkproto"
 )
 
@@ -210,72 +208,6 @@ func readFrame(t *testing.T, c net.Conn) []byte {
 	return b
 }
 
-func TestZKBadInput(t *testing.T) {
-	// The words asked below are enabled: only srvr is by default.
-	tc := newTestCluster(t, 3, func(c *Config) { c.FourLetterWords = []string{"ruok", "mntr"} })
-	tc.leader()
-	addr := tc.zkAddrs()[0]
-
-	// An unknown opcode gets ZUNIMPLEMENTED and the connection stays open.
-	c := rawZK(t, addr)
-	pkt := binary.BigEndian.AppendUint32(nil, 8)
-	pkt = binary.BigEndian.AppendUint32(pkt, 7)   // xid
-	pkt = binary.BigEndian.AppendUint32(pkt, 999) // opcode
-	c.Write(pkt)
-	reply := readFrame(t, c)
-	if xid, errc := int32(binary.BigEndian.Uint32(reply)), int32(binary.BigEndian.Uint32(reply[12:])); xid != 7 || errc != -6 {
-		t.Fatalf("unknown opcode reply xid=%d err=%d", xid, errc)
-	}
-	ping := binary.BigEndian.AppendUint32(nil, 8)
-	ping = binary.BigEndian.AppendUint32(ping, uint32(0xfffffffe)) // xid -2
-	ping = binary.BigEndian.AppendUint32(ping, 11)
-	c.Write(ping)
-	if r := readFrame(t, c); int32(binary.BigEndian.Uint32(r)) != -2 {
-		t.Fatal("no ping reply after the unknown opcode")
-	}
-
-	// A packet over the limit closes that connection.
-	c2 := rawZK(t, addr)
-	c2.Write(binary.BigEndian.AppendUint32(nil, 2<<20))
-	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c2.Read(make([]byte, 1)); err == nil {
-		t.Fatal("oversized packet did not close the connection")
-	}
-
-	// Four-letter words.
-	c3, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c3.Write([]byte("ruok"))
-	b, _ := io.ReadAll(c3)
-	if string(b) != "imok" {
-		t.Fatalf("ruok = %q", b)
-	}
-	c4, _ := net.Dial("tcp", addr)
-	c4.Write([]byte("mntr"))
-	b, _ = io.ReadAll(c4)
-	if !strings.Contains(string(b), "zk_znode_count") {
-		t.Fatalf("mntr = %q", b)
-	}
-
-	// A wrong password for a live session gets the expired reply.
-	zc, _ := zkConnect(t, []string{addr})
-	c5, _ := net.Dial("tcp", addr)
-	req := binary.BigEndian.AppendUint32(nil, 0)
-	req = binary.BigEndian.AppendUint64(req, 0)
-	req = binary.BigEndian.AppendUint32(req, 4000)
-	req = binary.BigEndian.AppendUint64(req, uint64(zc.SessionID()))
-	req = binary.BigEndian.AppendUint32(req, 16)
-	req = append(req, make([]byte, 16)...)
-	req = append(req, 0) // readOnly byte (new client)
-	c5.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...))
-	resp := readFrame(t, c5)
-	if to, sid := binary.BigEndian.Uint32(resp[4:]), binary.BigEndian.Uint64(resp[8:]); to != 0 || sid != 0 {
-		t.Fatalf("wrong password: timeout %d session %d, want 0 0", to, sid)
-	}
-}
-
 // TestZKLockView: Meridian's locks are visible to ZooKeeper tools as
 // read-only znodes under /meridian/locks.
 func TestZKLockView(t *testing.T) {
@@ -304,35 +236,6 @@ func TestZKLockView(t *testing.T) {
 	}
 	if _, _, err := zc.Get("/meridian/locks/nope"); !errors.Is(err, gozk.ErrNoNode) {
 		t.Fatalf("missing lock: %v", err)
-	}
-}
-
-// TestZKGarbageNeverKillsTheServer throws random request bodies at the
-// listener after a valid handshake: connections may close, the server lives.
-func TestZKGarbageNeverKillsTheServer(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	tc.leader()
-	addr := tc.zkAddrs()[0]
-	rng := rand.New(rand.NewPCG(1, 2))
-	ops := []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 100, 101, 103, 104, 105, 106, 107, 999}
-	for i := 0; i < 300; i++ {
-		c := rawZK(t, addr)
-		body := binary.BigEndian.AppendUint32(nil, uint32(i))
-		body = binary.BigEndian.AppendUint32(body, ops[rng.IntN(len(ops))])
-		junk := make([]byte, rng.IntN(64))
-		for j := range junk {
-			junk[j] = byte(rng.IntN(256))
-		}
-		body = append(body, junk...)
-		c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...))
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		c.Read(make([]byte, 64))
-		c.Close()
-	}
-	// Still serving.
-	zc, _ := zkConnect(t, []string{addr})
-	if _, err := zc.Create("/alive", nil, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
-		t.Fatalf("server not serving after garbage: %v", err)
 	}
 }
 
@@ -375,35 +278,6 @@ func TestZKACLsIPAndSuperDigest(t *testing.T) {
 	}
 	if _, _, err := other.Get("/theirs"); !errors.Is(err, gozk.ErrNoAuth) {
 		t.Fatalf("wrong super password: %v", err)
-	}
-}
-
-func TestZKMultiRead(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	tc.leader()
-	zc, _ := zkConnect(t, tc.zkAddrs()[:1])
-	zc.Create("/mr", []byte("d"), 0, gozk.WorldACL(gozk.PermAll))
-	zc.Create("/mr/k", nil, 0, gozk.WorldACL(gozk.PermAll))
-	c := rawZK(t, tc.zkAddrs()[0])
-	req := &zkproto.MultiRequest{Ops: []zkproto.MultiOp{
-		{Type: zkproto.OpGetData, Op: &zkproto.GetDataRequest{Path: "/mr"}},
-		{Type: zkproto.OpGetChildren, Op: &zkproto.GetChildrenRequest{Path: "/mr"}},
-		{Type: zkproto.OpGetData, Op: &zkproto.GetDataRequest{Path: "/missing"}},
-	}}
-	e := zkproto.NewEncoder(nil)
-	(&zkproto.RequestHeader{Xid: 5, Type: zkproto.OpMultiRead}).Encode(e)
-	req.Encode(e)
-	c.Write(zkproto.AppendFrame(nil, e.Bytes()))
-	d := zkproto.NewDecoder(readFrame(t, c))
-	var h zkproto.ReplyHeader
-	var resp zkproto.MultiResponse
-	if h.Decode(d) != nil || h.Xid != 5 || h.Err != 0 || resp.Decode(d) != nil {
-		t.Fatalf("multiRead reply: %+v %v", h, d.Err())
-	}
-	r := resp.Results
-	if len(r) != 3 || string(r[0].Data) != "d" || !slices.Equal(r[1].Children, []string{"k"}) ||
-		r[2].Type != zkproto.OpError || r[2].Err != zkproto.CodeNoNode {
-		t.Fatalf("multiRead results %+v", r)
 	}
 }
 
@@ -592,156 +466,4 @@ func TestZKResumeNotBehindANotification(t *testing.T) {
 	if h2 := rawReply(t, c2, &got); h2.Err != 0 || string(got.Data) != "new" {
 		t.Fatalf("after a data-changed notification the resumed session read %q (reply %+v), want \"new\"", got.Data, h2)
 	}
-}
-
-// TestZKPipelinedWritesKeepOrder: a client that sends writes without
-// waiting for their replies (an async API) has them committed together, not
-// one after another, and still in order: sequential nodes are numbered in
-// request order, replies come back in request order, and a read sent after
-// the writes sees all of them. The session is on a follower whose links to
-// the others are slow, so each commit takes a round trip of 100 ms or more
-// and the writes are forwarded to the leader.
-func TestZKPipelinedWritesKeepOrder(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) {
-		c.ElectionTicks = 100
-		proxyPeers(t, c, 50*time.Millisecond)
-	})
-	f := (tc.leader() + 1) % 3
-	conn, _ := rawSession(t, tc.zkAddrs()[f], 0, nil, 0)
-	acl := gozk.WorldACL(gozk.PermAll)
-	zacl := []zkproto.ACL{{Perms: acl[0].Perms, ID: zkproto.Id{Scheme: acl[0].Scheme, ID: acl[0].ID}}}
-	const n = 20
-	xid := int32(1)
-	rawRequest(t, conn, xid, zkproto.OpCreate, &zkproto.CreateRequest{Path: "/p", Data: []byte("start"), ACL: zacl})
-	for i := 0; i < n; i++ {
-		xid++
-		rawRequest(t, conn, xid, zkproto.OpCreate, &zkproto.CreateRequest{Path: "/p/s-", Data: []byte(fmt.Sprint(i)), ACL: zacl, Flags: int32(tree.ModePersistentSequential)})
-	}
-	xid++
-	rawRequest(t, conn, xid, zkproto.OpSetData, &zkproto.SetDataRequest{Path: "/p", Data: []byte("done"), Version: -1})
-	xid++
-	rawRequest(t, conn, xid, zkproto.OpGetData, &zkproto.GetDataRequest{Path: "/p"})
-
-	// Served one at a time, at most one request is ever outstanding.
-	if most := mostOutstanding(tc.servers[f], n/2); most < n/2 {
-		t.Errorf("at most %d requests outstanding at once; the %d creates were not pipelined", most, n)
-	}
-
-	var last int64
-	for want := int32(1); want <= xid; want++ {
-		var body zkproto.Record
-		var created zkproto.CreateResponse
-		var got zkproto.GetDataResponse
-		switch {
-		case want >= 2 && want <= n+1:
-			body = &created
-		case want == xid:
-			body = &got
-		}
-		h := rawReply(t, conn, body)
-		if h.Xid != want || h.Err != 0 {
-			t.Fatalf("reply %+v, want xid %d without error", h, want)
-		}
-		if h.Zxid < last {
-			t.Fatalf("reply to xid %d has zxid %d, below the previous reply's %d", want, h.Zxid, last)
-		}
-		last = h.Zxid
-		if body == &created {
-			if wantPath := fmt.Sprintf("/p/s-%010d", want-2); created.Path != wantPath {
-				t.Fatalf("create %d made %s, want %s: writes applied out of order", want-2, created.Path, wantPath)
-			}
-		}
-		if want == xid && string(got.Data) != "done" {
-			t.Fatalf("a read after the pipelined writes saw %q, want \"done\"", got.Data)
-		}
-	}
-}
-
-// Multis pipeline with the connection's other writes: a client sending
-// creates and multis without waiting has them applied in request order and
-// answered in it, and a multi that fails in the pipeline answers ZooKeeper's
-// per-op error results and changes nothing.
-func TestZKPipelinedMulti(t *testing.T) {
-	tc := newTestCluster(t, 3, func(c *Config) {
-		c.ElectionTicks = 100
-		proxyPeers(t, c, 50*time.Millisecond)
-	})
-	f := (tc.leader() + 1) % 3
-	conn, _ := rawSession(t, tc.zkAddrs()[f], 0, nil, 0)
-	acl := gozk.WorldACL(gozk.PermAll)
-	zacl := []zkproto.ACL{{Perms: acl[0].Perms, ID: zkproto.Id{Scheme: acl[0].Scheme, ID: acl[0].ID}}}
-	seq := func(i int) *zkproto.CreateRequest {
-		return &zkproto.CreateRequest{Path: "/m/s-", Data: []byte(fmt.Sprint(i)), ACL: zacl, Flags: int32(tree.ModePersistentSequential)}
-	}
-	const n, bad = 20, 11 // request xids 2..n+1; xid bad is the failing multi
-	start := time.Now()
-	xid := int32(1)
-	rawRequest(t, conn, xid, zkproto.OpCreate, &zkproto.CreateRequest{Path: "/m", ACL: zacl})
-	for i := 0; i < n; i++ {
-		xid++
-		switch {
-		case xid == bad:
-			rawRequest(t, conn, xid, zkproto.OpMulti, &zkproto.MultiRequest{Ops: []zkproto.MultiOp{
-				{Type: zkproto.OpCreate, Op: &zkproto.CreateRequest{Path: "/m/bad", ACL: zacl}},
-				{Type: zkproto.OpCheck, Op: &zkproto.CheckVersionRequest{Path: "/m", Version: 5}},
-			}})
-		case i%2 == 1:
-			rawRequest(t, conn, xid, zkproto.OpMulti, &zkproto.MultiRequest{Ops: []zkproto.MultiOp{
-				{Type: zkproto.OpCheck, Op: &zkproto.CheckVersionRequest{Path: "/m", Version: 0}},
-				{Type: zkproto.OpCreate, Op: seq(i)},
-			}})
-		default:
-			rawRequest(t, conn, xid, zkproto.OpCreate, seq(i))
-		}
-	}
-	xid++
-	rawRequest(t, conn, xid, zkproto.OpExists, &zkproto.ExistsRequest{Path: "/m/bad"})
-
-	if most := mostOutstanding(tc.servers[f], n/2); most < n/2 {
-		t.Errorf("at most %d requests outstanding at once; the creates and multis were not pipelined", most)
-	}
-
-	next := 0 // the sequence number the next create must get
-	for want := int32(1); want <= xid; want++ {
-		var created zkproto.CreateResponse
-		var multi zkproto.MultiResponse
-		var body zkproto.Record
-		isMulti := want == bad || (want >= 2 && want <= n+1 && (want-2)%2 == 1)
-		switch {
-		case isMulti:
-			body = &multi
-		case want >= 2 && want <= n+1:
-			body = &created
-		}
-		h := rawReply(t, conn, body)
-		if want == xid {
-			if h.Xid != want || h.Err != -101 { // ZNONODE
-				t.Fatalf("exists /m/bad after the failed multi: %+v, want no node: the failed multi changed the tree", h)
-			}
-			break
-		}
-		if h.Xid != want || h.Err != 0 {
-			t.Fatalf("reply %+v, want xid %d without error", h, want)
-		}
-		path := created.Path
-		switch {
-		case want == bad:
-			if len(multi.Results) != 2 || multi.Results[0].Err != 0 || multi.Results[1].Err != -103 { // ZBADVERSION
-				t.Fatalf("failed multi answered %+v, want results [0, bad version]", multi.Results)
-			}
-			continue
-		case isMulti:
-			if len(multi.Results) != 2 || multi.Results[0].Type != zkproto.OpCheck || multi.Results[1].Type != zkproto.OpCreate {
-				t.Fatalf("multi %d answered %+v, want a check and a create", want, multi.Results)
-			}
-			path = multi.Results[1].Path
-		case body == nil:
-			continue
-		}
-		if wantPath := fmt.Sprintf("/m/s-%010d", next); path != wantPath {
-			t.Fatalf("request %d made %s, want %s: writes applied out of order", want, path, wantPath)
-		}
-		next++
-	}
-	t.Logf("%d requests answered in %v", xid, time.Since(start))
 }
