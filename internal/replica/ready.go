@@ -107,6 +107,17 @@ func (n *Node) SteppedDown(from, term, successor uint64) {
 	n.r.leaderSteppedDown(from, term, successor, n.r.clock())
 }
 
+// ReportSnapshot tells the node whether a snapshot it sent to member to
+// left (ok) or failed, as the transport reports it to the raft loop; until
+// it hears, raft sends that member nothing but heartbeats.
+func (n *Node) ReportSnapshot(to uint64, ok bool) {
+	st := raft.SnapshotFinish
+	if !ok {
+		st = raft.SnapshotFailure
+	}
+	n.r.rn.ReportSnapshot(to, st)
+}
+
 // Propose proposes data; errs.ErrNotLeader when raft dropped it.
 func (n *Node) Propose(data []byte) error {
 	err := n.r.rn.Propose(data)

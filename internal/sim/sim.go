@@ -80,6 +80,9 @@ type message struct {
 	at, seq uint64
 	m       *pb.Message
 	notice  *notice // a step-down notice (m carries only From and To)
+	// snapSent: not a message but the transport's report to a snapshot's
+	// sender (m.To) that it left for m.From (true) or failed (false).
+	snapSent *bool
 }
 
 // notice is a step-down notice between members (replica.Network).
@@ -236,6 +239,12 @@ func (s *Sim) step() error {
 	s.queue = append([]message(nil), s.queue[k:]...)
 	for _, msg := range due {
 		to := s.nodes[msg.m.GetTo()-1]
+		if msg.snapSent != nil {
+			if to.up {
+				to.replica.ReportSnapshot(msg.m.GetFrom(), *msg.snapSent)
+			}
+			continue
+		}
 		if !to.up || s.cut[[2]uint64{msg.m.GetFrom(), msg.m.GetTo()}] {
 			s.Stats.Dropped++
 			continue
@@ -299,7 +308,16 @@ func (s *Sim) ready(n *node) error {
 }
 
 func (s *Sim) send(m *pb.Message, nt *notice) {
-	if s.rng.Float64() < s.cfg.DropRate {
+	dropped := s.rng.Float64() < s.cfg.DropRate
+	if m.GetType() == pb.MsgSnap {
+		// The transport tells the sender whether a snapshot left (it does
+		// not know whether it arrived), on its next turn of the loop.
+		ok := !dropped
+		s.seq++
+		s.queue = append(s.queue, message{at: s.now + 1, seq: s.seq,
+			m: &pb.Message{From: proto.Uint64(m.GetTo()), To: proto.Uint64(m.GetFrom())}, snapSent: &ok})
+	}
+	if dropped {
 		s.Stats.Dropped++
 		return
 	}
