@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/meridian-coord/meridian/internal/testutil"
 	zk "github.com/meridian-coord/meridian/internal/zkproto"
 )
 
@@ -92,60 +93,18 @@ type scriptConn struct {
 
 // scriptArgs are a directive's arguments, or those of one line of a
 // multi's input.
-type scriptArgs []datadriven.CmdArg
-
-func (a scriptArgs) get(key string) (string, bool) {
-	for _, arg := range a {
-		if arg.Key == key {
-			if len(arg.Vals) == 0 {
-				return "", true
-			}
-			return arg.Vals[0], true
-		}
-	}
-	return "", false
-}
-
-func (a scriptArgs) has(key string) bool { _, ok := a.get(key); return ok }
-
-func (a scriptArgs) vals(key string) []string {
-	for _, arg := range a {
-		if arg.Key == key {
-			return arg.Vals
-		}
-	}
-	return nil
-}
-
-func (a scriptArgs) str(key, def string) string {
-	if v, ok := a.get(key); ok {
-		return v
-	}
-	return def
-}
-
-func (a scriptArgs) int(t *testing.T, key string, def int64) int64 {
-	v, ok := a.get(key)
-	if !ok {
-		return def
-	}
-	n, err := strconv.ParseInt(v, 0, 64)
-	if err != nil {
-		t.Fatalf("%s=%s: %v", key, v, err)
-	}
-	return n
-}
+type scriptArgs struct{ testutil.Args }
 
 // name is the directive's first key-only argument: the connection.
 func (a scriptArgs) name(t *testing.T) string {
-	if len(a) == 0 || len(a[0].Vals) != 0 {
+	if len(a.Args) == 0 || len(a.Args[0].Vals) != 0 {
 		t.Fatal("the directive needs a connection name first")
 	}
-	return a[0].Key
+	return a.Args[0].Key
 }
 
 func (h *zkScript) run(t *testing.T, d *datadriven.TestData) string {
-	a := scriptArgs(d.CmdArgs)
+	a := scriptArgs{testutil.Args(d.CmdArgs)}
 	if d.Cmd == "server" {
 		if h.tc != nil {
 			t.Fatalf("%s: server must be the first directive", d.Pos)
@@ -154,7 +113,7 @@ func (h *zkScript) run(t *testing.T, d *datadriven.TestData) string {
 		return ""
 	}
 	if h.tc == nil {
-		h.start(t, nil)
+		h.start(t, scriptArgs{})
 	}
 	switch d.Cmd {
 	case "connect":
@@ -166,11 +125,11 @@ func (h *zkScript) run(t *testing.T, d *datadriven.TestData) string {
 		return h.send(t, a, d.Input)
 	case "raw":
 		c := h.conn(t, a.name(t))
-		b, err := hex.DecodeString(strings.ReplaceAll(a.str("hex", ""), "_", ""))
+		b, err := hex.DecodeString(strings.ReplaceAll(a.Str("hex", ""), "_", ""))
 		if err != nil {
 			t.Fatalf("%s: hex: %v", d.Pos, err)
 		}
-		if a.has("frame") {
+		if a.Has("frame") {
 			b = zk.AppendFrame(nil, b)
 		}
 		if _, err := c.c.Write(b); err != nil {
@@ -180,7 +139,7 @@ func (h *zkScript) run(t *testing.T, d *datadriven.TestData) string {
 	case "recv":
 		c := h.conn(t, a.name(t))
 		var out strings.Builder
-		for range a.int(t, "count", 1) {
+		for range a.Int(t, "count", 1) {
 			b, err := c.read(10 * time.Second)
 			if err != nil {
 				fmt.Fprintf(&out, "read: %s\n", readErr(err))
@@ -214,7 +173,7 @@ func (h *zkScript) run(t *testing.T, d *datadriven.TestData) string {
 	case "garbage":
 		return h.garbage(t, a)
 	case "outstanding":
-		want := a.int(t, "at-least", 1)
+		want := a.Int(t, "at-least", 1)
 		if most := mostOutstanding(h.tc.servers[h.member(t, a)], want); most < want {
 			return fmt.Sprintf("at most %d requests outstanding at once", most)
 		}
@@ -226,18 +185,18 @@ func (h *zkScript) run(t *testing.T, d *datadriven.TestData) string {
 
 // start starts the script's server.
 func (h *zkScript) start(t *testing.T, a scriptArgs) {
-	delay, err := time.ParseDuration(a.str("peer-delay", "0s"))
+	delay, err := time.ParseDuration(a.Str("peer-delay", "0s"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := int(a.int(t, "members", 1))
+	members := int(a.Int(t, "members", 1))
 	h.tc = newTestCluster(t, members, func(c *Config) {
 		// Session timeouts clamp to [1 s, 10 s]: a connection a script
 		// leaves idle for a few seconds keeps its session.
-		c.SessionTickMs = int(a.int(t, "session-tick", 500))
-		c.ElectionTicks = int(a.int(t, "election-ticks", int64(c.ElectionTicks)))
-		c.FourLetterWords = a.vals("four-letter-words")
-		if v, ok := a.get("super"); ok {
+		c.SessionTickMs = int(a.Int(t, "session-tick", 500))
+		c.ElectionTicks = int(a.Int(t, "election-ticks", int64(c.ElectionTicks)))
+		c.FourLetterWords = a.Vals("four-letter-words")
+		if v, ok := a.Get("super"); ok {
 			sum := sha1.Sum([]byte(v))
 			user, _, _ := strings.Cut(v, ":")
 			c.SuperDigest = user + ":" + base64.StdEncoding.EncodeToString(sum[:])
@@ -252,7 +211,7 @@ func (h *zkScript) start(t *testing.T, a scriptArgs) {
 // member is the index of the member named by member=leader|follower|N.
 func (h *zkScript) member(t *testing.T, a scriptArgs) int {
 	lead := h.tc.leader()
-	switch m := a.str("member", "leader"); m {
+	switch m := a.Str("member", "leader"); m {
 	case "leader":
 		return lead
 	case "follower":
@@ -312,7 +271,7 @@ func (h *zkScript) zxid(z int64) string {
 
 // zxidArg reads a zxid given by label (z3) or number.
 func (h *zkScript) zxidArg(t *testing.T, a scriptArgs, key string) int64 {
-	v, ok := a.get(key)
+	v, ok := a.Get(key)
 	if !ok {
 		return 0
 	}
@@ -321,7 +280,7 @@ func (h *zkScript) zxidArg(t *testing.T, a scriptArgs, key string) int64 {
 			return z
 		}
 	}
-	return a.int(t, key, 0)
+	return a.Int(t, key, 0)
 }
 
 func (h *zkScript) owner(id int64) string {
@@ -397,17 +356,17 @@ func (h *zkScript) dial(t *testing.T, a scriptArgs) *scriptConn {
 func (h *zkScript) connect(t *testing.T, a scriptArgs) string {
 	name := a.name(t)
 	var of *scriptConn // the connection whose session this one resumes
-	if v, ok := a.get("resume"); ok {
+	if v, ok := a.Get("resume"); ok {
 		of = h.conn(t, v)
 	}
 	c := h.dial(t, a)
 	nc := c.c
-	req := &zk.ConnectRequest{TimeOut: int32(a.int(t, "timeout", 4000)), Passwd: make([]byte, 16),
-		ReadOnly: a.has("readonly"), HasReadOnly: !a.has("old-client"), LastZxidSeen: h.zxidArg(t, a, "last-zxid")}
+	req := &zk.ConnectRequest{TimeOut: int32(a.Int(t, "timeout", 4000)), Passwd: make([]byte, 16),
+		ReadOnly: a.Has("readonly"), HasReadOnly: !a.Has("old-client"), LastZxidSeen: h.zxidArg(t, a, "last-zxid")}
 	if of != nil {
 		req.SessionID, req.Passwd = of.session, slices.Clone(of.passwd)
 		c.lastZxid = of.lastZxid
-		if a.str("password", "") == "wrong" {
+		if a.Str("password", "") == "wrong" {
 			req.Passwd[0] ^= 0xff
 		}
 	}
@@ -494,11 +453,11 @@ func parseScriptPerms(t *testing.T, s string) int32 {
 // takes user:password and becomes the digest ACL of that password. The
 // default is world:anyone:rwcda.
 func (a scriptArgs) acl(t *testing.T) []zk.ACL {
-	if !a.has("acl") {
+	if !a.Has("acl") {
 		return []zk.ACL{{Perms: zk.PermAll, ID: zk.Id{Scheme: "world", ID: "anyone"}}}
 	}
 	out := []zk.ACL{}
-	for _, v := range a.vals("acl") {
+	for _, v := range a.Vals("acl") {
 		if v == "" {
 			continue
 		}
@@ -518,31 +477,31 @@ func (a scriptArgs) acl(t *testing.T) []zk.ACL {
 }
 
 func (a scriptArgs) data() []byte {
-	if v, ok := a.get("data"); ok {
+	if v, ok := a.Get("data"); ok {
 		return []byte(v)
 	}
 	return nil
 }
 
 func (a scriptArgs) flags(t *testing.T) int32 {
-	m, ok := a.get("flags")
+	m, ok := a.Get("flags")
 	if !ok {
 		return 0
 	}
 	if mode, ok := scriptModes[m]; ok {
 		return int32(mode)
 	}
-	return int32(a.int(t, "flags", 0))
+	return int32(a.Int(t, "flags", 0))
 }
 
 // record builds the request record of opcode op from a.
 func (h *zkScript) record(t *testing.T, op int32, a scriptArgs) zk.Record {
-	path, version, w := a.str("path", ""), int32(a.int(t, "version", -1)), a.has("watch")
+	path, version, w := a.Str("path", ""), int32(a.Int(t, "version", -1)), a.Has("watch")
 	switch op {
 	case zk.OpCreate, zk.OpCreate2, zk.OpCreateContainer:
 		return &zk.CreateRequest{Path: path, Data: a.data(), ACL: a.acl(t), Flags: a.flags(t)}
 	case zk.OpCreateTTL:
-		return &zk.CreateTTLRequest{Path: path, Data: a.data(), ACL: a.acl(t), Flags: a.flags(t), TTL: a.int(t, "ttl", 0)}
+		return &zk.CreateTTLRequest{Path: path, Data: a.data(), ACL: a.acl(t), Flags: a.flags(t), TTL: a.Int(t, "ttl", 0)}
 	case zk.OpDelete:
 		return &zk.DeleteRequest{Path: path, Version: version}
 	case zk.OpDeleteContainer:
@@ -566,26 +525,26 @@ func (h *zkScript) record(t *testing.T, op int32, a scriptArgs) zk.Record {
 	case zk.OpCheck:
 		return &zk.CheckVersionRequest{Path: path, Version: version}
 	case zk.OpAuth:
-		return &zk.AuthPacket{Scheme: a.str("scheme", "digest"), Auth: a.data()}
+		return &zk.AuthPacket{Scheme: a.Str("scheme", "digest"), Auth: a.data()}
 	case zk.OpSetWatches:
-		return &zk.SetWatches{RelativeZxid: h.zxidArg(t, a, "rel"), DataWatches: a.vals("data-watches"),
-			ExistWatches: a.vals("exist-watches"), ChildWatches: a.vals("child-watches")}
+		return &zk.SetWatches{RelativeZxid: h.zxidArg(t, a, "rel"), DataWatches: a.Vals("data-watches"),
+			ExistWatches: a.Vals("exist-watches"), ChildWatches: a.Vals("child-watches")}
 	case zk.OpSetWatches2:
-		return &zk.SetWatches2{RelativeZxid: h.zxidArg(t, a, "rel"), DataWatches: a.vals("data-watches"),
-			ExistWatches: a.vals("exist-watches"), ChildWatches: a.vals("child-watches"),
-			PersistentWatches: a.vals("persistent-watches"), PersistentRecursiveWatches: a.vals("recursive-watches")}
+		return &zk.SetWatches2{RelativeZxid: h.zxidArg(t, a, "rel"), DataWatches: a.Vals("data-watches"),
+			ExistWatches: a.Vals("exist-watches"), ChildWatches: a.Vals("child-watches"),
+			PersistentWatches: a.Vals("persistent-watches"), PersistentRecursiveWatches: a.Vals("recursive-watches")}
 	case zk.OpAddWatch:
 		mode := zk.AddWatchModePersistent
-		if a.str("mode", "persistent") == "recursive" {
+		if a.Str("mode", "persistent") == "recursive" {
 			mode = zk.AddWatchModePersistentRecursive
 		}
 		return &zk.AddWatchRequest{Path: path, Mode: mode}
 	case zk.OpRemoveWatches:
-		return &zk.RemoveWatchesRequest{Path: path, Type: int32(a.int(t, "type", int64(zk.WatcherTypeAny)))}
+		return &zk.RemoveWatchesRequest{Path: path, Type: int32(a.Int(t, "type", int64(zk.WatcherTypeAny)))}
 	case zk.OpCheckWatches:
-		return &zk.CheckWatchesRequest{Path: path, Type: int32(a.int(t, "type", int64(zk.WatcherTypeAny)))}
+		return &zk.CheckWatchesRequest{Path: path, Type: int32(a.Int(t, "type", int64(zk.WatcherTypeAny)))}
 	case zk.OpGetEphemerals:
-		return &zk.GetEphemeralsRequest{PrefixPath: a.str("prefix", "/")}
+		return &zk.GetEphemeralsRequest{PrefixPath: a.Str("prefix", "/")}
 	case zk.OpGetAllChildrenNumber:
 		return &zk.GetAllChildrenNumberRequest{Path: path}
 	case zk.OpSASL:
@@ -597,7 +556,7 @@ func (h *zkScript) record(t *testing.T, op int32, a scriptArgs) zk.Record {
 // send encodes and writes requests without reading replies.
 func (h *zkScript) send(t *testing.T, a scriptArgs, input string) string {
 	c := h.conn(t, a.name(t))
-	opName := a.str("op", "")
+	opName := a.Str("op", "")
 	op, ok := scriptOps[opName]
 	if !ok {
 		n, err := strconv.Atoi(opName)
@@ -606,30 +565,30 @@ func (h *zkScript) send(t *testing.T, a scriptArgs, input string) string {
 		}
 		op = int32(n)
 	}
-	xid := int32(a.int(t, "xid", 0))
+	xid := int32(a.Int(t, "xid", 0))
 	switch op {
 	case zk.OpPing:
-		xid = int32(a.int(t, "xid", int64(zk.XidPing)))
+		xid = int32(a.Int(t, "xid", int64(zk.XidPing)))
 	case zk.OpSetWatches, zk.OpSetWatches2:
-		xid = int32(a.int(t, "xid", int64(zk.XidSetWatches)))
+		xid = int32(a.Int(t, "xid", int64(zk.XidSetWatches)))
 	default:
-		if !a.has("xid") {
+		if !a.Has("xid") {
 			t.Fatal("send needs xid=")
 		}
 	}
 	var buf []byte
-	n := int(a.int(t, "repeat", 1))
+	n := int(a.Int(t, "repeat", 1))
 	for i := range n {
 		ra := a
 		if n > 1 {
-			ra = slices.Clone(a)
-			for j, arg := range ra {
+			ra = scriptArgs{slices.Clone(a.Args)}
+			for j, arg := range ra.Args {
 				if arg.Key == "path" || arg.Key == "data" {
 					vals := slices.Clone(arg.Vals)
 					for k := range vals {
 						vals[k] = strings.ReplaceAll(vals[k], "%d", strconv.Itoa(i))
 					}
-					ra[j].Vals = vals
+					ra.Args[j].Vals = vals
 				}
 			}
 		}
@@ -667,7 +626,7 @@ func (h *zkScript) multi(t *testing.T, input string) *zk.MultiRequest {
 		if !ok {
 			t.Fatalf("unknown multi op %q", name)
 		}
-		m.Ops = append(m.Ops, zk.MultiOp{Type: op, Op: h.record(t, op, scriptArgs(opArgs))})
+		m.Ops = append(m.Ops, zk.MultiOp{Type: op, Op: h.record(t, op, scriptArgs{testutil.Args(opArgs)})})
 	}
 	return m
 }
@@ -839,7 +798,7 @@ func (h *zkScript) fourLetter(t *testing.T, a scriptArgs) string {
 	if err != nil {
 		return "read: " + err.Error()
 	}
-	grep, ok := a.get("grep")
+	grep, ok := a.Get("grep")
 	if !ok {
 		return string(b)
 	}
@@ -856,10 +815,10 @@ func (h *zkScript) fourLetter(t *testing.T, a scriptArgs) string {
 // handshakes; connections may close, the server must live.
 func (h *zkScript) garbage(t *testing.T, a scriptArgs) string {
 	addr := h.tc.zkAddrs()[h.member(t, a)]
-	seed := uint64(a.int(t, "seed", 1))
+	seed := uint64(a.Int(t, "seed", 1))
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	ops := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22, 100, 101, 103, 104, 105, 106, 107, 999}
-	n := int(a.int(t, "count", 300))
+	n := int(a.Int(t, "count", 300))
 	for i := range n {
 		c, _ := rawSession(t, addr, 0, nil, 0)
 		body := zk.NewEncoder(nil)

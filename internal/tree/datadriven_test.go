@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/testutil"
 )
 
 // TestDataDriven runs the scripts in testdata/. Each file starts from New();
@@ -94,55 +95,15 @@ func fmtACL(acl []ACL) string {
 
 // args is a parsed directive's arguments, for both directive lines and the
 // op lines inside a multi.
-type args []datadriven.CmdArg
-
-func (a args) get(key string) (string, bool) {
-	for _, arg := range a {
-		if arg.Key == key {
-			if len(arg.Vals) == 0 {
-				return "", true
-			}
-			return arg.Vals[0], true
-		}
-	}
-	return "", false
-}
-
-func (a args) vals(key string) []string {
-	for _, arg := range a {
-		if arg.Key == key {
-			return arg.Vals
-		}
-	}
-	return nil
-}
-
-func (a args) str(key, def string) string {
-	if v, ok := a.get(key); ok {
-		return v
-	}
-	return def
-}
-
-func (a args) int(t *testing.T, key string, def int64) int64 {
-	v, ok := a.get(key)
-	if !ok {
-		return def
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		t.Fatalf("%s=%s: %v", key, v, err)
-	}
-	return n
-}
+type args struct{ testutil.Args }
 
 // path returns path=..., or else the first key-only argument ("get /a").
 func (a args) path() string {
-	if v, ok := a.get("path"); ok {
+	if v, ok := a.Get("path"); ok {
 		return v
 	}
-	if len(a) > 0 && len(a[0].Vals) == 0 {
-		return a[0].Key
+	if len(a.Args) > 0 && len(a.Args[0].Vals) == 0 {
+		return a.Args[0].Key
 	}
 	return ""
 }
@@ -174,11 +135,11 @@ func parsePerms(t *testing.T, s string) int32 {
 // acl parses acl=(scheme:id:perms, ...) as zkCli writes ACLs; the id is
 // everything between the first and the last colon.
 func (a args) acl(t *testing.T) []ACL {
-	if _, ok := a.get("acl"); !ok {
+	if _, ok := a.Get("acl"); !ok {
 		return OpenACL
 	}
 	out := []ACL{} // acl=() is an empty ACL
-	for _, v := range a.vals("acl") {
+	for _, v := range a.Vals("acl") {
 		if v == "" {
 			continue
 		}
@@ -194,7 +155,7 @@ func (a args) acl(t *testing.T) []ACL {
 // auth parses auth=(scheme:id, ...).
 func (a args) auth() []ID {
 	var out []ID
-	for _, v := range a.vals("auth") {
+	for _, v := range a.Vals("auth") {
 		scheme, id, _ := strings.Cut(v, ":")
 		out = append(out, ID{Scheme: scheme, ID: id})
 	}
@@ -221,16 +182,16 @@ func init() {
 
 // op builds a tree op from a directive.
 func (a args) op(t *testing.T, cmd string) Op {
-	op := Op{Type: opTypes[cmd], Path: a.path(), Version: int32(a.int(t, "version", -1))}
-	if n := a.int(t, "size", -1); n >= 0 {
+	op := Op{Type: opTypes[cmd], Path: a.path(), Version: int32(a.Int(t, "version", -1))}
+	if n := a.Int(t, "size", -1); n >= 0 {
 		op.Data = bytes.Repeat([]byte("x"), int(n))
-	} else if v, ok := a.get("data"); ok {
+	} else if v, ok := a.Get("data"); ok {
 		op.Data = []byte(v)
 	}
 	if cmd == "create" || cmd == "setacl" {
 		op.ACL = a.acl(t)
 	}
-	if m, ok := a.get("mode"); ok {
+	if m, ok := a.Get("mode"); ok {
 		mode, known := modes[m]
 		if !known {
 			n, err := strconv.Atoi(m)
@@ -241,16 +202,16 @@ func (a args) op(t *testing.T, cmd string) Op {
 		}
 		op.Mode = mode
 	}
-	op.TTLMs = a.int(t, "ttl", 0)
+	op.TTLMs = a.Int(t, "ttl", 0)
 	return op
 }
 
 func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
-	a := args(d.CmdArgs)
-	if _, ok := a.get("time"); ok {
-		h.now = a.int(t, "time", 0)
+	a := args{testutil.Args(d.CmdArgs)}
+	if _, ok := a.Get("time"); ok {
+		h.now = a.Int(t, "time", 0)
 	}
-	cmd := &Command{TimeMs: h.now, Session: a.int(t, "session", 0), Auth: a.auth()}
+	cmd := &Command{TimeMs: h.now, Session: a.Int(t, "session", 0), Auth: a.auth()}
 	switch d.Cmd {
 	case "create", "set", "delete", "setacl", "check":
 		cmd.Op = a.op(t, d.Cmd)
@@ -269,22 +230,22 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 					t.Fatalf("unknown op %q", name)
 				}
 			}
-			op := args(opArgs).op(t, name)
+			op := args{testutil.Args(opArgs)}.op(t, name)
 			if name == "raw" {
-				op.Type = OpType(args(opArgs).int(t, "type", 0))
+				op.Type = OpType(args{testutil.Args(opArgs)}.Int(t, "type", 0))
 			}
 			cmd.Ops = append(cmd.Ops, op)
 		}
 	case "create-session":
 		cmd.Op.Type = OpCreateSession
-		cmd.TimeoutMs = int32(a.int(t, "timeout", 30000))
-		cmd.Password = bytes.Repeat([]byte{7}, int(a.int(t, "pwlen", 16)))
+		cmd.TimeoutMs = int32(a.Int(t, "timeout", 30000))
+		cmd.Password = bytes.Repeat([]byte{7}, int(a.Int(t, "pwlen", 16)))
 	case "close-session":
 		cmd.Op.Type = OpCloseSession
-		cmd.Session = a.int(t, "id", 0)
+		cmd.Session = a.Int(t, "id", 0)
 	case "expire":
 		cmd.Op.Type = OpExpire
-		for _, v := range a.vals("ids") {
+		for _, v := range a.Vals("ids") {
 			id, _ := strconv.ParseInt(v, 10, 64)
 			cmd.Sessions = append(cmd.Sessions, id)
 		}
@@ -293,11 +254,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "noop":
 		cmd.Op.Type = OpNoop
 	case "raw":
-		cmd.Op.Type = OpType(a.int(t, "type", 0))
+		cmd.Op.Type = OpType(a.Int(t, "type", 0))
 	default:
 		return h.read(t, d.Cmd, a)
 	}
-	_, direct := a.get("direct")
+	_, direct := a.Get("direct")
 	return h.apply(t, cmd, direct)
 }
 
@@ -386,7 +347,7 @@ func (h *harness) read(t *testing.T, cmd string, a args) string {
 		}
 		return fmt.Sprintf("%s aversion=%d", fmtACL(acl), st.Aversion)
 	case "checkacl":
-		return errName(tr.CheckACL(p, parsePerms(t, a.str("perm", "r")), a.auth()))
+		return errName(tr.CheckACL(p, parsePerms(t, a.Str("perm", "r")), a.auth()))
 	case "count":
 		n, err := tr.AllChildrenNumber(p)
 		if err != nil {
@@ -394,7 +355,7 @@ func (h *harness) read(t *testing.T, cmd string, a args) string {
 		}
 		return strconv.Itoa(n)
 	case "ephemerals":
-		return fmt.Sprintf("%v", tr.Ephemerals(a.int(t, "session", 0), a.str("prefix", "")))
+		return fmt.Sprintf("%v", tr.Ephemerals(a.Int(t, "session", 0), a.Str("prefix", "")))
 	case "sessions":
 		var out strings.Builder
 		for _, s := range tr.Sessions() {
@@ -403,9 +364,9 @@ func (h *harness) read(t *testing.T, cmd string, a args) string {
 		fmt.Fprintf(&out, "nodes=%d ephemerals=%d", tr.NodeCount(), tr.EphemeralCount())
 		return out.String()
 	case "needs-reap":
-		return strconv.FormatBool(tr.NeedsReap(a.int(t, "time", h.now)))
+		return strconv.FormatBool(tr.NeedsReap(a.Int(t, "time", h.now)))
 	case "validate":
-		return errName(ValidatePath(p, a.str("seq", "false") == "true"))
+		return errName(ValidatePath(p, a.Str("seq", "false") == "true"))
 	case "dump":
 		var out strings.Builder
 		for _, path := range tr.sortedPaths() {
