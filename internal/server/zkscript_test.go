@@ -17,7 +17,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/meridian-coord/meridian/internal/testutil"
+	"github.com/meridian-coord/meridian/internal/testutil/script"
 	zk "github.com/meridian-coord/meridian/internal/zkproto"
 )
 
@@ -93,7 +93,7 @@ type scriptConn struct {
 
 // scriptArgs are a directive's arguments, or those of one line of a
 // multi's input.
-type scriptArgs struct{ testutil.Args }
+type scriptArgs struct{ script.Args }
 
 // name is the directive's first key-only argument: the connection.
 func (a scriptArgs) name(t *testing.T) string {
@@ -104,7 +104,7 @@ func (a scriptArgs) name(t *testing.T) string {
 }
 
 func (h *zkScript) run(t *testing.T, d *datadriven.TestData) string {
-	a := scriptArgs{testutil.Args(d.CmdArgs)}
+	a := scriptArgs{script.Args(d.CmdArgs)}
 	if d.Cmd == "server" {
 		if h.tc != nil {
 			t.Fatalf("%s: server must be the first directive", d.Pos)
@@ -626,7 +626,7 @@ func (h *zkScript) multi(t *testing.T, input string) *zk.MultiRequest {
 		if !ok {
 			t.Fatalf("unknown multi op %q", name)
 		}
-		m.Ops = append(m.Ops, zk.MultiOp{Type: op, Op: h.record(t, op, scriptArgs{testutil.Args(opArgs)})})
+		m.Ops = append(m.Ops, zk.MultiOp{Type: op, Op: h.record(t, op, scriptArgs{script.Args(opArgs)})})
 	}
 	return m
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/meridian-coord/meridian/internal/errs"
-	"github.com/meridian-coord/meridian/internal/testutil"
+	"github.com/meridian-coord/meridian/internal/testutil/script"
 )
 
 // TestDataDriven runs the scripts in testdata/. Each file starts from New();
@@ -95,7 +95,7 @@ func fmtACL(acl []ACL) string {
 
 // args is a parsed directive's arguments, for both directive lines and the
 // op lines inside a multi.
-type args struct{ testutil.Args }
+type args struct{ script.Args }
 
 // path returns path=..., or else the first key-only argument ("get /a").
 func (a args) path() string {
@@ -207,7 +207,7 @@ func (a args) op(t *testing.T, cmd string) Op {
 }
 
 func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
-	a := args{testutil.Args(d.CmdArgs)}
+	a := args{script.Args(d.CmdArgs)}
 	if _, ok := a.Get("time"); ok {
 		h.now = a.Int(t, "time", 0)
 	}
@@ -230,9 +230,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 					t.Fatalf("unknown op %q", name)
 				}
 			}
-			op := args{testutil.Args(opArgs)}.op(t, name)
+			op := args{script.Args(opArgs)}.op(t, name)
 			if name == "raw" {
-				op.Type = OpType(args{testutil.Args(opArgs)}.Int(t, "type", 0))
+				op.Type = OpType(args{script.Args(opArgs)}.Int(t, "type", 0))
 			}
 			cmd.Ops = append(cmd.Ops, op)
 		}

@@ -1,4 +1,5 @@
-package testutil
+// Package script holds what the datadriven script harnesses share.
+package script
 
 import (
 	"strconv"
