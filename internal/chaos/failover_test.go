@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -75,28 +76,7 @@ func TestPausedLeaderReplaced(t *testing.T) {
 		cl.Resume(old)
 		// The old leader hears the new term and follows; nobody campaigns
 		// again because of it.
-		deadline := time.Now().Add(4 * et)
-		for {
-			s, err := cl.Status(ctx, old)
-			if err == nil && s.GetLeaderId() == leader && s.GetTerm() == term {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("pause %d: resumed leader %d does not follow %d in term %d: %v %v", i+1, old, leader, term, s, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(2 * et)
-		for _, id := range []uint64{1, 2, 3} {
-			s, err := cl.Status(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.GetLeaderId() != leader || s.GetTerm() != term {
-				t.Fatalf("pause %d: after the old leader resumed, member %d sees leader %d term %d; want %d term %d (disturbed)",
-					i+1, id, s.GetLeaderId(), s.GetTerm(), leader, term)
-			}
-		}
+		followsUndisturbed(t, ctx, cl, fmt.Sprintf("pause %d: resumed", i+1), old, leader, term)
 	}
 	// The tick never left its floor: every member still reports it, and
 	// none logged a change (the rule runs every 5 s and logs each move).
@@ -184,27 +164,37 @@ func TestDeafLeaderReplaced(t *testing.T) {
 		}
 		cl.Heal()
 		// Healed, the old leader follows the new one; nobody campaigns again.
-		deadline := time.Now().Add(4 * et)
-		for {
-			s, err := cl.Status(ctx, old)
-			if err == nil && s.GetLeaderId() == leader && s.GetTerm() == term {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cut %d: healed leader %d does not follow %d in term %d: %v %v", i+1, old, leader, term, s, err)
-			}
-			time.Sleep(20 * time.Millisecond)
+		followsUndisturbed(t, ctx, cl, fmt.Sprintf("cut %d: healed", i+1), old, leader, term)
+	}
+}
+
+// followsUndisturbed waits up to four election timeouts for the old
+// leader, back from its fault, to follow leader in term, then checks two
+// election timeouts later that every member still does: nobody campaigned
+// because of it.
+func followsUndisturbed(t *testing.T, ctx context.Context, cl *Cluster, what string, old, leader, term uint64) {
+	t.Helper()
+	et := cl.ElectionTimeout()
+	deadline := time.Now().Add(4 * et)
+	for {
+		s, err := cl.Status(ctx, old)
+		if err == nil && s.GetLeaderId() == leader && s.GetTerm() == term {
+			break
 		}
-		time.Sleep(2 * et)
-		for _, nd := range cl.Nodes {
-			s, err := cl.Status(ctx, nd.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.GetLeaderId() != leader || s.GetTerm() != term {
-				t.Fatalf("cut %d: after healing, member %d sees leader %d term %d; want %d term %d (disturbed)",
-					i+1, nd.ID, s.GetLeaderId(), s.GetTerm(), leader, term)
-			}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s leader %d does not follow %d in term %d: %v %v", what, old, leader, term, s, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(2 * et)
+	for _, nd := range cl.Nodes {
+		s, err := cl.Status(ctx, nd.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.GetLeaderId() != leader || s.GetTerm() != term {
+			t.Fatalf("%s leader %d back: member %d sees leader %d term %d; want %d term %d (disturbed)",
+				what, old, nd.ID, s.GetLeaderId(), s.GetTerm(), leader, term)
 		}
 	}
 }
