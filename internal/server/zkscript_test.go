@@ -433,21 +433,6 @@ var scriptOps = func() map[string]int32 {
 	return m
 }()
 
-func parseScriptPerms(t *testing.T, s string) int32 {
-	if n, err := strconv.Atoi(s); err == nil {
-		return int32(n)
-	}
-	var p int32
-	for _, c := range s {
-		i := strings.IndexRune("rwcda", c)
-		if i < 0 {
-			t.Fatalf("bad perms %q", s)
-		}
-		p |= 1 << i
-	}
-	return p
-}
-
 // acl parses acl=(scheme:id:perms, ...) as zkCli writes ACLs (the id is
 // what lies between the first and the last colon); the scheme digestpw
 // takes user:password and becomes the digest ACL of that password. The
@@ -461,17 +446,14 @@ func (a scriptArgs) acl(t *testing.T) []zk.ACL {
 		if v == "" {
 			continue
 		}
-		i, j := strings.IndexByte(v, ':'), strings.LastIndexByte(v, ':')
-		if i < 0 || i == j {
-			t.Fatalf("bad acl %q", v)
-		}
-		id := zk.Id{Scheme: v[:i], ID: v[i+1 : j]}
+		scheme, user, perms := script.ACL(t, v)
+		id := zk.Id{Scheme: scheme, ID: user}
 		if id.Scheme == "digestpw" {
 			sum := sha1.Sum([]byte(id.ID))
 			user, _, _ := strings.Cut(id.ID, ":")
 			id = zk.Id{Scheme: "digest", ID: user + ":" + base64.StdEncoding.EncodeToString(sum[:])}
 		}
-		out = append(out, zk.ACL{Perms: parseScriptPerms(t, v[j+1:]), ID: id})
+		out = append(out, zk.ACL{Perms: perms, ID: id})
 	}
 	return out
 }

@@ -108,30 +108,6 @@ func (a args) path() string {
 	return ""
 }
 
-func parsePerms(t *testing.T, s string) int32 {
-	if n, err := strconv.Atoi(s); err == nil {
-		return int32(n)
-	}
-	var p int32
-	for _, c := range s {
-		switch c {
-		case 'r':
-			p |= PermRead
-		case 'w':
-			p |= PermWrite
-		case 'c':
-			p |= PermCreate
-		case 'd':
-			p |= PermDelete
-		case 'a':
-			p |= PermAdmin
-		default:
-			t.Fatalf("bad perms %q", s)
-		}
-	}
-	return p
-}
-
 // acl parses acl=(scheme:id:perms, ...) as zkCli writes ACLs; the id is
 // everything between the first and the last colon.
 func (a args) acl(t *testing.T) []ACL {
@@ -143,11 +119,8 @@ func (a args) acl(t *testing.T) []ACL {
 		if v == "" {
 			continue
 		}
-		i, j := strings.IndexByte(v, ':'), strings.LastIndexByte(v, ':')
-		if i < 0 || i == j {
-			t.Fatalf("bad acl %q", v)
-		}
-		out = append(out, ACL{Perms: parsePerms(t, v[j+1:]), ID: ID{Scheme: v[:i], ID: v[i+1 : j]}})
+		scheme, id, perms := script.ACL(t, v)
+		out = append(out, ACL{Perms: perms, ID: ID{Scheme: scheme, ID: id}})
 	}
 	return out
 }
@@ -347,7 +320,7 @@ func (h *harness) read(t *testing.T, cmd string, a args) string {
 		}
 		return fmt.Sprintf("%s aversion=%d", fmtACL(acl), st.Aversion)
 	case "checkacl":
-		return errName(tr.CheckACL(p, parsePerms(t, a.Str("perm", "r")), a.auth()))
+		return errName(tr.CheckACL(p, script.Perms(t, a.Str("perm", "r")), a.auth()))
 	case "count":
 		n, err := tr.AllChildrenNumber(p)
 		if err != nil {

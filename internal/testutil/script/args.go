@@ -3,6 +3,7 @@ package script
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
@@ -61,4 +62,34 @@ func (a Args) Int(t testing.TB, key string, def int64) int64 {
 		t.Fatalf("%s=%s: %v", key, v, err)
 	}
 	return n
+}
+
+// ACL splits one ACL as zkCli writes it, scheme:id:perms (the id is what
+// lies between the first and the last colon, so digest ids keep theirs),
+// with Perms for the permissions. A malformed entry fails the test.
+func ACL(t testing.TB, v string) (scheme, id string, perms int32) {
+	t.Helper()
+	i, j := strings.IndexByte(v, ':'), strings.LastIndexByte(v, ':')
+	if i < 0 || i == j {
+		t.Fatalf("bad acl %q", v)
+	}
+	return v[:i], v[i+1 : j], Perms(t, v[j+1:])
+}
+
+// Perms is letters from rwcda or a number, as ZooKeeper's permission bits
+// (read 1, write 2, create 4, delete 8, admin 16).
+func Perms(t testing.TB, s string) int32 {
+	t.Helper()
+	if n, err := strconv.Atoi(s); err == nil {
+		return int32(n)
+	}
+	var p int32
+	for _, c := range s {
+		k := strings.IndexRune("rwcda", c)
+		if k < 0 {
+			t.Fatalf("bad perms %q", s)
+		}
+		p |= 1 << k
+	}
+	return p
 }
