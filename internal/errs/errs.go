@@ -141,6 +141,9 @@ var (
 	ErrMarshalling       = &Error{zkMarshallingError, codes.InvalidArgument, "malformed request"}
 	ErrDataInconsistency = &Error{zkDataInconsistency, codes.DataLoss, "data inconsistency"}
 	ErrRequestTimeout    = &Error{zkRequestTimeout, codes.DeadlineExceeded, "request timed out"}
+	// ErrTooManyGroups: a member runs as many raft groups as it may
+	// (replica.MaxGroups besides the root group).
+	ErrTooManyGroups = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many raft groups on this member"}
 )
 
 // all lists every declared error, for the reverse mappings.
@@ -155,7 +158,7 @@ var all = []*Error{
 	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved, ErrTooManySessions,
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,
-	ErrRequestTimeout,
+	ErrRequestTimeout, ErrTooManyGroups,
 }
 
 var byMsg = func() map[string]*Error {

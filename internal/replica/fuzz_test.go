@@ -79,6 +79,13 @@ func FuzzPeerFrames(f *testing.F) {
 		frameBytes(kindStepDown, 2, []byte{0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3}),
 		frameBytes(kindStepDown, 2, []byte{0, 0, 0, 3}),
 		withLen(frameBytes(kindRaft, 2, nil), 0xffffffff),
+		// Group frames: group 9 runs on the fuzzed member, group 8 does not.
+		frameBytes(kindGroupRaft, 2, append([]byte{0, 0, 0, 0, 0, 0, 0, 9}, msg(&pb.Message{Type: typ(pb.MsgHeartbeat), To: new(uint64(1)), From: new(uint64(2)), Term: new(uint64(3)), Commit: new(uint64(2))})...)),
+		frameBytes(kindGroupRaft, 2, append([]byte{0, 0, 0, 0, 0, 0, 0, 8}, msg(&pb.Message{Type: typ(pb.MsgVote), To: new(uint64(1)), From: new(uint64(2)), Term: new(uint64(4))})...)),
+		frameBytes(kindGroupSnap, 2, append([]byte{0, 0, 0, 0, 0, 0, 0, 9}, msg(&pb.Message{Type: typ(pb.MsgSnap), To: new(uint64(1)), From: new(uint64(2)), Term: new(uint64(3)),
+			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(3)), ConfState: &pb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}}}})...)),
+		frameBytes(kindGroupStepDown, 2, []byte{0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1}),
+		frameBytes(kindGroupRaft, 2, []byte{0, 0, 0, 0, 0, 0, 0, 0}),
 	}
 	for _, s := range seeds {
 		f.Add(s, []byte(nil))
@@ -108,6 +115,9 @@ func FuzzPeerFrames(f *testing.F) {
 		peers := map[uint64]*peerConn{2: {id: 2}, 3: {id: 3}}
 		tr.members.Store(&members)
 		tr.peers.Store(&peers)
+		if err := tr.addGroup(9, ev); err != nil { // its messages are stepped like the root's
+			t.Fatal(err)
+		}
 		server, client := net.Pipe()
 		tr.mu.Lock()
 		tr.conns[server] = struct{}{}

@@ -477,7 +477,7 @@ func (r *Replica) setBook(b book) {
 			vs = append(vs, p.ID)
 		}
 	}
-	if r.lat != nil {
+	if r.lat != nil && r.root == nil { // a group shares the root's probes
 		r.lat.SetPeers(ids, vs)
 	}
 	if r.cfg.OnConfigChange != nil {

@@ -50,12 +50,15 @@ type Network interface {
 	SendStepDown(to, term, successor uint64)
 }
 
-// transportNetwork is the TCP transport as a Network.
-type transportNetwork struct{ t *transport }
+// transportNetwork is the TCP transport as one group's Network.
+type transportNetwork struct {
+	t     *transport
+	group uint64 // 0: the root group
+}
 
-func (n transportNetwork) Send(m *pb.Message) { n.t.send(m) }
+func (n transportNetwork) Send(m *pb.Message) { n.t.send(n.group, m) }
 func (n transportNetwork) SendStepDown(to, term, successor uint64) {
-	n.t.sendStepDown(to, term, successor)
+	n.t.sendStepDown(n.group, to, term, successor)
 }
 
 // Node is one member's raft processing without the replica's goroutine,

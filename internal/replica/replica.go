@@ -234,7 +234,15 @@ type Replica struct {
 	refused       uint64
 	refusedLogged time.Time
 	held          heldProposals // forwarded proposals raft would drop now (raft loop only)
-	tr            *transport    // nil in a Node
+	tr            *transport    // nil in a Node and in a group other than the root
+
+	// Groups (groups.go): root is the member's root group for another
+	// group (nil for the root itself), group this group's id (0: root);
+	// the root keeps the other groups it runs.
+	root    *Replica
+	group   uint64
+	groupMu sync.Mutex
+	groups  map[uint64]*Replica
 
 	// Queues into the raft loop, all bounded. propc and readc block their
 	// callers when full (until ctx is done); recvc and eventc are fed by
@@ -348,7 +356,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		return nil, err
 	}
 	r.tr = tr
-	r.net = transportNetwork{tr}
+	r.net = transportNetwork{t: tr}
 	go r.loop()
 	return r, nil
 }
@@ -514,6 +522,11 @@ func (r *Replica) FailErr() error {
 // callers get errs.ErrStopped.
 func (r *Replica) Close() error {
 	r.closeOnce.Do(func() {
+		if r.root != nil {
+			r.closeGroup()
+			return
+		}
+		r.closeGroups()
 		close(r.stopc)
 		<-r.donec
 		r.tr.close()
@@ -712,10 +725,12 @@ func (r *Replica) SendToLeader(payload []byte) error {
 		return errs.ErrStopped
 	}
 	lead := r.Leader()
-	switch lead {
-	case 0:
+	switch {
+	case r.tr == nil: // a group other than the root has no side channel
+		return errs.ErrUnimplemented
+	case lead == 0:
 		return errs.ErrNotLeader
-	case r.cfg.ID:
+	case lead == r.cfg.ID:
 		r.cfg.OnSideMessage(r.cfg.ID, payload)
 		return nil
 	}

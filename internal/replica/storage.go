@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"math"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -14,21 +15,56 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// disk is the durable copy of the raft state in Pebble. Layout:
+// disk is the durable copy of one raft group's state in Pebble. Layout:
 //
 //	"h"                 HardState
 //	"s"                 latest Snapshot (metadata + tree data)
 //	"e" + BE64(index)   Entry
 //	"c"                 cluster id (CRC32C, then BE64; see ClusterID)
 //
+// The root group's keys are exactly these; every other group on the member
+// shares the same Pebble store under its own prefix, "g" + BE64(group),
+// followed by the same "h", "s" and "e" keys ('g' sorts after every root
+// key, so the root's entry range never reaches a group's keys). One store
+// per member means one write-ahead log: Pebble's commit pipeline folds the
+// synced batches of groups that write at the same time into one fsync.
+//
 // Every value is a CRC32C (4 bytes, big-endian) followed by the protobuf
 // encoding, so a corrupt value is reported at open and never applied.
 type disk struct {
 	db *pebble.DB
+	// prefix is empty for the root group and "g" + BE64(group) for others.
+	prefix []byte
+	// shared: the store belongs to the root group's disk, which closes it.
+	shared bool
 	// last is the highest entry index stored (or the snapshot index when the
 	// log is empty). Only the raft loop touches it.
 	last uint64
 }
+
+// groupPrefix is the key prefix of group's state (group > 0).
+func groupPrefix(group uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = 'g'
+	binary.BigEndian.PutUint64(k[1:], group)
+	return k
+}
+
+// group returns the disk of another group in the same store.
+func (d *disk) group(group uint64) *disk {
+	return &disk{db: d.db, prefix: groupPrefix(group), shared: true}
+}
+
+// key is k under this group's prefix.
+func (d *disk) key(k []byte) []byte {
+	if len(d.prefix) == 0 {
+		return k
+	}
+	return append(append(make([]byte, 0, len(d.prefix)+len(k)), d.prefix...), k...)
+}
+
+func (d *disk) entryKey(i uint64) []byte { return d.key(entryKey(i)) }
+func (d *disk) entriesEnd() []byte       { return d.key(entriesEnd) }
 
 var (
 	keyClusterID = []byte("c")
@@ -88,7 +124,26 @@ func openDisk(dir string, fs vfs.FS, log *slog.Logger) (*disk, error) {
 	return &disk{db: db}, nil
 }
 
-func (d *disk) close() error { return d.db.Close() }
+// close closes the store (the root group's disk only: the groups sharing
+// it are closed first by their owner).
+func (d *disk) close() error {
+	if d.shared {
+		return nil
+	}
+	return d.db.Close()
+}
+
+// drop deletes everything this group stored (a group's disk only).
+func (d *disk) drop() error {
+	if len(d.prefix) == 0 {
+		return errors.New("replica: the root group's storage cannot be dropped")
+	}
+	end := []byte{'g' + 1}
+	if g := binary.BigEndian.Uint64(d.prefix[1:]); g < math.MaxUint64 {
+		end = groupPrefix(g + 1)
+	}
+	return d.db.DeleteRange(d.prefix, end, pebble.Sync)
+}
 
 // entriesEnd is the exclusive upper bound of the entry key space.
 var entriesEnd = []byte{'e' + 1}
@@ -98,17 +153,17 @@ var entriesEnd = []byte{'e' + 1}
 func (d *disk) Load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
 	hs := &pb.HardState{}
 	snap := &pb.Snapshot{}
-	if err := d.get(keyHardState, hs); err != nil {
+	if err := d.get(d.key(keyHardState), hs); err != nil {
 		return nil, nil, nil, fmt.Errorf("hard state: %w", err)
 	}
-	if err := d.get(keySnapshot, snap); err != nil {
+	if err := d.get(d.key(keySnapshot), snap); err != nil {
 		return nil, nil, nil, fmt.Errorf("snapshot: %w", err)
 	}
 	// Entries kept behind the snapshot for slow followers are not loaded:
 	// MemoryStorage starts at the snapshot, so after a restart a follower
 	// that needs them gets the snapshot instead.
 	first := snap.GetMetadata().GetIndex() + 1
-	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(first), UpperBound: entriesEnd})
+	it, err := d.db.NewIter(&pebble.IterOptions{LowerBound: d.entryKey(first), UpperBound: d.entriesEnd()})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -121,7 +176,8 @@ func (d *disk) Load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
 		if err := unseal(it.Value(), e); err != nil {
 			return nil, nil, nil, fmt.Errorf("entry %x: %w", it.Key(), err)
 		}
-		if len(it.Key()) != 9 || e.GetIndex() != want || binary.BigEndian.Uint64(it.Key()[1:]) != want {
+		k := it.Key()[len(d.prefix):]
+		if len(k) != 9 || e.GetIndex() != want || binary.BigEndian.Uint64(k[1:]) != want {
 			return nil, nil, nil, fmt.Errorf("%w: log gap or misplaced entry at index %d (want %d)", ErrCorrupt, e.GetIndex(), want)
 		}
 		if e.GetTerm() < prevTerm || (hs.GetTerm() != 0 && e.GetTerm() > hs.GetTerm()) {
@@ -169,13 +225,13 @@ func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 		if err != nil {
 			return err
 		}
-		if err := b.Set(keySnapshot, v, nil); err != nil {
+		if err := b.Set(d.key(keySnapshot), v, nil); err != nil {
 			return err
 		}
 		// raft only installs a snapshot whose index it does not have a matching
 		// entry for, so every stored entry is either covered by it or belongs
 		// to a stale, conflicting suffix: drop them all (MemoryStorage does too).
-		if err := b.DeleteRange(entryKey(0), entriesEnd, nil); err != nil {
+		if err := b.DeleteRange(d.entryKey(0), d.entriesEnd(), nil); err != nil {
 			return err
 		}
 		last = snap.GetMetadata().GetIndex()
@@ -185,7 +241,7 @@ func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 		if err != nil {
 			return err
 		}
-		if err := b.Set(entryKey(e.GetIndex()), v, nil); err != nil {
+		if err := b.Set(d.entryKey(e.GetIndex()), v, nil); err != nil {
 			return err
 		}
 	}
@@ -194,7 +250,7 @@ func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 		// last entry. Only then, so the common append adds no range tombstone.
 		newLast := ents[n-1].GetIndex()
 		if newLast < last {
-			if err := b.DeleteRange(entryKey(newLast+1), entriesEnd, nil); err != nil {
+			if err := b.DeleteRange(d.entryKey(newLast+1), d.entriesEnd(), nil); err != nil {
 				return err
 			}
 		}
@@ -205,7 +261,7 @@ func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 		if err != nil {
 			return err
 		}
-		if err := b.Set(keyHardState, v, nil); err != nil {
+		if err := b.Set(d.key(keyHardState), v, nil); err != nil {
 			return err
 		}
 	}
@@ -232,11 +288,11 @@ func (d *disk) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
 	}
 	b := d.db.NewBatch()
 	defer b.Close()
-	if err := b.Set(keySnapshot, v, nil); err != nil {
+	if err := b.Set(d.key(keySnapshot), v, nil); err != nil {
 		return err
 	}
 	if compactTo > 0 {
-		if err := b.DeleteRange(entryKey(0), entryKey(compactTo), nil); err != nil {
+		if err := b.DeleteRange(d.entryKey(0), d.entryKey(compactTo), nil); err != nil {
 			return err
 		}
 	}

@@ -44,6 +44,16 @@ const (
 	// It travels behind the raft messages queued before it, so it arrives
 	// after the last heartbeat the sender sent as leader.
 	kindStepDown byte = 8
+	// Every raft group on a member other than the root (kinds 1, 3 and 8)
+	// shares the same connections: its messages and step-down notices
+	// travel under these kinds, the payload starting with the 8-byte group
+	// id. A frame for a group this member does not run (not created here
+	// yet, or removed) is dropped: raft retransmits, and the group's
+	// creation reaches every member through the root group's log.
+	kindGroupRaft     byte = 9
+	kindGroupSnap     byte = 10
+	kindGroupStepDown byte = 11
+	groupIDBytes           = 8
 )
 
 const (
@@ -87,9 +97,10 @@ const (
 var errNoClusterID = errors.New("no cluster id yet (waiting to be contacted by the group)")
 
 type outMsg struct {
-	kind byte
-	msg  *pb.Message
-	side []byte
+	kind  byte
+	group uint64 // 0: the root group
+	msg   *pb.Message
+	side  []byte
 }
 
 // transportEvents are reported back to the raft loop.
@@ -102,12 +113,15 @@ type transportEvents interface {
 }
 
 type transport struct {
-	id     uint64
-	log    *slog.Logger
-	ev     transportEvents
-	lat    *latency.Tracker
-	origin time.Time // probe send times are offsets from it (monotonic)
-	ln     net.Listener
+	id  uint64
+	log *slog.Logger
+	ev  transportEvents // the root group's
+	// groups are the other raft groups on this member (copy on write).
+	groups  atomic.Pointer[map[uint64]transportEvents]
+	groupMu sync.Mutex // serialises changes to groups
+	lat     *latency.Tracker
+	origin  time.Time // probe send times are offsets from it (monotonic)
+	ln      net.Listener
 	// peers (the others) and members (everyone in the configuration, self
 	// included) change with the membership: readers load the current map,
 	// setPeers swaps in a new one (copy on write).
@@ -146,6 +160,51 @@ type peerConn struct {
 	// raft traffic so they measure the network, not this queue.
 	urgent chan outMsg
 	quit   chan struct{} // closed when the peer leaves the configuration
+}
+
+// events returns the receiver of group's events, nil when this member does
+// not run group.
+func (t *transport) events(group uint64) transportEvents {
+	if group == 0 {
+		return t.ev
+	}
+	if g := t.groups.Load(); g != nil {
+		return (*g)[group]
+	}
+	return nil
+}
+
+// addGroup routes group's frames to ev; it fails when group already runs.
+func (t *transport) addGroup(group uint64, ev transportEvents) error {
+	t.groupMu.Lock()
+	defer t.groupMu.Unlock()
+	next := map[uint64]transportEvents{}
+	if g := t.groups.Load(); g != nil {
+		if _, ok := (*g)[group]; ok {
+			return fmt.Errorf("replica: group %d already runs on this member", group)
+		}
+		for k, v := range *g {
+			next[k] = v
+		}
+	}
+	next[group] = ev
+	t.groups.Store(&next)
+	return nil
+}
+
+// removeGroup stops routing group's frames (they are dropped from now on).
+func (t *transport) removeGroup(group uint64) {
+	t.groupMu.Lock()
+	defer t.groupMu.Unlock()
+	next := map[uint64]transportEvents{}
+	if g := t.groups.Load(); g != nil {
+		for k, v := range *g {
+			if k != group {
+				next[k] = v
+			}
+		}
+	}
+	t.groups.Store(&next)
 }
 
 // peer returns the connection to id, nil when id is not a peer.
@@ -362,26 +421,28 @@ func remoteHost(c net.Conn) string {
 	return a
 }
 
-// send queues a raft message without blocking.
-func (t *transport) send(m *pb.Message) {
+// send queues a raft message of group without blocking.
+func (t *transport) send(group uint64, m *pb.Message) {
 	pc := t.peer(m.GetTo())
 	if pc == nil {
 		return
 	}
 	select {
-	case pc.q <- outMsg{kind: kindRaft, msg: m}:
+	case pc.q <- outMsg{kind: kindRaft, group: group, msg: m}:
 	default:
-		t.ev.unreachable(pc.id)
-		if m.GetType() == pb.MsgSnap {
-			t.ev.snapshotDone(pc.id, false)
+		if ev := t.events(group); ev != nil {
+			ev.unreachable(pc.id)
+			if m.GetType() == pb.MsgSnap {
+				ev.snapshotDone(pc.id, false)
+			}
 		}
 	}
 }
 
-// sendStepDown queues a step-down notice to peer to, behind the raft
-// messages already queued for it; dropped when the queue is full (the
+// sendStepDown queues a step-down notice of group to peer to, behind the
+// raft messages already queued for it; dropped when the queue is full (the
 // members then fall back to their own election timeouts).
-func (t *transport) sendStepDown(to, term, successor uint64) {
+func (t *transport) sendStepDown(group, to, term, successor uint64) {
 	pc := t.peer(to)
 	if pc == nil {
 		return
@@ -390,7 +451,7 @@ func (t *transport) sendStepDown(to, term, successor uint64) {
 	binary.BigEndian.PutUint64(payload, term)
 	binary.BigEndian.PutUint64(payload[8:], successor)
 	select {
-	case pc.q <- outMsg{kind: kindStepDown, side: payload}:
+	case pc.q <- outMsg{kind: kindStepDown, group: group, side: payload}:
 	default:
 	}
 }
@@ -515,8 +576,10 @@ func (t *transport) writer(pc *peerConn) {
 			continue
 		}
 		for _, f := range frames {
-			if f.kind == kindSnap {
-				t.ev.snapshotDone(pc.id, true)
+			if f.kind == kindSnap || f.kind == kindGroupSnap {
+				if ev := t.events(f.group); ev != nil {
+					ev.snapshotDone(pc.id, true)
+				}
 			}
 		}
 	}
@@ -540,26 +603,36 @@ func stampProbes(frames []frame, at time.Duration) {
 	}
 }
 
-// failFrames tells raft that frames were not sent: the peer is unreachable
-// (raft backs off to probing) and any snapshot failed (raft will retry it).
+// failFrames tells each group's raft that frames were not sent: the peer
+// is unreachable (raft backs off to probing) and any snapshot failed (raft
+// will retry it).
 func (t *transport) failFrames(id uint64, frames []frame) {
-	reported := false
+	var reported map[uint64]bool
 	for _, f := range frames {
-		if f.kind != kindRaft && f.kind != kindSnap {
+		raftMsg, snap := f.kind == kindRaft || f.kind == kindGroupRaft, f.kind == kindSnap || f.kind == kindGroupSnap
+		if !raftMsg && !snap {
 			continue
 		}
-		if !reported {
-			t.ev.unreachable(id)
-			reported = true
+		ev := t.events(f.group)
+		if ev == nil {
+			continue
 		}
-		if f.kind == kindSnap {
-			t.ev.snapshotDone(id, false)
+		if !reported[f.group] {
+			ev.unreachable(id)
+			if reported == nil {
+				reported = map[uint64]bool{}
+			}
+			reported[f.group] = true
+		}
+		if snap {
+			ev.snapshotDone(id, false)
 		}
 	}
 }
 
 type frame struct {
 	kind    byte
+	group   uint64 // kinds 9-11: the group (its id leads the payload)
 	payload []byte
 }
 
@@ -570,19 +643,32 @@ func (t *transport) encode(to uint64, batch []outMsg) ([]frame, int) {
 	frames := make([]frame, 0, len(batch))
 	size := 0
 	for _, m := range batch {
-		f := frame{kind: m.kind, payload: m.side}
+		f := frame{kind: m.kind, group: m.group, payload: m.side}
+		var prefix []byte
+		if m.group != 0 {
+			prefix = binary.BigEndian.AppendUint64(make([]byte, 0, groupIDBytes), m.group)
+		}
+		if m.kind == kindStepDown && m.group != 0 {
+			f.kind, f.payload = kindGroupStepDown, append(prefix, m.side...)
+		}
 		if m.kind == kindRaft {
 			limit := t.maxMsgFrame
 			if m.msg.GetType() == pb.MsgSnap {
 				f.kind, limit = kindSnap, maxSnapFrame
 			}
-			b, err := proto.Marshal(m.msg)
-			if err == nil && len(b)+frameHeader > limit {
-				err = fmt.Errorf("%d bytes exceed the %d byte frame limit", len(b), limit)
+			if m.group != 0 {
+				f.kind = kindGroupRaft
+				if m.msg.GetType() == pb.MsgSnap {
+					f.kind = kindGroupSnap
+				}
+			}
+			b, err := (proto.MarshalOptions{}).MarshalAppend(prefix, m.msg)
+			if err == nil && len(b)-len(prefix)+frameHeader > limit {
+				err = fmt.Errorf("%d bytes exceed the %d byte frame limit", len(b)-len(prefix), limit)
 			}
 			if err != nil {
-				t.log.Error("dropping unsendable raft message", "peer", to, "type", m.msg.GetType().String(), "err", err)
-				t.failFrames(to, []frame{{kind: f.kind}})
+				t.log.Error("dropping unsendable raft message", "peer", to, "group", m.group, "type", m.msg.GetType().String(), "err", err)
+				t.failFrames(to, []frame{{kind: f.kind, group: m.group}})
 				continue
 			}
 			f.payload = b
@@ -678,6 +764,16 @@ func (t *transport) reader(raw net.Conn) {
 				bad("step-down notice of the wrong size", "len", n)
 				return
 			}
+		case kindGroupRaft:
+			limit = int64(t.maxMsgFrame) + groupIDBytes
+		case kindGroupSnap:
+			limit = maxSnapFrame + groupIDBytes
+		case kindGroupStepDown:
+			limit = groupIDBytes + stepDownPayload + frameHeader
+			if n != limit {
+				bad("step-down notice of the wrong size", "len", n)
+				return
+			}
 		case kindKeepalive:
 			limit = frameHeader
 		default:
@@ -715,8 +811,24 @@ func (t *transport) reader(raw net.Conn) {
 			t.probed(kind, from, body)
 			continue
 		}
-		if kind == kindStepDown {
-			t.ev.steppedDown(from, binary.BigEndian.Uint64(body), binary.BigEndian.Uint64(body[8:]))
+		var group uint64
+		switch kind {
+		case kindGroupRaft, kindGroupSnap, kindGroupStepDown:
+			if len(body) < groupIDBytes {
+				bad("group frame without a group id", "len", len(body))
+				return
+			}
+			group, body = binary.BigEndian.Uint64(body), body[groupIDBytes:]
+			if group == 0 {
+				bad("group frame for the root group")
+				return
+			}
+		}
+		ev := t.events(group)
+		if kind == kindStepDown || kind == kindGroupStepDown {
+			if ev != nil {
+				ev.steppedDown(from, binary.BigEndian.Uint64(body), binary.BigEndian.Uint64(body[8:]))
+			}
 			continue
 		}
 		m := &pb.Message{}
@@ -726,11 +838,13 @@ func (t *transport) reader(raw net.Conn) {
 			bad("undecodable raft message", "err", err)
 			return
 		}
-		if err := t.validate(m, from, kind == kindSnap); err != nil {
-			bad("invalid raft message", "err", err)
+		if err := t.validate(m, from, kind == kindSnap || kind == kindGroupSnap); err != nil {
+			bad("invalid raft message", "group", group, "err", err)
 			return
 		}
-		t.ev.deliver(m)
+		if ev != nil {
+			ev.deliver(m)
+		}
 	}
 }
 

@@ -1,0 +1,221 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+// Several raft groups on one member.
+//
+// The replica Open returns is the member's root group: it owns the Pebble
+// store, the peer transport (one authenticated connection per member pair)
+// and the latency probes. OpenGroup starts another group on the same
+// member that shares all three: its log and snapshots live in the same
+// store under the group's key prefix (storage.go), its messages travel the
+// root's connections in group frames (transport.go), and its tick follows
+// the same measured round trips. Each group has its own raft loop, state
+// machine, log, leader and snapshots; a group knows nothing of the others.
+//
+// A group is born the same on every member: its first configuration
+// (which members vote, which only learn) is decided by whoever creates it
+// (the server, from a command in the root group's log) and given to
+// OpenGroup on every member, which writes it as the group's first snapshot
+// (index 1, term 1) before raft starts. No member bootstraps it alone and
+// no configuration change is needed, so members that open it at different
+// times still agree on its history; a member that opens it late catches up
+// from the others like any lagging follower.
+//
+// Not yet: a group's membership does not follow the root's at run time
+// (a member added to the cluster later is not added to existing groups,
+// and an address change reaches a group's book only through a new
+// configuration of that group).
+
+// MaxGroups bounds the groups one member runs besides its root group;
+// OpenGroup refuses more with errs.ErrTooManyGroups.
+const MaxGroups = 1000
+
+// GroupConfig describes a raft group other than the root.
+type GroupConfig struct {
+	// Group identifies the group on every member: non-zero, unique.
+	Group uint64
+	// Voters and Learners are the group's first configuration, the same on
+	// every member: member ids of the root group's address book, disjoint,
+	// at least one voter; a member in neither does not take part. Ignored
+	// when the group already has state on this member.
+	Voters, Learners []uint64
+	// OnLeaderChange, OnConfigChange, ObserveFsync: as in Config.
+	OnLeaderChange func(leader, term uint64)
+	OnConfigChange func(index uint64)
+	ObserveFsync   func(time.Duration)
+}
+
+// OpenGroup starts group gc.Group on this member (the root replica), over
+// sm, sharing the root's store and connections; an existing group's state
+// is restored from the store. The group stops with Close, or when the root
+// closes.
+func (r *Replica) OpenGroup(gc GroupConfig, sm StateMachine) (*Replica, error) {
+	if r.root != nil {
+		return nil, errors.New("replica: groups are opened on the root group")
+	}
+	if gc.Group == 0 {
+		return nil, errors.New("replica: group 0 is the root group")
+	}
+	if r.stopped() {
+		return nil, errs.ErrStopped
+	}
+	r.groupMu.Lock()
+	defer r.groupMu.Unlock()
+	if _, ok := r.groups[gc.Group]; ok {
+		return nil, fmt.Errorf("replica: group %d already runs on this member", gc.Group)
+	}
+	if len(r.groups) >= MaxGroups {
+		return nil, fmt.Errorf("%w: %d groups run on this member", errs.ErrTooManyGroups, len(r.groups))
+	}
+	cfg := r.cfg
+	cfg.Logger = r.cfg.Logger.With("group", gc.Group)
+	cfg.OnLeaderChange, cfg.OnConfigChange, cfg.ObserveFsync = gc.OnLeaderChange, gc.OnConfigChange, gc.ObserveFsync
+	cfg.OnSideMessage = nil
+	cfg.Join = false
+	cfg.defaults()
+	d := r.disk.group(gc.Group)
+	peers, err := groupPeers(r.Members(), gc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Peers = peers
+	if err := bootstrapGroup(d, peers, gc, sm); err != nil {
+		return nil, fmt.Errorf("replica: group %d: %w", gc.Group, err)
+	}
+	g, _, err := newReplica(cfg, sm, d, nil)
+	if err != nil {
+		return nil, fmt.Errorf("replica: group %d: %w", gc.Group, err)
+	}
+	g.root, g.group, g.disk, g.lat = r, gc.Group, d, r.lat
+	g.net = transportNetwork{t: r.tr, group: gc.Group}
+	g.propc, g.recvc = make(chan proposal, 1024), make(chan *pb.Message, 4096)
+	g.readc, g.eventc = make(chan *readReq, 1024), make(chan loopEvent, 1024)
+	g.transferc, g.campaignc, g.statusc = make(chan uint64, 1), make(chan chan error), make(chan chan Status)
+	g.confc = make(chan confReq)
+	if err := r.tr.addGroup(gc.Group, (*events)(g)); err != nil {
+		return nil, err
+	}
+	if r.groups == nil {
+		r.groups = map[uint64]*Replica{}
+	}
+	r.groups[gc.Group] = g
+	go g.loop()
+	return g, nil
+}
+
+// Group is this replica's group id (0: the root group).
+func (r *Replica) Group() uint64 { return r.group }
+
+// groupPeers is the group's address book: the root's members that take
+// part, learners marked.
+func groupPeers(members []Peer, gc GroupConfig) ([]Peer, error) {
+	if len(gc.Voters) == 0 {
+		return nil, errors.New("replica: a group needs a voter")
+	}
+	role := map[uint64]bool{} // id -> learner
+	for _, id := range gc.Voters {
+		if _, dup := role[id]; dup || id == 0 {
+			return nil, fmt.Errorf("replica: group member %d listed twice or zero", id)
+		}
+		role[id] = false
+	}
+	for _, id := range gc.Learners {
+		if _, dup := role[id]; dup || id == 0 {
+			return nil, fmt.Errorf("replica: group member %d listed twice or zero", id)
+		}
+		role[id] = true
+	}
+	var out []Peer
+	for _, p := range members {
+		learner, ok := role[p.ID]
+		if !ok {
+			continue
+		}
+		p.Learner, p.AutoPromote, p.Meta = learner, false, slices.Clone(p.Meta)
+		out = append(out, p)
+		delete(role, p.ID)
+	}
+	for id := range role {
+		return nil, fmt.Errorf("replica: group member %d is not a member of the cluster", id)
+	}
+	slices.SortFunc(out, func(x, y Peer) int { return cmpU64(x.ID, y.ID) })
+	return out, nil
+}
+
+// groupStart is the index and term of a group's first snapshot.
+const groupStart = 1
+
+// bootstrapGroup writes a new group's first snapshot (its configuration
+// and sm's empty state) unless the group already has state in d.
+func bootstrapGroup(d *disk, peers []Peer, gc GroupConfig, sm StateMachine) error {
+	hs, snap, ents, err := d.Load()
+	if err != nil {
+		return err
+	}
+	if !raft.IsEmptyHardState(hs) || !raft.IsEmptySnap(snap) || len(ents) > 0 {
+		return nil
+	}
+	data, err := sm.Snapshot()
+	if err != nil {
+		return err
+	}
+	cs := &pb.ConfState{Voters: slices.Clone(gc.Voters), Learners: slices.Clone(gc.Learners)}
+	slices.Sort(cs.Voters)
+	slices.Sort(cs.Learners)
+	first := &pb.Snapshot{
+		Data:     wrapSnapshot(book{Peers: peers, Index: groupStart}, data),
+		Metadata: &pb.SnapshotMetadata{ConfState: cs, Index: new(uint64(groupStart)), Term: new(uint64(groupStart))},
+	}
+	return d.Save(&pb.HardState{Term: new(uint64(groupStart)), Commit: new(uint64(groupStart))}, nil, first, true)
+}
+
+// closeGroups closes every group (the root's Close, before the transport
+// and the store they share).
+func (r *Replica) closeGroups() {
+	r.groupMu.Lock()
+	gs := make([]*Replica, 0, len(r.groups))
+	for _, g := range r.groups {
+		gs = append(gs, g)
+	}
+	r.groupMu.Unlock()
+	for _, g := range gs {
+		g.Close()
+	}
+}
+
+// closeGroup is a group's Close: its loop stops and its frames are
+// dropped from now on; the store and the connections stay the root's.
+func (r *Replica) closeGroup() {
+	close(r.stopc)
+	<-r.donec
+	r.root.tr.removeGroup(r.group)
+	r.root.groupMu.Lock()
+	delete(r.root.groups, r.group)
+	r.root.groupMu.Unlock()
+}
+
+// DropGroup deletes a closed group's state from the store (a group whose
+// keyspace was removed). It refuses while the group runs.
+func (r *Replica) DropGroup(group uint64) error {
+	if r.root != nil || group == 0 {
+		return errors.New("replica: groups are dropped by the root group")
+	}
+	r.groupMu.Lock()
+	_, running := r.groups[group]
+	r.groupMu.Unlock()
+	if running {
+		return fmt.Errorf("replica: group %d still runs", group)
+	}
+	return r.disk.group(group).drop()
+}
