@@ -154,7 +154,7 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 // applyTree applies a tree command and, when it ends sessions, releases
 // their locks in coord in the same apply.
 func (f *FSM) applyTree(r *Result, cmd *tree.Command) {
-	r.TreeResult, r.Events = f.tree.Apply(r.Index, cmd)
+	r.TreeResult, r.Events = f.tree.Apply(int64(r.Index), cmd)
 	switch cmd.Op.Type {
 	case tree.OpCreateSession:
 		if r.TreeResult.Err == nil {
