@@ -33,10 +33,16 @@ import (
 //	fenced lock=l token=N session=N inner=close-session|garbage
 //	tick
 //	garbage [coord]                                    (an entry that does not decode)
+//	bad-clock kind=truncated|physical|min|nested|empty (a clock envelope that does not decode)
 //	snapshot        (round trip into a new FSM, which the script continues with)
 //	show
+//	stat path=/a    (the node's zxids and versions)
 //
 // time=MS on any entry sets the proposer's clock from then on (default 1000).
+// clock=MS [min=Z] on any entry wraps it in a clock envelope with that
+// physical time and minimum zxid. The output names the zxid only where it
+// differs from the index (an event's too), as "(ms.logical)" when a clock
+// made it.
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &harness{t: t, fsm: New(Hooks{}), now: 1000}
@@ -84,14 +90,51 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return show(h.fsm)
 	case "snapshot":
 		return h.roundTrip()
+	case "stat":
+		return h.stat(d)
 	}
 	data := h.entry(d)
+	if v, ok := arg(d, "clock"); ok {
+		physical, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: clock=%s: %v", d.Pos, v, err)
+		}
+		if data, err = WrapClock(physical, uint64(h.int(d, "min")), data); err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+	}
 	h.index++
+	last := h.fsm.LastZxid()
 	r := h.fsm.Apply(h.index, data)
 	if r.Index != h.index || h.fsm.Applied() != h.index {
 		t.Fatalf("%s: applied %d, result index %d, want %d", d.Pos, h.fsm.Applied(), r.Index, h.index)
 	}
+	// The zxid invariants, on every entry of every script.
+	if r.Zxid != 0 && (r.Zxid <= last || r.Zxid < int64(r.Index) || h.fsm.LastZxid() != r.Zxid) {
+		t.Fatalf("%s: zxid %d after %d at index %d, last zxid %d", d.Pos, r.Zxid, last, r.Index, h.fsm.LastZxid())
+	}
 	return fmtResult(&r)
+}
+
+// stat shows a node's zxids and versions.
+func (h *harness) stat(d *datadriven.TestData) string {
+	path, _ := arg(d, "path")
+	h.fsm.RLock()
+	defer h.fsm.RUnlock()
+	_, s, err := h.fsm.Tree().Get(path)
+	if err != nil {
+		return errName(err) + "\n"
+	}
+	return fmt.Sprintf("czxid=%s mzxid=%s pzxid=%s version=%d cversion=%d\n",
+		fmtZxid(s.Czxid), fmtZxid(s.Mzxid), fmtZxid(s.Pzxid), s.Version, s.Cversion)
+}
+
+// fmtZxid writes a zxid a clock made as its milliseconds and logical count.
+func fmtZxid(z int64) string {
+	if z < 1<<LogicalBits {
+		return strconv.FormatInt(z, 10)
+	}
+	return fmt.Sprintf("%d(%d.%d)", z, ZxidPhysicalMs(z), z&(1<<LogicalBits-1))
 }
 
 // entry encodes the directive's command as the log carries it.
@@ -178,6 +221,26 @@ func (h *harness) entry(d *datadriven.TestData) []byte {
 			return []byte{coord.Tag, 0xff}
 		}
 		return []byte{0xff, 0xff}
+	case "bad-clock":
+		inner := treeCmd(&tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: "/bad-clock", ACL: tree.OpenACL}})
+		env := func(physical, minZxid uint64, inner []byte) []byte {
+			b := binary.AppendUvarint([]byte{ClockTag}, physical)
+			return append(binary.AppendUvarint(b, minZxid), inner...)
+		}
+		switch v, _ := arg(d, "kind"); v {
+		case "truncated":
+			return []byte{ClockTag, 0x80}
+		case "physical":
+			return env(MaxPhysicalMs+1, 0, inner)
+		case "min":
+			return env(1000, MaxZxid, inner)
+		case "nested":
+			return env(1000, 0, env(1000, 0, inner))
+		case "empty":
+			return env(1000, 0, nil)
+		default:
+			t.Fatalf("%s: unknown kind %q", d.Pos, v)
+		}
 	}
 	t.Fatalf("%s: unknown command %s", d.Pos, d.Cmd)
 	return nil
@@ -202,11 +265,15 @@ func (h *harness) roundTrip() string {
 	if !bytes.Equal(b, b2) {
 		t.Fatalf("snapshot at %d does not round-trip", h.index)
 	}
-	if f.Applied() != h.fsm.Applied() {
-		t.Fatalf("restored at %d, want %d", f.Applied(), h.fsm.Applied())
+	if f.Applied() != h.fsm.Applied() || f.LastZxid() != h.fsm.LastZxid() {
+		t.Fatalf("restored at %d zxid %d, want %d zxid %d", f.Applied(), f.LastZxid(), h.fsm.Applied(), h.fsm.LastZxid())
 	}
 	h.fsm = f
-	return fmt.Sprintf("restored at index %d: same %d bytes\n", f.Applied(), len(b))
+	version := ""
+	if !bytes.HasPrefix(b, snapshotMagic) {
+		version = fmt.Sprintf(" (%s, last zxid %s)", b[:5], fmtZxid(f.LastZxid()))
+	}
+	return fmt.Sprintf("restored at index %d: same %d bytes%s\n", f.Applied(), len(b), version)
 }
 
 var errNames = map[error]string{
@@ -232,6 +299,9 @@ var eventNames = map[tree.EventType]string{
 func fmtResult(r *Result) string {
 	var out strings.Builder
 	fmt.Fprintf(&out, "index %d: ", r.Index)
+	if r.Zxid != int64(r.Index) {
+		fmt.Fprintf(&out, "zxid %s: ", fmtZxid(r.Zxid))
+	}
 	switch {
 	case r.Skipped != nil:
 		fmt.Fprintf(&out, "skipped (%v)\n", r.Skipped)
@@ -270,7 +340,11 @@ func fmtResult(r *Result) string {
 	}
 	fmt.Fprintf(&out, " id=%d\n", r.ID)
 	for _, ev := range r.Events {
-		fmt.Fprintf(&out, "event %s %s\n", eventNames[ev.Type], ev.Path)
+		fmt.Fprintf(&out, "event %s %s", eventNames[ev.Type], ev.Path)
+		if ev.Zxid != int64(r.Index) {
+			fmt.Fprintf(&out, " zxid=%s", fmtZxid(ev.Zxid))
+		}
+		out.WriteString("\n")
 	}
 	for _, g := range r.Grants {
 		fmt.Fprintf(&out, "grant %s to session %d token=%d %s\n", g.Lock, g.Session, g.Token, g.Mode)
@@ -296,6 +370,9 @@ func show(f *FSM) string {
 	defer f.RUnlock()
 	var out strings.Builder
 	fmt.Fprintf(&out, "applied %d\n", f.Applied())
+	if f.LastZxid() != int64(f.Applied()) {
+		fmt.Fprintf(&out, "last zxid %s\n", fmtZxid(f.LastZxid()))
+	}
 	for _, s := range f.Tree().Sessions() {
 		fmt.Fprintf(&out, "session %d timeout=%d ephemerals=%v\n", s.ID, s.TimeoutMs, f.Tree().Ephemerals(s.ID, "/"))
 	}
