@@ -32,7 +32,8 @@ import (
 //	byte ClockTag, uvarint physicalMs, uvarint minZxid, inner entry
 //
 // The inner entry is exactly the bytes that would otherwise be the entry:
-// a tree command or a coordination command, never another envelope.
+// a tree command, a coordination command or a keyspace command, never
+// another envelope.
 //
 // Overflow: physicalMs above MaxPhysicalMs (the year 6429) or minZxid of
 // MaxZxid or more makes the envelope malformed: the entry is skipped on
@@ -45,7 +46,7 @@ import (
 
 // ClockTag is the first byte of a clock envelope. Tree commands start with
 // their codec version (1 or 2), coordination commands with coord.Tag
-// (0xC1).
+// (0xC1), keyspace commands with KeyspaceTag (0xC3).
 const ClockTag byte = 0xC2
 
 const (

@@ -5,7 +5,8 @@
 // Every member applies the same log through Apply and must end in the same
 // state, so Apply decodes the entry, gives it a zxid (clock.go: the log
 // index, or a hybrid logical clock when the proposer wrapped the entry in a
-// clock envelope), applies it to the tree or to coord and
+// clock envelope), applies it to the tree, to coord or to the keyspace
+// table (keyspace.go: regional keyspaces, kept in the root group) and
 // returns what happened: the proposer's result, the watch events, the grants
 // and losses of locks, queue items and barriers, and the sessions it started
 // and ended. Ending a session releases everything it held in coord in the
@@ -23,7 +24,7 @@
 //
 // Concurrency: Apply, Snapshot and Restore are called from one goroutine
 // (the replica's raft loop). Readers on other goroutines take RLock and
-// read Tree, Coord, Applied and LastZxid. Apply and Restore hold the write lock while
+// read Tree, Coord, Keyspaces, Applied and LastZxid. Apply and Restore hold the write lock while
 // they change the state and while they call the Hooks, so a reader that
 // registers a watch under RLock sees either the state before a change (and
 // the hook triggers its watch) or the state after it.
@@ -48,20 +49,21 @@ type Hooks struct {
 	Restored func()
 }
 
-// FSM is the replicated state: the tree, coord, the index of the last
-// entry applied to them and the last zxid given.
+// FSM is the replicated state: the tree, coord, the keyspace table, the
+// index of the last entry applied to them and the last zxid given.
 type FSM struct {
-	mu       sync.RWMutex
-	tree     *tree.Tree
-	coord    *coord.State
-	applied  uint64
-	lastZxid int64
-	hooks    Hooks
+	mu        sync.RWMutex
+	tree      *tree.Tree
+	coord     *coord.State
+	keyspaces *KeyspaceTable
+	applied   uint64
+	lastZxid  int64
+	hooks     Hooks
 }
 
 // New returns an empty state machine at index 0.
 func New(h Hooks) *FSM {
-	return &FSM{tree: tree.New(), coord: coord.New(), hooks: h}
+	return &FSM{tree: tree.New(), coord: coord.New(), keyspaces: newKeyspaceTable(), hooks: h}
 }
 
 // RLock locks the state for reading: Tree, Coord and Applied stay as they
@@ -122,6 +124,10 @@ type Result struct {
 	// CoordCommand is the coordination command of the entry (a fenced write
 	// too); nil for tree commands.
 	CoordCommand *coord.Command
+	// KeyspaceCommand is the keyspace command of the entry, KeyspaceResult
+	// what it did (the mount znode's events are in Events).
+	KeyspaceCommand *KeyspaceCommand
+	KeyspaceResult  KeyspaceResult
 	// TreeResult is the proposer's result of a tree command or a fenced
 	// write; CoordResult that of any other coordination command.
 	TreeResult  tree.Result
@@ -168,11 +174,13 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 	return r
 }
 
-// applyEntry applies an unwrapped entry: a coordination command or a tree
-// command.
+// applyEntry applies an unwrapped entry: a coordination command, a
+// keyspace command or a tree command.
 func (f *FSM) applyEntry(r *Result, data []byte) {
 	if len(data) > 0 && data[0] == coord.Tag {
 		f.applyCoord(r, data)
+	} else if len(data) > 0 && data[0] == KeyspaceTag {
+		f.applyKeyspace(r, data)
 	} else if cmd, err := tree.DecodeCommand(data); err != nil {
 		r.Skipped = fmt.Errorf("tree entry: %w", err)
 	} else {

@@ -27,6 +27,7 @@ import (
 //	expire sessions=(N, ...)
 //	create path=/a [session=N] [ephemeral] [data=D]
 //	set path=/a data=D
+//	delete path=/a
 //	acquire lock=l session=N [wait] [delay=MS]
 //	release lock=l session=N
 //	fenced lock=l token=N session=N path=/a data=D    (a fenced set)
@@ -34,6 +35,10 @@ import (
 //	tick
 //	garbage [coord]                                    (an entry that does not decode)
 //	bad-clock kind=truncated|physical|min|nested|empty (a clock envelope that does not decode)
+//	keyspace-create prefix=/eu [region=R] [survival=zone|region|N] [voters=(1,2,3)] [learners=(4)]
+//	keyspace-remove prefix=/eu [op=N]                 (op: an unknown op instead)
+//	keyspace-for path=/eu/a | name=eu/lock   (not an entry: the owner of a path or name)
+//	keyspaces       (not an entry: the table)
 //	snapshot        (round trip into a new FSM, which the script continues with)
 //	show
 //	stat path=/a    (the node's zxids and versions)
@@ -92,6 +97,23 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.roundTrip()
 	case "stat":
 		return h.stat(d)
+	case "keyspaces":
+		return showKeyspaces(h.fsm)
+	case "keyspace-for":
+		h.fsm.RLock()
+		defer h.fsm.RUnlock()
+		var k Keyspace
+		var ok bool
+		if p, isPath := arg(d, "path"); isPath {
+			k, ok = h.fsm.KeyspaceFor(p)
+		} else {
+			name, _ := arg(d, "name")
+			k, ok = h.fsm.KeyspaceForName(name)
+		}
+		if !ok {
+			return "root group\n"
+		}
+		return fmtKeyspace(k)
 	}
 	data := h.entry(d)
 	if v, ok := arg(d, "clock"); ok {
@@ -192,6 +214,8 @@ func (h *harness) entry(d *datadriven.TestData) []byte {
 		}
 		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpCreate, Path: path,
 			Data: []byte(value), ACL: tree.OpenACL, Mode: mode}})
+	case "delete":
+		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpDelete, Path: path, Version: -1}})
 	case "set":
 		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpSetData, Path: path,
 			Data: []byte(value), Version: -1}})
@@ -216,9 +240,39 @@ func (h *harness) entry(d *datadriven.TestData) []byte {
 			t.Fatalf("%s: unknown inner %q", d.Pos, v)
 		}
 		return coordCmd(&coord.Command{Op: coord.OpFenced, Token: uint64(h.int(d, "token")), Inner: inner})
+	case "keyspace-create", "keyspace-remove":
+		c := &KeyspaceCommand{ID: id, TimeMs: h.now, Op: KeyspaceRemove, Prefix: func() string { p, _ := arg(d, "prefix"); return p }()}
+		if d.Cmd == "keyspace-create" {
+			c.Op, c.Region, c.Survival = KeyspaceCreate, "eu-west", SurvivalZone
+			c.Voters, c.Learners = []uint64{1, 2, 3}, h.ids(d, "learners")
+			if v, ok := arg(d, "region"); ok {
+				c.Region = v
+			}
+			switch v, _ := arg(d, "survival"); v {
+			case "", "zone":
+			case "region":
+				c.Survival = SurvivalRegion
+			default:
+				c.Survival = Survival(h.int(d, "survival"))
+			}
+			if _, ok := arg(d, "voters"); ok {
+				c.Voters = h.ids(d, "voters")
+			}
+		}
+		if _, ok := arg(d, "op"); ok {
+			c.Op = KeyspaceOp(h.int(d, "op"))
+		}
+		b, err := EncodeKeyspaceCommand(c)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		return b
 	case "garbage":
 		if _, ok := arg(d, "coord"); ok {
 			return []byte{coord.Tag, 0xff}
+		}
+		if _, ok := arg(d, "keyspace"); ok {
+			return []byte{KeyspaceTag, 1, byte(KeyspaceCreate), 0xff}
 		}
 		return []byte{0xff, 0xff}
 	case "bad-clock":
@@ -244,6 +298,45 @@ func (h *harness) entry(d *datadriven.TestData) []byte {
 	}
 	t.Fatalf("%s: unknown command %s", d.Pos, d.Cmd)
 	return nil
+}
+
+// ids reads a list argument of member ids: key=(1, 2, 3).
+func (h *harness) ids(d *datadriven.TestData, key string) []uint64 {
+	var ids []uint64
+	for _, a := range d.CmdArgs {
+		if a.Key != key {
+			continue
+		}
+		for _, v := range a.Vals {
+			if v == "" {
+				continue // key=()
+			}
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				h.t.Fatalf("%s: %s: %v", d.Pos, key, err)
+			}
+			ids = append(ids, n)
+		}
+	}
+	return ids
+}
+
+func fmtKeyspace(k Keyspace) string {
+	return fmt.Sprintf("%s region=%s survival=%s group=%d voters=%v learners=%v\n",
+		k.Prefix, k.Region, k.Survival, k.Group, k.Voters, k.Learners)
+}
+
+func showKeyspaces(f *FSM) string {
+	f.RLock()
+	defer f.RUnlock()
+	var out strings.Builder
+	for _, k := range f.Keyspaces().List() {
+		out.WriteString(fmtKeyspace(k))
+	}
+	if out.Len() == 0 {
+		return "no keyspaces\n"
+	}
+	return out.String()
 }
 
 // roundTrip restores a snapshot into a new FSM, checks that it snapshots
@@ -279,7 +372,12 @@ func (h *harness) roundTrip() string {
 var errNames = map[error]string{
 	errs.ErrNoNode: "ErrNoNode", errs.ErrNodeExists: "ErrNodeExists", errs.ErrSessionExpired: "ErrSessionExpired",
 	errs.ErrStaleToken: "ErrStaleToken", errs.ErrBadArguments: "ErrBadArguments", errs.ErrMarshalling: "ErrMarshalling",
-	errs.ErrLockNotHeld: "ErrLockNotHeld", errs.ErrLockHeld: "ErrLockHeld",
+	errs.ErrLockNotHeld: "ErrLockNotHeld", errs.ErrLockHeld: "ErrLockHeld", errs.ErrInvalidPath: "ErrInvalidPath",
+	errs.ErrInvalidKeyspacePrefix: "ErrInvalidKeyspacePrefix", errs.ErrInvalidKeyspace: "ErrInvalidKeyspace",
+	errs.ErrKeyspaceExists: "ErrKeyspaceExists", errs.ErrKeyspaceOverlap: "ErrKeyspaceOverlap",
+	errs.ErrKeyspaceHasData: "ErrKeyspaceHasData", errs.ErrKeyspaceNotEmpty: "ErrKeyspaceNotEmpty",
+	errs.ErrNoKeyspace: "ErrNoKeyspace", errs.ErrTooManyKeyspaces: "ErrTooManyKeyspaces",
+	errs.ErrUnimplemented: "ErrUnimplemented",
 }
 
 func errName(err error) string {
@@ -306,6 +404,12 @@ func fmtResult(r *Result) string {
 	case r.Skipped != nil:
 		fmt.Fprintf(&out, "skipped (%v)\n", r.Skipped)
 		return out.String()
+	case r.KeyspaceCommand != nil:
+		if err := r.KeyspaceResult.Err; err != nil {
+			fmt.Fprintf(&out, "keyspace %s", errName(err))
+		} else {
+			fmt.Fprintf(&out, "keyspace ok %s group=%d", r.KeyspaceResult.Keyspace.Prefix, r.KeyspaceResult.Keyspace.Group)
+		}
 	case r.CoordCommand != nil && r.CoordCommand.Op != coord.OpFenced:
 		cr := r.CoordResult
 		switch {
@@ -375,6 +479,9 @@ func show(f *FSM) string {
 	}
 	for _, s := range f.Tree().Sessions() {
 		fmt.Fprintf(&out, "session %d timeout=%d ephemerals=%v\n", s.ID, s.TimeoutMs, f.Tree().Ephemerals(s.ID, "/"))
+	}
+	for _, k := range f.Keyspaces().List() {
+		out.WriteString("keyspace " + fmtKeyspace(k))
 	}
 	for _, l := range f.Coord().List("", 1000) {
 		fmt.Fprintf(&out, "%s:", l.Name)

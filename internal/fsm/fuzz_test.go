@@ -25,8 +25,12 @@ func FuzzApply(f *testing.F) {
 		b := binary.AppendUvarint([]byte{ClockTag}, physical)
 		return append(binary.AppendUvarint(b, minZxid), inner...)
 	}
+	keyspace, _ := EncodeKeyspaceCommand(&KeyspaceCommand{Op: KeyspaceCreate, Prefix: "/eu", Region: "eu",
+		Survival: SurvivalZone, Voters: []uint64{1, 2}, Learners: []uint64{3}})
+	removeKeyspace, _ := EncodeKeyspaceCommand(&KeyspaceCommand{Op: KeyspaceRemove, Prefix: "/eu"})
 	for _, seed := range [][]byte{
-		create("/a"), acquire, session,
+		create("/a"), acquire, session, keyspace, removeKeyspace, wrap(3000, 7, keyspace),
+		{KeyspaceTag, 1}, {KeyspaceTag, 1, 1, 0, 0, 3, '/', 'e', 'u', 0, 1, 0, 0},
 		wrap(1000, 0, create("/a")), wrap(1000, 5000, acquire), wrap(MaxPhysicalMs, MaxZxid-1, session),
 		wrap(MaxPhysicalMs+1, 0, create("/a")), wrap(0, MaxZxid, acquire), wrap(1, 1, wrap(1, 1, acquire)),
 		{ClockTag}, {ClockTag, 0x80}, {ClockTag, 1, 1}, {coord.Tag}, nil,
@@ -37,7 +41,7 @@ func FuzzApply(f *testing.F) {
 		a, b := New(Hooks{}), New(Hooks{})
 		// A session and a lock for the entry to act on, then the entry
 		// twice (the second sees what the first did).
-		entries := [][]byte{session, wrap(2000, 0, create("/a")), acquire, data, data}
+		entries := [][]byte{session, wrap(2000, 0, create("/a")), acquire, keyspace, data, data}
 		index := uint64(0)
 		for _, e := range entries {
 			index += uint64(gap%4) + 1
@@ -66,8 +70,36 @@ func FuzzApply(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(snap, again) || c.LastZxid() != a.LastZxid() {
+		if !bytes.Equal(snap, again) || c.LastZxid() != a.LastZxid() ||
+			!reflect.DeepEqual(c.Keyspaces().List(), a.Keyspaces().List()) {
 			t.Fatalf("snapshot does not round-trip (last zxid %d, restored %d)", a.LastZxid(), c.LastZxid())
+		}
+	})
+}
+
+// FuzzRestore: a snapshot that does not parse is refused, never a panic,
+// and one that is accepted snapshots again to something that restores.
+func FuzzRestore(f *testing.F) {
+	g := New(Hooks{})
+	keyspace, _ := EncodeKeyspaceCommand(&KeyspaceCommand{Op: KeyspaceCreate, Prefix: "/eu", Region: "eu",
+		Survival: SurvivalZone, Voters: []uint64{1, 2}})
+	empty, _ := g.Snapshot()
+	g.Apply(1, keyspace)
+	withTable, _ := g.Snapshot()
+	for _, seed := range [][]byte{empty, withTable, nil, []byte("MRDS2"), []byte("MRDS1\x00")} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := New(Hooks{})
+		if err := m.Restore(3, data); err != nil {
+			return
+		}
+		b, err := m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := New(Hooks{}).Restore(3, b); err != nil {
+			t.Fatalf("a restored state snapshots to what does not restore: %v", err)
 		}
 	})
 }

@@ -12,9 +12,10 @@ import (
 
 // Snapshot envelope, the on-disk and peer format of the whole state.
 //
-// Version 1 (magic "MRDS1"), what every binary before zxids across groups
+// Version 1 (magic "MRDS1"), what every binary before regional keyspaces
 // wrote, and still written while the state needs nothing more (the last
-// zxid is the applied index: no clock envelope was ever applied):
+// zxid is the applied index, as when no clock envelope was ever applied,
+// and no keyspace exists):
 //
 //	"MRDS1", uvarint len(tree snapshot), tree snapshot, coord snapshot
 //
@@ -24,14 +25,15 @@ import (
 //	"MRDS2", uvarint lastZxid, uvarint len(table), table,
 //	uvarint len(tree snapshot), tree snapshot, coord snapshot
 //
-// The table section is reserved for the keyspace table and empty here.
+// The table section is the keyspace table (keyspace.go), empty when there
+// is none. Version 1 is written only while the table is empty, too.
 var (
 	snapshotMagic   = []byte("MRDS1")
 	snapshotMagicV2 = []byte("MRDS2")
 )
 
-// Snapshot serializes the whole state (tree, coord, last zxid) as of
-// Applied.
+// Snapshot serializes the whole state (tree, coord, keyspace table, last
+// zxid) as of Applied.
 func (f *FSM) Snapshot() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -40,10 +42,10 @@ func (f *FSM) Snapshot() ([]byte, error) {
 		return nil, err
 	}
 	treeSnap, coordSnap := buf.Bytes(), f.coord.Snapshot()
-	if f.lastZxid == int64(f.applied) {
+	if f.lastZxid == int64(f.applied) && f.keyspaces.Len() == 0 {
 		return encodeSnapshot(treeSnap, coordSnap), nil
 	}
-	return encodeSnapshotV2(f.lastZxid, nil, treeSnap, coordSnap), nil
+	return encodeSnapshotV2(f.lastZxid, f.keyspaces.snapshot(), treeSnap, coordSnap), nil
 }
 
 // Restore replaces the state with a snapshot taken at index and calls
@@ -66,12 +68,16 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	if err != nil {
 		return err
 	}
+	ks, ok := restoreKeyspaceTable(snap.table)
+	if !ok {
+		return fmt.Errorf("%w: snapshot: bad keyspace table", errs.ErrDataInconsistency)
+	}
 	if index > MaxZxid {
 		return fmt.Errorf("%w: snapshot: index %d beyond the zxid range", errs.ErrDataInconsistency, index)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tree, f.coord, f.applied = t, c, index
+	f.tree, f.coord, f.keyspaces, f.applied = t, c, ks, index
 	f.lastZxid = max(snap.lastZxid, int64(index))
 	if f.hooks.Restored != nil {
 		f.hooks.Restored()
@@ -132,9 +138,6 @@ func decodeSnapshot(b []byte) (decodedSnapshot, error) {
 		s.lastZxid = int64(z)
 		if s.table, ok = field(); !ok {
 			return corrupt("bad keyspace table length")
-		}
-		if len(s.table) != 0 {
-			return corrupt("keyspace table")
 		}
 	default:
 		return corrupt("bad magic")
