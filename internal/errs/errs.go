@@ -115,6 +115,20 @@ var (
 	// entered); a leave that times out stands (left, others still inside).
 	ErrBarrierWaitTimeout = &Error{zkOperationTimeout, codes.DeadlineExceeded, "timed out waiting at the barrier"}
 
+	// Keyspace errors (regional keyspaces: the table in the root group).
+	ErrInvalidKeyspacePrefix = &Error{zkBadArguments, codes.InvalidArgument, "keyspace prefix must be one path component below the root, other than /zookeeper and /meridian"}
+	ErrInvalidKeyspace       = &Error{zkBadArguments, codes.InvalidArgument, "invalid keyspace: region, survival goal or group members"}
+	ErrKeyspaceExists        = &Error{zkNodeExists, codes.AlreadyExists, "keyspace already exists"}
+	ErrKeyspaceOverlap       = &Error{zkNodeExists, codes.FailedPrecondition, "keyspace prefix overlaps an existing keyspace"}
+	// ErrKeyspaceHasData: a znode exists at the prefix in the root group;
+	// creating the keyspace would hide it (data is never moved).
+	ErrKeyspaceHasData = &Error{zkNodeExists, codes.FailedPrecondition, "a znode exists at the keyspace prefix; delete it first"}
+	// ErrKeyspaceNotEmpty: a keyspace is removed only when it holds no
+	// znodes but its mount node.
+	ErrKeyspaceNotEmpty = &Error{zkNotEmpty, codes.FailedPrecondition, "keyspace is not empty"}
+	ErrNoKeyspace       = &Error{zkNoNode, codes.NotFound, "keyspace does not exist"}
+	ErrTooManyKeyspaces = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many keyspaces"}
+
 	// Session errors.
 	ErrSessionExpired = &Error{zkSessionExpired, codes.FailedPrecondition, "session expired"}
 	ErrUnknownSession = &Error{zkUnknownSession, codes.NotFound, "unknown session"}
@@ -155,6 +169,8 @@ var all = []*Error{
 	ErrLockHeld, ErrLockNotHeld, ErrStaleToken, ErrTooManyWaiters, ErrTooManyLocks, ErrLockWaitTimeout,
 	ErrQueueEmpty, ErrQueueFull, ErrItemTooLarge, ErrTooManyQueues, ErrTooManyConsumers, ErrTooManyInFlight,
 	ErrNotInFlight, ErrPopWaitTimeout, ErrBarrierOpen, ErrNotParticipant, ErrTooManyBarriers, ErrBarrierWaitTimeout,
+	ErrInvalidKeyspacePrefix, ErrInvalidKeyspace, ErrKeyspaceExists, ErrKeyspaceOverlap, ErrKeyspaceHasData,
+	ErrKeyspaceNotEmpty, ErrNoKeyspace, ErrTooManyKeyspaces,
 	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved, ErrTooManySessions,
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,

@@ -3,7 +3,10 @@
 // lock, and the one function that applies a committed log entry to them.
 //
 // Every member applies the same log through Apply and must end in the same
-// state, so Apply decodes the entry, applies it to the tree or to coord and
+// state, so Apply decodes the entry, gives it a zxid (clock.go: the log
+// index, or a hybrid logical clock when the proposer wrapped the entry in a
+// clock envelope), applies it to the tree, to coord or to the keyspace
+// table (keyspace.go: regional keyspaces, kept in the root group) and
 // returns what happened: the proposer's result, the watch events, the grants
 // and losses of locks, queue items and barriers, and the sessions it started
 // and ended. Ending a session releases everything it held in coord in the
@@ -15,20 +18,19 @@
 // does I/O, and it never panics on the bytes of an entry: an entry that
 // does not decode is skipped, the same way on every member.
 //
-// Snapshot and Restore frame the tree and coord snapshots in one envelope;
-// its bytes are part of the on-disk and peer format.
+// Snapshot and Restore frame the tree and coord snapshots and the last zxid
+// in one envelope (snapshot.go); its bytes are part of the on-disk and peer
+// format.
 //
 // Concurrency: Apply, Snapshot and Restore are called from one goroutine
 // (the replica's raft loop). Readers on other goroutines take RLock and
-// read Tree, Coord and Applied. Apply and Restore hold the write lock while
+// read Tree, Coord, Keyspaces, Applied and LastZxid. Apply and Restore hold the write lock while
 // they change the state and while they call the Hooks, so a reader that
 // registers a watch under RLock sees either the state before a change (and
 // the hook triggers its watch) or the state after it.
 package fsm
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -47,19 +49,21 @@ type Hooks struct {
 	Restored func()
 }
 
-// FSM is the replicated state: the tree, coord and the index of the last
-// entry applied to them.
+// FSM is the replicated state: the tree, coord, the keyspace table, the
+// index of the last entry applied to them and the last zxid given.
 type FSM struct {
-	mu      sync.RWMutex
-	tree    *tree.Tree
-	coord   *coord.State
-	applied uint64
-	hooks   Hooks
+	mu        sync.RWMutex
+	tree      *tree.Tree
+	coord     *coord.State
+	keyspaces *KeyspaceTable
+	applied   uint64
+	lastZxid  int64
+	hooks     Hooks
 }
 
 // New returns an empty state machine at index 0.
 func New(h Hooks) *FSM {
-	return &FSM{tree: tree.New(), coord: coord.New(), hooks: h}
+	return &FSM{tree: tree.New(), coord: coord.New(), keyspaces: newKeyspaceTable(), hooks: h}
 }
 
 // RLock locks the state for reading: Tree, Coord and Applied stay as they
@@ -81,6 +85,11 @@ func (f *FSM) Coord() *coord.State { return f.coord }
 // under RLock (or from the goroutine that applies).
 func (f *FSM) Applied() uint64 { return f.applied }
 
+// LastZxid is the zxid of the last entry applied (or restored): what a
+// read waits for when a client has seen a zxid, and never below Applied.
+// Call it under RLock (or from the goroutine that applies).
+func (f *FSM) LastZxid() int64 { return f.lastZxid }
+
 // SessionStart is a session an entry created.
 type SessionStart struct {
 	ID        int64
@@ -97,6 +106,11 @@ type SessionEnd struct {
 // Result is what applying one entry did.
 type Result struct {
 	Index uint64
+	// Zxid is the entry's zxid (see clock.go): the stats and events of its
+	// tree change carry it, and a session it creates has it as its id. It
+	// is given to skipped entries too, except when the group's zxids are
+	// exhausted (then 0).
+	Zxid int64
 	// Skipped is why the entry was not applied (it does not decode); the
 	// rest of the Result is then empty.
 	Skipped error
@@ -110,6 +124,10 @@ type Result struct {
 	// CoordCommand is the coordination command of the entry (a fenced write
 	// too); nil for tree commands.
 	CoordCommand *coord.Command
+	// KeyspaceCommand is the keyspace command of the entry, KeyspaceResult
+	// what it did (the mount znode's events are in Events).
+	KeyspaceCommand *KeyspaceCommand
+	KeyspaceResult  KeyspaceResult
 	// TreeResult is the proposer's result of a tree command or a fenced
 	// write; CoordResult that of any other coordination command.
 	TreeResult  tree.Result
@@ -134,15 +152,20 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 	r := Result{Index: index}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(data) > 0 && data[0] == coord.Tag {
-		f.applyCoord(&r, data)
-	} else if cmd, err := tree.DecodeCommand(data); err != nil {
-		// Every member decodes the same bytes the same way, so skipping is
-		// deterministic; the proposer validated what it encoded.
-		r.Skipped = fmt.Errorf("tree entry: %w", err)
-	} else {
-		r.ID, r.TreeCommand = cmd.ID, cmd
-		f.applyTree(&r, cmd)
+	// Every member decodes the same bytes the same way, so skipping is
+	// deterministic; the proposer validated what it encoded. A skipped
+	// entry still takes a zxid, so that without envelopes the zxid stays
+	// the log index.
+	inner, stamp, err := unwrapClock(data)
+	zxid, ok := nextZxid(f.lastZxid, index, stamp)
+	switch {
+	case !ok:
+		r.Skipped = fmt.Errorf("%w: zxids exhausted at %d", errs.ErrDataInconsistency, f.lastZxid)
+	case err != nil:
+		r.Zxid, f.lastZxid, r.Skipped = zxid, zxid, err
+	default:
+		r.Zxid, f.lastZxid = zxid, zxid
+		f.applyEntry(&r, inner)
 	}
 	f.applied = index
 	if f.hooks.Applied != nil {
@@ -151,10 +174,25 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 	return r
 }
 
+// applyEntry applies an unwrapped entry: a coordination command, a
+// keyspace command or a tree command.
+func (f *FSM) applyEntry(r *Result, data []byte) {
+	if len(data) > 0 && data[0] == coord.Tag {
+		f.applyCoord(r, data)
+	} else if len(data) > 0 && data[0] == KeyspaceTag {
+		f.applyKeyspace(r, data)
+	} else if cmd, err := tree.DecodeCommand(data); err != nil {
+		r.Skipped = fmt.Errorf("tree entry: %w", err)
+	} else {
+		r.ID, r.TreeCommand = cmd.ID, cmd
+		f.applyTree(r, cmd)
+	}
+}
+
 // applyTree applies a tree command and, when it ends sessions, releases
 // their locks in coord in the same apply.
 func (f *FSM) applyTree(r *Result, cmd *tree.Command) {
-	r.TreeResult, r.Events = f.tree.Apply(r.Index, cmd)
+	r.TreeResult, r.Events = f.tree.Apply(r.Zxid, cmd)
 	switch cmd.Op.Type {
 	case tree.OpCreateSession:
 		if r.TreeResult.Err == nil {
@@ -210,64 +248,4 @@ func (f *FSM) applyFenced(r *Result, c *coord.Command) {
 		r.TreeCommand = inner
 		f.applyTree(r, inner)
 	}
-}
-
-// Snapshot serializes the whole state (tree and coord) as of Applied.
-func (f *FSM) Snapshot() ([]byte, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	var buf bytes.Buffer
-	if err := f.tree.Snapshot(&buf); err != nil {
-		return nil, err
-	}
-	return encodeSnapshot(buf.Bytes(), f.coord.Snapshot()), nil
-}
-
-// Restore replaces the state with a snapshot taken at index and calls
-// Hooks.Restored under the write lock. On an error the state is unchanged.
-func (f *FSM) Restore(index uint64, data []byte) error {
-	treeSnap, coordSnap, err := decodeSnapshot(data)
-	if err != nil {
-		return err
-	}
-	t, err := tree.Restore(bytes.NewReader(treeSnap))
-	if err != nil {
-		return err
-	}
-	c, err := coord.Restore(coordSnap)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.tree, f.coord, f.applied = t, c, index
-	if f.hooks.Restored != nil {
-		f.hooks.Restored()
-	}
-	return nil
-}
-
-// snapshotMagic opens the envelope: magic, the tree snapshot's length as a
-// uvarint, the tree snapshot, then the coord snapshot to the end.
-var snapshotMagic = []byte("MRDS1")
-
-func encodeSnapshot(treeSnap, coordSnap []byte) []byte {
-	out := make([]byte, 0, len(snapshotMagic)+10+len(treeSnap)+len(coordSnap))
-	out = append(out, snapshotMagic...)
-	out = binary.AppendUvarint(out, uint64(len(treeSnap)))
-	out = append(out, treeSnap...)
-	return append(out, coordSnap...)
-}
-
-func decodeSnapshot(b []byte) (treeSnap, coordSnap []byte, err error) {
-	if len(b) < len(snapshotMagic) || string(b[:len(snapshotMagic)]) != string(snapshotMagic) {
-		return nil, nil, fmt.Errorf("%w: snapshot: bad magic", errs.ErrDataInconsistency)
-	}
-	b = b[len(snapshotMagic):]
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
-		return nil, nil, fmt.Errorf("%w: snapshot: bad tree length", errs.ErrDataInconsistency)
-	}
-	b = b[k:]
-	return b[:n], b[n:], nil
 }

@@ -27,16 +27,27 @@ import (
 //	expire sessions=(N, ...)
 //	create path=/a [session=N] [ephemeral] [data=D]
 //	set path=/a data=D
+//	delete path=/a
 //	acquire lock=l session=N [wait] [delay=MS]
 //	release lock=l session=N
 //	fenced lock=l token=N session=N path=/a data=D    (a fenced set)
 //	fenced lock=l token=N session=N inner=close-session|garbage
 //	tick
 //	garbage [coord]                                    (an entry that does not decode)
+//	bad-clock kind=truncated|physical|min|nested|empty (a clock envelope that does not decode)
+//	keyspace-create prefix=/eu [region=R] [survival=zone|region|N] [voters=(1,2,3)] [learners=(4)]
+//	keyspace-remove prefix=/eu [op=N]                 (op: an unknown op instead)
+//	keyspace-for path=/eu/a | name=eu/lock   (not an entry: the owner of a path or name)
+//	keyspaces       (not an entry: the table)
 //	snapshot        (round trip into a new FSM, which the script continues with)
 //	show
+//	stat path=/a    (the node's zxids and versions)
 //
 // time=MS on any entry sets the proposer's clock from then on (default 1000).
+// clock=MS [min=Z] on any entry wraps it in a clock envelope with that
+// physical time and minimum zxid. The output names the zxid only where it
+// differs from the index (an event's too), as "(ms.logical)" when a clock
+// made it.
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &harness{t: t, fsm: New(Hooks{}), now: 1000}
@@ -84,14 +95,68 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return show(h.fsm)
 	case "snapshot":
 		return h.roundTrip()
+	case "stat":
+		return h.stat(d)
+	case "keyspaces":
+		return showKeyspaces(h.fsm)
+	case "keyspace-for":
+		h.fsm.RLock()
+		defer h.fsm.RUnlock()
+		var k Keyspace
+		var ok bool
+		if p, isPath := arg(d, "path"); isPath {
+			k, ok = h.fsm.KeyspaceFor(p)
+		} else {
+			name, _ := arg(d, "name")
+			k, ok = h.fsm.KeyspaceForName(name)
+		}
+		if !ok {
+			return "root group\n"
+		}
+		return fmtKeyspace(k)
 	}
 	data := h.entry(d)
+	if v, ok := arg(d, "clock"); ok {
+		physical, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: clock=%s: %v", d.Pos, v, err)
+		}
+		if data, err = WrapClock(physical, uint64(h.int(d, "min")), data); err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+	}
 	h.index++
+	last := h.fsm.LastZxid()
 	r := h.fsm.Apply(h.index, data)
 	if r.Index != h.index || h.fsm.Applied() != h.index {
 		t.Fatalf("%s: applied %d, result index %d, want %d", d.Pos, h.fsm.Applied(), r.Index, h.index)
 	}
+	// The zxid invariants, on every entry of every script.
+	if r.Zxid != 0 && (r.Zxid <= last || r.Zxid < int64(r.Index) || h.fsm.LastZxid() != r.Zxid) {
+		t.Fatalf("%s: zxid %d after %d at index %d, last zxid %d", d.Pos, r.Zxid, last, r.Index, h.fsm.LastZxid())
+	}
 	return fmtResult(&r)
+}
+
+// stat shows a node's zxids and versions.
+func (h *harness) stat(d *datadriven.TestData) string {
+	path, _ := arg(d, "path")
+	h.fsm.RLock()
+	defer h.fsm.RUnlock()
+	_, s, err := h.fsm.Tree().Get(path)
+	if err != nil {
+		return errName(err) + "\n"
+	}
+	return fmt.Sprintf("czxid=%s mzxid=%s pzxid=%s version=%d cversion=%d\n",
+		fmtZxid(s.Czxid), fmtZxid(s.Mzxid), fmtZxid(s.Pzxid), s.Version, s.Cversion)
+}
+
+// fmtZxid writes a zxid a clock made as its milliseconds and logical count.
+func fmtZxid(z int64) string {
+	if z < 1<<LogicalBits {
+		return strconv.FormatInt(z, 10)
+	}
+	return fmt.Sprintf("%d(%d.%d)", z, ZxidPhysicalMs(z), z&(1<<LogicalBits-1))
 }
 
 // entry encodes the directive's command as the log carries it.
@@ -149,6 +214,8 @@ func (h *harness) entry(d *datadriven.TestData) []byte {
 		}
 		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpCreate, Path: path,
 			Data: []byte(value), ACL: tree.OpenACL, Mode: mode}})
+	case "delete":
+		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpDelete, Path: path, Version: -1}})
 	case "set":
 		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpSetData, Path: path,
 			Data: []byte(value), Version: -1}})
@@ -173,14 +240,103 @@ func (h *harness) entry(d *datadriven.TestData) []byte {
 			t.Fatalf("%s: unknown inner %q", d.Pos, v)
 		}
 		return coordCmd(&coord.Command{Op: coord.OpFenced, Token: uint64(h.int(d, "token")), Inner: inner})
+	case "keyspace-create", "keyspace-remove":
+		c := &KeyspaceCommand{ID: id, TimeMs: h.now, Op: KeyspaceRemove, Prefix: func() string { p, _ := arg(d, "prefix"); return p }()}
+		if d.Cmd == "keyspace-create" {
+			c.Op, c.Region, c.Survival = KeyspaceCreate, "eu-west", SurvivalZone
+			c.Voters, c.Learners = []uint64{1, 2, 3}, h.ids(d, "learners")
+			if v, ok := arg(d, "region"); ok {
+				c.Region = v
+			}
+			switch v, _ := arg(d, "survival"); v {
+			case "", "zone":
+			case "region":
+				c.Survival = SurvivalRegion
+			default:
+				c.Survival = Survival(h.int(d, "survival"))
+			}
+			if _, ok := arg(d, "voters"); ok {
+				c.Voters = h.ids(d, "voters")
+			}
+		}
+		if _, ok := arg(d, "op"); ok {
+			c.Op = KeyspaceOp(h.int(d, "op"))
+		}
+		b, err := EncodeKeyspaceCommand(c)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		return b
 	case "garbage":
 		if _, ok := arg(d, "coord"); ok {
 			return []byte{coord.Tag, 0xff}
 		}
+		if _, ok := arg(d, "keyspace"); ok {
+			return []byte{KeyspaceTag, 1, byte(KeyspaceCreate), 0xff}
+		}
 		return []byte{0xff, 0xff}
+	case "bad-clock":
+		inner := treeCmd(&tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: "/bad-clock", ACL: tree.OpenACL}})
+		env := func(physical, minZxid uint64, inner []byte) []byte {
+			b := binary.AppendUvarint([]byte{ClockTag}, physical)
+			return append(binary.AppendUvarint(b, minZxid), inner...)
+		}
+		switch v, _ := arg(d, "kind"); v {
+		case "truncated":
+			return []byte{ClockTag, 0x80}
+		case "physical":
+			return env(MaxPhysicalMs+1, 0, inner)
+		case "min":
+			return env(1000, MaxZxid, inner)
+		case "nested":
+			return env(1000, 0, env(1000, 0, inner))
+		case "empty":
+			return env(1000, 0, nil)
+		default:
+			t.Fatalf("%s: unknown kind %q", d.Pos, v)
+		}
 	}
 	t.Fatalf("%s: unknown command %s", d.Pos, d.Cmd)
 	return nil
+}
+
+// ids reads a list argument of member ids: key=(1, 2, 3).
+func (h *harness) ids(d *datadriven.TestData, key string) []uint64 {
+	var ids []uint64
+	for _, a := range d.CmdArgs {
+		if a.Key != key {
+			continue
+		}
+		for _, v := range a.Vals {
+			if v == "" {
+				continue // key=()
+			}
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				h.t.Fatalf("%s: %s: %v", d.Pos, key, err)
+			}
+			ids = append(ids, n)
+		}
+	}
+	return ids
+}
+
+func fmtKeyspace(k Keyspace) string {
+	return fmt.Sprintf("%s region=%s survival=%s group=%d voters=%v learners=%v\n",
+		k.Prefix, k.Region, k.Survival, k.Group, k.Voters, k.Learners)
+}
+
+func showKeyspaces(f *FSM) string {
+	f.RLock()
+	defer f.RUnlock()
+	var out strings.Builder
+	for _, k := range f.Keyspaces().List() {
+		out.WriteString(fmtKeyspace(k))
+	}
+	if out.Len() == 0 {
+		return "no keyspaces\n"
+	}
+	return out.String()
 }
 
 // roundTrip restores a snapshot into a new FSM, checks that it snapshots
@@ -202,17 +358,26 @@ func (h *harness) roundTrip() string {
 	if !bytes.Equal(b, b2) {
 		t.Fatalf("snapshot at %d does not round-trip", h.index)
 	}
-	if f.Applied() != h.fsm.Applied() {
-		t.Fatalf("restored at %d, want %d", f.Applied(), h.fsm.Applied())
+	if f.Applied() != h.fsm.Applied() || f.LastZxid() != h.fsm.LastZxid() {
+		t.Fatalf("restored at %d zxid %d, want %d zxid %d", f.Applied(), f.LastZxid(), h.fsm.Applied(), h.fsm.LastZxid())
 	}
 	h.fsm = f
-	return fmt.Sprintf("restored at index %d: same %d bytes\n", f.Applied(), len(b))
+	version := ""
+	if !bytes.HasPrefix(b, snapshotMagic) {
+		version = fmt.Sprintf(" (%s, last zxid %s)", b[:5], fmtZxid(f.LastZxid()))
+	}
+	return fmt.Sprintf("restored at index %d: same %d bytes%s\n", f.Applied(), len(b), version)
 }
 
 var errNames = map[error]string{
 	errs.ErrNoNode: "ErrNoNode", errs.ErrNodeExists: "ErrNodeExists", errs.ErrSessionExpired: "ErrSessionExpired",
 	errs.ErrStaleToken: "ErrStaleToken", errs.ErrBadArguments: "ErrBadArguments", errs.ErrMarshalling: "ErrMarshalling",
-	errs.ErrLockNotHeld: "ErrLockNotHeld", errs.ErrLockHeld: "ErrLockHeld",
+	errs.ErrLockNotHeld: "ErrLockNotHeld", errs.ErrLockHeld: "ErrLockHeld", errs.ErrInvalidPath: "ErrInvalidPath",
+	errs.ErrInvalidKeyspacePrefix: "ErrInvalidKeyspacePrefix", errs.ErrInvalidKeyspace: "ErrInvalidKeyspace",
+	errs.ErrKeyspaceExists: "ErrKeyspaceExists", errs.ErrKeyspaceOverlap: "ErrKeyspaceOverlap",
+	errs.ErrKeyspaceHasData: "ErrKeyspaceHasData", errs.ErrKeyspaceNotEmpty: "ErrKeyspaceNotEmpty",
+	errs.ErrNoKeyspace: "ErrNoKeyspace", errs.ErrTooManyKeyspaces: "ErrTooManyKeyspaces",
+	errs.ErrUnimplemented: "ErrUnimplemented",
 }
 
 func errName(err error) string {
@@ -232,10 +397,19 @@ var eventNames = map[tree.EventType]string{
 func fmtResult(r *Result) string {
 	var out strings.Builder
 	fmt.Fprintf(&out, "index %d: ", r.Index)
+	if r.Zxid != int64(r.Index) {
+		fmt.Fprintf(&out, "zxid %s: ", fmtZxid(r.Zxid))
+	}
 	switch {
 	case r.Skipped != nil:
 		fmt.Fprintf(&out, "skipped (%v)\n", r.Skipped)
 		return out.String()
+	case r.KeyspaceCommand != nil:
+		if err := r.KeyspaceResult.Err; err != nil {
+			fmt.Fprintf(&out, "keyspace %s", errName(err))
+		} else {
+			fmt.Fprintf(&out, "keyspace ok %s group=%d", r.KeyspaceResult.Keyspace.Prefix, r.KeyspaceResult.Keyspace.Group)
+		}
 	case r.CoordCommand != nil && r.CoordCommand.Op != coord.OpFenced:
 		cr := r.CoordResult
 		switch {
@@ -270,7 +444,11 @@ func fmtResult(r *Result) string {
 	}
 	fmt.Fprintf(&out, " id=%d\n", r.ID)
 	for _, ev := range r.Events {
-		fmt.Fprintf(&out, "event %s %s\n", eventNames[ev.Type], ev.Path)
+		fmt.Fprintf(&out, "event %s %s", eventNames[ev.Type], ev.Path)
+		if ev.Zxid != int64(r.Index) {
+			fmt.Fprintf(&out, " zxid=%s", fmtZxid(ev.Zxid))
+		}
+		out.WriteString("\n")
 	}
 	for _, g := range r.Grants {
 		fmt.Fprintf(&out, "grant %s to session %d token=%d %s\n", g.Lock, g.Session, g.Token, g.Mode)
@@ -296,8 +474,14 @@ func show(f *FSM) string {
 	defer f.RUnlock()
 	var out strings.Builder
 	fmt.Fprintf(&out, "applied %d\n", f.Applied())
+	if f.LastZxid() != int64(f.Applied()) {
+		fmt.Fprintf(&out, "last zxid %s\n", fmtZxid(f.LastZxid()))
+	}
 	for _, s := range f.Tree().Sessions() {
 		fmt.Fprintf(&out, "session %d timeout=%d ephemerals=%v\n", s.ID, s.TimeoutMs, f.Tree().Ephemerals(s.ID, "/"))
+	}
+	for _, k := range f.Keyspaces().List() {
+		out.WriteString("keyspace " + fmtKeyspace(k))
 	}
 	for _, l := range f.Coord().List("", 1000) {
 		fmt.Fprintf(&out, "%s:", l.Name)

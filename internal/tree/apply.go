@@ -34,14 +34,17 @@ type undoEntry struct {
 	acl  []ACL
 }
 
-// Apply applies one committed command at log index index (its zxid) and
-// returns the result for the proposer and the watch events it produced.
-// A failed command changes nothing and produces no events.
-func (t *Tree) Apply(index uint64, cmd *Command) (Result, []Event) {
+// Apply applies one committed command as the change zxid and returns the
+// result for the proposer and the watch events it produced. The zxid stamps
+// the stats (czxid, mzxid, pzxid) and the events, and is the id of a
+// session the command creates; the caller (internal/fsm) chooses it, strictly
+// increasing from one command to the next, and never below 1. A failed
+// command changes nothing and produces no events.
+func (t *Tree) Apply(zxid int64, cmd *Command) (Result, []Event) {
 	if cmd == nil {
 		return Result{Err: errs.ErrBadArguments}, nil
 	}
-	x := &txn{t: t, zxid: int64(index), cmd: cmd}
+	x := &txn{t: t, zxid: zxid, cmd: cmd}
 	typ := cmd.Op.Type
 	fail := func(err error) (Result, []Event) {
 		return Result{Err: err, Op: OpResult{Type: typ, Err: err}}, nil
@@ -404,7 +407,7 @@ func (x *txn) createSession() (int64, error) {
 	case len(cmd.Password) != 16:
 		return 0, errs.ErrBadArguments
 	case id <= 0 || x.t.sessions[id] != nil:
-		// Only a replayed or corrupt index can get here.
+		// Only a replayed or corrupt zxid can get here.
 		return 0, errs.ErrBadArguments
 	}
 	x.t.sessions[id] = &session{info: SessionInfo{ID: id, TimeoutMs: cmd.TimeoutMs, Password: cloneBytes(cmd.Password)}}

@@ -250,7 +250,7 @@ func (h *harness) apply(t *testing.T, cmd *Command, direct bool) string {
 		}
 	}
 	h.index++
-	res, events := h.tree.Apply(h.index, dec)
+	res, events := h.tree.Apply(int64(h.index), dec)
 	checkInvariants(t, h.tree)
 	checkRoundTrip(t, h.tree)
 

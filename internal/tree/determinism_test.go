@@ -103,7 +103,7 @@ func randomTree(t testing.TB, seed int64, n int) *Tree {
 	g := &gen{rng: rand.New(rand.NewSource(seed))}
 	tr := New()
 	for i := 1; i <= n; i++ {
-		res, _ := tr.Apply(uint64(i), g.command())
+		res, _ := tr.Apply(int64(i), g.command())
 		g.observe(res)
 	}
 	return tr
@@ -117,7 +117,7 @@ func TestDeterminism(t *testing.T) {
 		const n = 2000
 		a, b := New(), New()
 		var c *Tree
-		for i := uint64(1); i <= n; i++ {
+		for i := int64(1); i <= n; i++ {
 			cmd := g.command()
 			// Replicas decode their own copy of the entry.
 			enc, err := EncodeCommand(cmd)

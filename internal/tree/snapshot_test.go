@@ -15,7 +15,7 @@ import (
 // non-trivial ACLs and data.
 func richTree(t testing.TB) *Tree {
 	tr := New()
-	i := uint64(0)
+	i := int64(0)
 	apply := func(c *Command) Result {
 		i++
 		res, _ := tr.Apply(i, c)
@@ -207,7 +207,7 @@ func TestNullDataSurvivesSnapshot(t *testing.T) {
 		{Op: Op{Type: OpCreate, Path: "/set", Data: []byte("x"), ACL: OpenACL}},
 		{Op: Op{Type: OpSetData, Path: "/set", Version: -1}},
 	} {
-		if res, _ := tr.Apply(uint64(i+1), c); res.Err != nil {
+		if res, _ := tr.Apply(int64(i+1), c); res.Err != nil {
 			t.Fatal(res.Err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 func mustApply(t *testing.T, tr *Tree, index uint64, cmd *Command) Result {
 	t.Helper()
-	res, _ := tr.Apply(index, cmd)
+	res, _ := tr.Apply(int64(index), cmd)
 	if res.Err != nil {
 		t.Fatalf("apply %d: %v", index, res.Err)
 	}
