@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,7 @@ var (
 	ErrNotEmpty                = errs.ErrNotEmpty
 	ErrNoChildrenForEphemerals = errs.ErrNoChildrenForEphemerals
 	ErrInvalidPath             = errs.ErrInvalidPath
+	ErrBadArguments            = errs.ErrBadArguments
 	ErrDataTooLarge            = errs.ErrDataTooLarge
 	ErrSessionExpired          = errs.ErrSessionExpired
 	ErrConnectionLoss          = errs.ErrConnectionLoss
@@ -98,6 +100,13 @@ type Config struct {
 	// Digest: "user:password" credentials (ZooKeeper's digest scheme),
 	// sent with every call as the meridian-auth metadata.
 	Digest []string
+	// FailFast: New gives up after one round in which no endpoint could
+	// be connected to (refused, unresolvable, TLS handshake failed, no
+	// answer within DialTimeout), with ErrUnavailable naming every
+	// endpoint and why, instead of retrying until its ctx ends. For
+	// commands run by hand; a service that starts with its servers wants
+	// the retries.
+	FailFast bool
 }
 
 // Client is a session with a Meridian cluster. It is safe for concurrent use.
@@ -174,15 +183,29 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	// Retry until ctx ends: servers may still be electing a leader.
 	var lastErr error
+	var unreachable []error // this round's, while every endpoint failed to connect
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		api, gen, err := c.connectNext(ctx)
 		if err != nil {
 			lastErr = err
+			if unreachable != nil || attempt%len(cfg.Endpoints) == 0 {
+				unreachable = append(unreachable, err)
+			}
 			if attempt%len(cfg.Endpoints) == len(cfg.Endpoints)-1 {
+				if cfg.FailFast && len(unreachable) == len(cfg.Endpoints) {
+					why := make([]string, len(unreachable))
+					for i, e := range unreachable {
+						why[i] = e.Error()
+					}
+					return nil, fmt.Errorf("meridian client: could not open a session: %w: no endpoint accepts a connection: %s",
+						errs.ErrUnavailable, strings.Join(why, "; "))
+				}
+				unreachable = nil
 				sleepCtx(ctx, backoff(attempt))
 			}
 			continue
 		}
+		unreachable = nil
 		rctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 		resp, err := api.CreateSession(rctx, &pb.CreateSessionRequest{TimeoutMs: int32(cfg.SessionTimeout.Milliseconds())})
 		cancel()
@@ -241,12 +264,17 @@ func (c *Client) connectNext(ctx context.Context) (pb.MeridianClient, uint64, er
 	if err != nil {
 		return nil, 0, err
 	}
-	// Probe: a Status call proves the endpoint answers.
+	// Probe: a Status call proves the endpoint answers. Waiting for the
+	// connection to be ready rides out a server still starting; with
+	// FailFast a refused connection fails the probe at once.
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
 	api := pb.NewMeridianClient(conn)
-	if _, err := api.Status(pctx, &pb.StatusRequest{}, grpc.WaitForReady(true)); err != nil {
+	if _, err := api.Status(pctx, &pb.StatusRequest{}, grpc.WaitForReady(!c.cfg.FailFast)); err != nil {
 		conn.Close()
+		if c.cfg.FailFast {
+			return nil, 0, fmt.Errorf("%s: %s", addr, ConnectFailure(err, c.cfg.DialTimeout))
+		}
 		return nil, 0, fmt.Errorf("%s: %w", addr, errs.FromGRPC(err))
 	}
 	c.mu.Lock()
@@ -259,6 +287,29 @@ func (c *Client) connectNext(ctx context.Context) (pb.MeridianClient, uint64, er
 	c.mu.Unlock()
 	c.log.Debug("connected", "endpoint", addr)
 	return api, gen, nil
+}
+
+// ConnectFailure says why a call that needed a new connection failed:
+// for a transport failure in the transport's words (connection refused, no
+// such host, the TLS handshake's complaint), for a call that timed out
+// "no answer within timeout", else the error as errs declares it.
+func ConnectFailure(err error, timeout time.Duration) string {
+	s, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	switch s.Code() {
+	case codes.DeadlineExceeded:
+		return fmt.Sprintf("no answer within %v", timeout)
+	case codes.Unavailable:
+	default:
+		return errs.FromGRPC(err).Error()
+	}
+	msg := s.Message()
+	for _, prefix := range []string{"connection error: desc = ", `"`, "transport: ", "Error while dialing: ", "error while dialing: "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return strings.TrimSuffix(msg, `"`)
 }
 
 func (c *Client) dropConn(gen uint64) {

@@ -76,7 +76,7 @@ func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Leas
 		return resp.GetHeader(), err
 	})
 	if err != nil {
-		return nil, err
+		return nil, c.explainLock(ctx, name, opts, err)
 	}
 	l := &Lease{c: c, Name: name, Token: resp.GetToken(), lost: make(chan struct{})}
 	c.leases.add(l)

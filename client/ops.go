@@ -41,7 +41,7 @@ func (c *Client) Create(ctx context.Context, path string, data []byte, opts Crea
 		return resp.GetHeader(), err
 	})
 	if err != nil {
-		return "", nil, err
+		return "", nil, c.explainCreate(ctx, path, opts.Mode, err)
 	}
 	return resp.GetPath(), resp.GetStat(), nil
 }
@@ -55,10 +55,14 @@ func optVersion(v int32) *int32 {
 
 // Delete deletes path if its version matches (AnyVersion for any).
 func (c *Client) Delete(ctx context.Context, path string, version int32) error {
-	return c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
 		r, err := api.Delete(ctx, &pb.DeleteRequest{SessionId: sid, Path: path, Version: optVersion(version)})
 		return r.GetHeader(), err
 	})
+	if err != nil {
+		return c.explainWrite(ctx, path, version, err)
+	}
+	return nil
 }
 
 // Set replaces path's data if its version matches (AnyVersion for any).
@@ -68,7 +72,10 @@ func (c *Client) Set(ctx context.Context, path string, data []byte, version int3
 		resp, err = api.SetData(ctx, &pb.SetDataRequest{SessionId: sid, Path: path, Data: data, Version: optVersion(version)})
 		return resp.GetHeader(), err
 	})
-	return resp.GetStat(), err
+	if err != nil {
+		return nil, c.explainWrite(ctx, path, version, err)
+	}
+	return resp.GetStat(), nil
 }
 
 // SetACL replaces path's ACL if its ACL version matches (AnyVersion for any).
@@ -135,7 +142,7 @@ func (c *Client) get(ctx context.Context, path string, w *watchReg, opts []ReadO
 	}, (*pb.GetDataResponse).GetHeader)
 	if err != nil {
 		c.watches.cancel(w)
-		return nil, nil, err
+		return nil, nil, explainRead(path, err)
 	}
 	if w != nil {
 		c.watches.arm(w, resp.GetHeader().GetZxid(), true)
@@ -164,7 +171,7 @@ func (c *Client) exists(ctx context.Context, path string, w *watchReg, opts []Re
 	}, (*pb.ExistsResponse).GetHeader)
 	if err != nil {
 		c.watches.cancel(w)
-		return false, nil, err
+		return false, nil, explainRead(path, err)
 	}
 	if w != nil {
 		c.watches.arm(w, resp.GetHeader().GetZxid(), resp.GetExists())
@@ -194,7 +201,7 @@ func (c *Client) children(ctx context.Context, path string, w *watchReg, opts []
 	}, (*pb.GetChildrenResponse).GetHeader)
 	if err != nil {
 		c.watches.cancel(w)
-		return nil, nil, err
+		return nil, nil, explainRead(path, err)
 	}
 	if w != nil {
 		c.watches.arm(w, resp.GetHeader().GetZxid(), true)

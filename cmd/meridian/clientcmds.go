@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -27,7 +27,7 @@ var (
 	flagEndpoints string
 	flagOutput    string
 	flagTimeout   time.Duration
-	flagSeq       bool
+	flagConsist   string
 	flagCACert    string
 	flagCert      string
 	flagKey       string
@@ -42,7 +42,9 @@ var devTLSDir = filepath.Join("data", "dev", "tls")
 // clientConfig is the client configuration the global flags (and their
 // MERIDIAN_* environment variables) ask for.
 func clientConfig() (client.Config, error) {
-	cfg := client.Config{Endpoints: endpoints(), RequestTimeout: flagTimeout, SessionTimeout: 10 * time.Second}
+	// FailFast: a command typed by hand should say at once that nothing
+	// answers, not wait out --timeout.
+	cfg := client.Config{Endpoints: endpoints(), RequestTimeout: flagTimeout, SessionTimeout: 10 * time.Second, FailFast: true}
 	env := func(flag *string, name string) {
 		if *flag == "" {
 			*flag = os.Getenv(name)
@@ -102,9 +104,17 @@ func addClientCommands(root *cobra.Command) {
 	pf.StringVar(&flagKey, "key", "", "client certificate's key (env MERIDIAN_KEY)")
 	pf.StringArrayVar(&flagUser, "user", nil, "digest credential user:password, repeatable (env MERIDIAN_USER)")
 	pf.BoolVar(&flagInsecure, "insecure", false, "plaintext, for a cluster configured insecure: true")
-	pf.BoolVar(&flagSeq, "sequential", false, "reads: serve from the connected server's local state (ZooKeeper-style) instead of linearizable")
+	pf.BoolVar(&flagSequentialRead, "sequential", false, "same as --consistency sequential")
+	pf.MarkDeprecated("sequential", "use --consistency sequential")
+	pf.StringVar(&flagConsist, "consistency", "linearizable", "reads: linearizable, or sequential (served from the connected server's local state, ZooKeeper-style)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutputFormat(); err != nil {
+			return err
+		}
+		return checkConsistency(cmd)
+	}
 
-	var ephemeral, sequential, container bool
+	var ephemeral, sequential, container, parents bool
 	var ttl time.Duration
 	create := &cobra.Command{
 		Use:   "create PATH [DATA]",
@@ -127,7 +137,14 @@ func addClientCommands(root *cobra.Command) {
 				mode = client.PersistentSequential
 			}
 			return withClient(func(ctx context.Context, c *client.Client) error {
-				path, st, err := c.Create(ctx, args[0], dataArg(args, 1), client.CreateOptions{Mode: mode, TTL: ttl.Milliseconds()})
+				opts := client.CreateOptions{Mode: mode, TTL: ttl.Milliseconds()}
+				path, st, err := c.Create(ctx, args[0], dataArg(args, 1), opts)
+				if errors.Is(err, client.ErrNoNode) && parents {
+					path, st, err = createParents(ctx, c, args[0], dataArg(args, 1), opts)
+				}
+				if errors.Is(err, client.ErrNoNode) && !parents {
+					err = fmt.Errorf("%w (create -p creates missing parents)", err)
+				}
 				if err != nil {
 					return err
 				}
@@ -142,6 +159,7 @@ func addClientCommands(root *cobra.Command) {
 	create.Flags().BoolVarP(&sequential, "sequential", "s", false, "append a monotonic sequence number")
 	create.Flags().BoolVarP(&container, "container", "c", false, "container node (removed once its last child goes)")
 	create.Flags().DurationVar(&ttl, "ttl", 0, "TTL node: removed if unchanged and childless for this long")
+	create.Flags().BoolVarP(&parents, "parents", "p", false, "create missing parents (persistent, empty); existing ones are fine")
 
 	get := &cobra.Command{
 		Use: "get PATH", Short: "Print a znode's data", Args: cobra.ExactArgs(1),
@@ -172,15 +190,24 @@ func addClientCommands(root *cobra.Command) {
 	set.Flags().Int32Var(&version, "version", -1, "expected version (-1: any)")
 
 	var rmVersion int32
+	var rmRecursive bool
 	rm := &cobra.Command{
-		Use: "rm PATH", Short: "Delete a znode", Args: cobra.ExactArgs(1),
+		Use: "rm PATH", Short: "Delete a znode (-r: and everything below it)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(func(ctx context.Context, c *client.Client) error {
-				return c.Delete(ctx, args[0], rmVersion)
+				if rmRecursive {
+					return deleteTree(ctx, c, args[0], rmVersion)
+				}
+				err := c.Delete(ctx, args[0], rmVersion)
+				if errors.Is(err, client.ErrNotEmpty) {
+					err = fmt.Errorf("%w (rm -r deletes it and everything below it)", err)
+				}
+				return err
 			})
 		},
 	}
-	rm.Flags().Int32Var(&rmVersion, "version", -1, "expected version (-1: any)")
+	rm.Flags().Int32Var(&rmVersion, "version", -1, "expected version (-1: any); with -r, of PATH itself")
+	rm.Flags().BoolVarP(&rmRecursive, "recursive", "r", false, "delete the children first, depth first")
 
 	ls := &cobra.Command{
 		Use: "ls PATH", Short: "List a znode's children", Args: cobra.ExactArgs(1),
@@ -266,8 +293,8 @@ func addClientCommands(root *cobra.Command) {
 		Use: "transfer MEMBER_ID", Short: "Move leadership to a member", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 64)
-			if err != nil {
-				return err
+			if err != nil || id == 0 {
+				return fmt.Errorf("member id %q: want a positive integer", args[0])
 			}
 			return withClient(func(ctx context.Context, c *client.Client) error {
 				return c.TransferLeader(ctx, id)
@@ -305,11 +332,32 @@ func dataArg(args []string, i int) []byte {
 	return nil
 }
 
-func readOpt() client.ReadOption {
-	if flagSeq {
-		return client.WithConsistency(client.Sequential)
+// Read consistency is --consistency. The global --sequential, its earlier
+// spelling, still works (hidden, deprecated) wherever it does not clash:
+// create's own -s/--sequential (a sequential node) shadows it there.
+var flagSequentialRead bool
+
+func checkConsistency(cmd *cobra.Command) error {
+	switch flagConsist {
+	case "linearizable", "sequential":
+	default:
+		return fmt.Errorf("--consistency %q: want linearizable or sequential", flagConsist)
 	}
-	return client.WithConsistency(client.Linearizable)
+	if flagSequentialRead && flagConsist == "linearizable" && cmd.Flags().Changed("consistency") {
+		return fmt.Errorf("--sequential contradicts --consistency linearizable")
+	}
+	return nil
+}
+
+func readConsistency() client.Consistency {
+	if flagSequentialRead || flagConsist == "sequential" {
+		return client.Sequential
+	}
+	return client.Linearizable
+}
+
+func readOpt() client.ReadOption {
+	return client.WithConsistency(readConsistency())
 }
 
 func endpoints() []string {
@@ -346,16 +394,6 @@ func withClient(fn func(context.Context, *client.Client) error) error {
 	return err
 }
 
-func output(v any, text func()) error {
-	if flagOutput == "json" {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	}
-	text()
-	return nil
-}
-
 func printStat(st *client.Stat) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 1, ' ', 0)
 	fmt.Fprintf(w, "czxid\t%d\nmzxid\t%d\nctime\t%s\nmtime\t%s\nversion\t%d\ncversion\t%d\naversion\t%d\nephemeralOwner\t0x%x\ndataLength\t%d\nnumChildren\t%d\npzxid\t%d\n",
@@ -366,7 +404,8 @@ func printStat(st *client.Stat) {
 }
 
 // statusAll asks every endpoint directly (no session) so a down member shows as such.
-func statusAll() error {
+// It fails when no endpoint answers, after printing each one's error.
+func statusAll() (err error) {
 	type row struct {
 		Endpoint string             `json:"endpoint"`
 		Error    string             `json:"error,omitempty"`
@@ -383,10 +422,15 @@ func statusAll() error {
 			conn.Close()
 		}
 		if err != nil {
-			r.Error = errs.FromGRPC(err).Error()
+			r.Error = client.ConnectFailure(err, 2*time.Second)
 		}
 		rows = append(rows, r)
 	}
+	defer func() {
+		if err == nil && !slices.ContainsFunc(rows, func(r row) bool { return r.Status != nil }) {
+			err = fmt.Errorf("no endpoint answered (%s)", strings.Join(endpoints(), ","))
+		}
+	}()
 	return output(rows, func() {
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ENDPOINT\tMEMBER\tROLE\tLEADER\tTERM\tCOMMIT\tAPPLIED\tZNODES\tSESSIONS\tWATCHES")

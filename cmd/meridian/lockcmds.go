@@ -135,7 +135,7 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[1], 0, 64)
 			if err != nil {
-				return fmt.Errorf("session id: %w", err)
+				return fmt.Errorf("session id %q: want a number, as locks prints it (0x...)", args[1])
 			}
 			return withClient(func(ctx context.Context, c *client.Client) error {
 				return c.ForceUnlock(ctx, args[0], id)
@@ -176,7 +176,7 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 					return err
 				}
 				for li := range ch {
-					if err := output(li, func() {
+					if err := output(map[string]any{"elected": li.Elected, "session_id": li.Session, "token": li.Token, "value": string(li.Value)}, func() {
 						if !li.Elected {
 							fmt.Println("no leader")
 							return
@@ -186,7 +186,10 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 						return err
 					}
 				}
-				return ctx.Err()
+				if ctx.Err() != nil {
+					return nil // Ctrl-C: the normal way to stop observing
+				}
+				return fmt.Errorf("observing %s ended: the connection to the server was lost", args[0])
 			})
 		},
 	}
@@ -199,7 +202,7 @@ Exit status: COMMAND's, 2 if the lock could not be acquired, 3 if it was lost.`,
 			if len(args) == 2 {
 				var err error
 				if delta, err = strconv.ParseInt(args[1], 10, 64); err != nil {
-					return fmt.Errorf("delta: %w", err)
+					return fmt.Errorf("delta %q: want an integer", args[1])
 				}
 			}
 			return withClient(func(ctx context.Context, c *client.Client) error {

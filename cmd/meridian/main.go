@@ -10,6 +10,13 @@ import (
 )
 
 func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "meridian",
 		Short:         "Meridian: a coordination service built for wide-area round trips",
@@ -18,8 +25,5 @@ func main() {
 	}
 	root.AddCommand(serverCmd(), devCmd(), certsCmd())
 	addClientCommands(root)
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
-	}
+	return root
 }

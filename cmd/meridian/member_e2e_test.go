@@ -98,6 +98,17 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	if !strings.Contains(out, "learner") || !strings.Contains(out, "far") {
 		t.Fatalf("member add:\n%s", out)
 	}
+	// Adding it again is refused (it used to make it a voter in region
+	// default); update changes its location, not its role.
+	again := exec.Command(binary, "--endpoints", eps, "--timeout", "20s", "member", "add", "4", "--peer", members[3].Peer, "--grpc", members[3].GRPC)
+	again.Env = cliEnv(dir)
+	if b, err := again.CombinedOutput(); err == nil || !strings.Contains(string(b), "member 4 already exists (learner") {
+		t.Fatalf("member add of an existing id: %v\n%s", err, b)
+	}
+	out = cli("member", "update", "4", "--zone", "moved", "--http", "127.0.0.1:1")
+	if row := memberRow(out, "4"); len(row) < 5 || row[1] != "learner" || row[2] != "far" || row[3] != "moved" {
+		t.Fatalf("member update 4 --zone moved:\n%s", out)
+	}
 	out = cli("member", "promote", "4")
 	if strings.Contains(out, "learner") {
 		t.Fatalf("member promote:\n%s", out)
@@ -165,4 +176,14 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 	if _, _, err := c.Create(ctx, "/after", nil, client.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// memberRow returns the fields of member id's row in member list output.
+func memberRow(out, id string) []string {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == id {
+			return f
+		}
+	}
+	return nil
 }

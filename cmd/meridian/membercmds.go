@@ -51,7 +51,19 @@ itself and the current members), then run "meridian member add".`}
 				op.Type = pb.MemberChangeType_ADD_LEARNER
 				op.PromoteWhenCaughtUp = promote
 			}
-			return change(op)
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				// The server takes an add of a known id as a change of that
+				// member's record and role; here add means a new member.
+				r, err := c.Members(ctx)
+				if err != nil {
+					return err
+				}
+				if m := findMember(r, id); m != nil {
+					return fmt.Errorf("member %d already exists (%s in region %q, peer %s): use member promote/demote to change its role, member update to change its addresses or location",
+						id, roleOf(m), m.GetRegion(), m.GetPeerAddr())
+				}
+				return changeWith(ctx, c, op)
+			})
 		},
 	}
 	add.Flags().StringVar(&nm.PeerAddr, "peer", "", "raft peer address")
@@ -73,7 +85,7 @@ itself and the current members), then run "meridian member add".`}
 				return change(&pb.MemberChangeOp{Type: t, Member: &pb.Member{Id: id}})
 			}}
 	}
-	m.AddCommand(list, add,
+	m.AddCommand(list, add, updateCommand(),
 		byID("remove", "Remove a member", pb.MemberChangeType_REMOVE_MEMBER),
 		byID("promote", "Make a learner a voter", pb.MemberChangeType_ADD_VOTER),
 		byID("demote", "Make a voter a learner", pb.MemberChangeType_ADD_LEARNER))
@@ -115,13 +127,91 @@ func fromLeader(ctx context.Context, r *pb.MemberListResponse) *pb.MemberListRes
 }
 
 func change(op *pb.MemberChangeOp) error {
-	return withClient(func(ctx context.Context, c *client.Client) error {
-		r, err := c.ChangeMembers(ctx, op)
-		if err != nil {
-			return err
+	return withClient(func(ctx context.Context, c *client.Client) error { return changeWith(ctx, c, op) })
+}
+
+func changeWith(ctx context.Context, c *client.Client, op *pb.MemberChangeOp) error {
+	r, err := c.ChangeMembers(ctx, op)
+	if err != nil {
+		return err
+	}
+	return printMembers(r)
+}
+
+func findMember(r *pb.MemberListResponse, id uint64) *pb.Member {
+	for _, m := range r.GetMembers() {
+		if m.GetId() == id {
+			return m
 		}
-		return printMembers(r)
-	})
+	}
+	return nil
+}
+
+func roleOf(m *pb.Member) string {
+	if m.GetLearner() {
+		return "learner"
+	}
+	return "voter"
+}
+
+// updateCommand is `meridian member update`: a member's addresses and
+// location change, its role does not. The change is the same raft
+// configuration change as an add of a known id with its current role
+// (raft sees no change; the address book, which is replicated with it,
+// takes the new record and every member dials the new peer address).
+func updateCommand() *cobra.Command {
+	var peer, grpcAddr, zk, httpAddr, region, zone string
+	cmd := &cobra.Command{
+		Use:   "update ID [--peer HOST:PORT] [--grpc HOST:PORT] [--zk HOST:PORT] [--http HOST:PORT] [--region R] [--zone Z]",
+		Short: "Change a member's addresses or location (not its role)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("member id %q: want a positive integer", args[0])
+			}
+			set := map[string]*string{"peer": &peer, "grpc": &grpcAddr, "zk": &zk, "http": &httpAddr, "region": &region, "zone": &zone}
+			changed := false
+			for name := range set {
+				changed = changed || cmd.Flags().Changed(name)
+			}
+			if !changed {
+				return fmt.Errorf("nothing to change: give at least one of --peer, --grpc, --zk, --http, --region, --zone")
+			}
+			return withClient(func(ctx context.Context, c *client.Client) error {
+				r, err := c.Members(ctx)
+				if err != nil {
+					return err
+				}
+				old := findMember(r, id)
+				if old == nil {
+					return fmt.Errorf("member %d is not a member (member list shows them; member add adds one)", id)
+				}
+				nm := &pb.Member{Id: id, PeerAddr: old.GetPeerAddr(), GrpcAddr: old.GetGrpcAddr(), ZkAddr: old.GetZkAddr(),
+					HttpAddr: old.GetHttpAddr(), Region: old.GetRegion(), Zone: old.GetZone(), Identity: old.GetIdentity()}
+				for name, field := range map[string]*string{"peer": &nm.PeerAddr, "grpc": &nm.GrpcAddr, "zk": &nm.ZkAddr,
+					"http": &nm.HttpAddr, "region": &nm.Region, "zone": &nm.Zone} {
+					if cmd.Flags().Changed(name) {
+						*field = *set[name]
+					}
+				}
+				if nm.PeerAddr == "" {
+					return fmt.Errorf("--peer: a member needs a peer address")
+				}
+				op := &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_VOTER, Member: nm}
+				if old.GetLearner() {
+					op.Type = pb.MemberChangeType_ADD_LEARNER
+				}
+				return changeWith(ctx, c, op)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&peer, "peer", "", "raft peer address")
+	cmd.Flags().StringVar(&grpcAddr, "grpc", "", "native API address")
+	cmd.Flags().StringVar(&zk, "zk", "", "ZooKeeper protocol address (\"\" to clear)")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "health and metrics address (\"\" to clear)")
+	cmd.Flags().StringVar(&region, "region", "", "region")
+	cmd.Flags().StringVar(&zone, "zone", "", "zone")
+	return cmd
 }
 
 func printMembers(r *pb.MemberListResponse) error {

@@ -77,7 +77,7 @@ once (at-most-once from here on). Without --wait an empty queue is an error.`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				id, err := strconv.ParseUint(args[1], 10, 64)
 				if err != nil {
-					return fmt.Errorf("id: %w", err)
+					return fmt.Errorf("item id %q: want the number queue pop printed (id=N)", args[1])
 				}
 				return withClient(func(ctx context.Context, c *client.Client) error {
 					if nack {
@@ -168,8 +168,8 @@ left). Exit status: COMMAND's, or 2 if entering failed.`,
 		Args: cobra.MinimumNArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := strconv.Atoi(args[1])
-			if err != nil {
-				return fmt.Errorf("participant count: %w", err)
+			if err != nil || n < 1 {
+				return fmt.Errorf("participant count %q: want a positive integer", args[1])
 			}
 			return untilInterrupted(func(ctx context.Context, c *client.Client) error {
 				db := c.DoubleBarrier(args[0], n)

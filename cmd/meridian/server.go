@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -128,6 +129,29 @@ quorum.auth.* and ssl.* keys Meridian does not implement refuse to start.`,
 	return cmd
 }
 
+// awaitListening waits until every address accepts TCP connections, failing
+// if a node exits first (its log says why) or timeout passes.
+func awaitListening(addrs []string, exited <-chan int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, addr := range addrs {
+		for {
+			if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				conn.Close()
+				break
+			}
+			select {
+			case id := <-exited:
+				return fmt.Errorf("node %d exited while starting; see its log", id)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s does not accept connections after %v", addr, timeout)
+			}
+		}
+	}
+	return nil
+}
+
 func devCmd() *cobra.Command {
 	var nodes, base int
 	var dir, logLevel string
@@ -142,6 +166,11 @@ Data persists across runs; delete the directory to start afresh.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if nodes < 1 || nodes > 9 {
 				return fmt.Errorf("--nodes must be 1..9")
+			}
+			// Every port first: a node that cannot listen exits at once, and
+			// the rest would run without it (or none would run at all).
+			if err := checkDevPorts(nodes, base); err != nil {
+				return err
 			}
 			self, err := os.Executable()
 			if err != nil {
@@ -198,6 +227,11 @@ Data persists across runs; delete the directory to start afresh.`,
 				endpoints = append(endpoints, self.GRPC)
 				fmt.Printf("node %d  pid %-7d grpc %s  zk %s  http %s  peer %s  log %s\n",
 					c.ID, p.Process.Pid, self.GRPC, self.ZK, self.HTTP, self.Peer, logf.Name())
+			}
+			// The endpoints line means ready to use: every node listens.
+			if err := awaitListening(endpoints, exited, 30*time.Second); err != nil {
+				stopAll()
+				return err
 			}
 			fmt.Printf("\nendpoints: %s\n", strings.Join(endpoints, ","))
 			fmt.Printf("try:       meridian --endpoints %s create /hello world && meridian --endpoints %s get /hello\n",

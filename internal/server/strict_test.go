@@ -99,7 +99,9 @@ func TestConfigStrict(t *testing.T) {
 	}
 }
 
-// README's example config uses only keys the config knows.
+// README's example config uses only keys the config knows, and opens the
+// ZooKeeper port the README talks about: every member has a zk address
+// (the default of zk_listen).
 func TestReadmeConfigKeys(t *testing.T) {
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -115,6 +117,11 @@ func TestReadmeConfigKeys(t *testing.T) {
 		var c Config
 		if err := dec.Decode(&c); err != nil && err != io.EOF {
 			t.Fatalf("README config: %v\n%s", err, blk[1])
+		}
+		for _, m := range c.Members {
+			if m.ZK == "" && c.ListenZK == "" {
+				t.Errorf("README config: member %d has no zk address: no ZooKeeper port\n%s", m.ID, blk[1])
+			}
 		}
 	}
 }

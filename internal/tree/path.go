@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -15,8 +16,22 @@ import (
 // Unlike ZooKeeper (whose ".." check never fires because of a bug) ".." is
 // rejected, as ZooKeeper's documentation says it is.
 func ValidatePath(path string, sequential bool) error {
-	if len(path) == 0 || path[0] != '/' || len(path) > MaxPathBytes {
+	if PathProblem(path, sequential) != "" {
 		return errs.ErrInvalidPath
+	}
+	return nil
+}
+
+// PathProblem says what is wrong with path by ValidatePath's rules, or
+// returns "" when nothing is. It is for messages after a refusal (the
+// server answers with the bare errs.ErrInvalidPath); ValidatePath is the
+// check.
+func PathProblem(path string, sequential bool) string {
+	if len(path) == 0 || path[0] != '/' {
+		return "a path must start with /"
+	}
+	if len(path) > MaxPathBytes {
+		return fmt.Sprintf("a path may have at most %d bytes", MaxPathBytes)
 	}
 	if sequential {
 		// ZooKeeper validates path+"1": the suffix becomes part of the last
@@ -24,10 +39,10 @@ func ValidatePath(path string, sequential bool) error {
 		path += "1"
 	}
 	if path == "/" {
-		return nil
+		return ""
 	}
 	if path[len(path)-1] == '/' {
-		return errs.ErrInvalidPath
+		return "a path may not end with /"
 	}
 	start := 1
 	for i := 1; i <= len(path); i++ {
@@ -35,17 +50,19 @@ func ValidatePath(path string, sequential bool) error {
 			continue
 		}
 		switch path[start:i] {
-		case "", ".", "..":
-			return errs.ErrInvalidPath
+		case "":
+			return "a path may not contain an empty component (//)"
+		case ".", "..":
+			return "a path may not contain . or .. components"
 		}
 		start = i + 1
 	}
 	for _, r := range path {
 		if badPathRune(r) {
-			return errs.ErrInvalidPath
+			return fmt.Sprintf("a path may not contain the character %U", r)
 		}
 	}
-	return nil
+	return ""
 }
 
 // badPathRune reports the characters ZooKeeper forbids. Java checks UTF-16

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/server"
+)
+
+// startCLICluster starts three server processes with the dev PKI in
+// dir/tls and returns their gRPC endpoints, comma-separated.
+func startCLICluster(t *testing.T, dir string) string {
+	t.Helper()
+	ports := freePorts(t, 6)
+	var members []server.Member
+	for i := 0; i < 3; i++ {
+		members = append(members, server.Member{ID: uint64(i + 1), Region: "local", Zone: "z",
+			Peer: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])})
+	}
+	var eps []string
+	for i := 0; i < 3; i++ {
+		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members,
+			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500}
+		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
+		if err := cfg.WriteFile(p); err != nil {
+			t.Fatal(err)
+		}
+		startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)))
+		eps = append(eps, members[i].GRPC)
+	}
+	// The CLI fails at once while nothing listens: wait for a leader.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Endpoints: eps, TLS: devTLS(t, dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderOf(t, c)
+	c.Close()
+	return strings.Join(eps, ",")
+}
+
+// cliRun runs the CLI against eps and returns its combined output and
+// exit status.
+func cliRun(t *testing.T, dir, eps string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)...)
+	cmd.Env = cliEnv(dir)
+	b, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return strings.TrimSpace(string(b)), exit.ExitCode()
+	case err != nil:
+		t.Fatalf("meridian %v: %v", args, err)
+	}
+	return strings.TrimSpace(string(b)), 0
+}
+
+// TestCLIAgainstCluster runs the CLI's data commands against one
+// 3-process cluster: errors that say what and why, rm -r and create -p,
+// complete JSON, the consistency flag, observe's exit on Ctrl-C.
+func TestCLIAgainstCluster(t *testing.T) {
+	dir := t.TempDir()
+	eps := startCLICluster(t, dir)
+	ok := func(args ...string) string {
+		t.Helper()
+		out, code := cliRun(t, dir, eps, args...)
+		if code != 0 {
+			t.Fatalf("meridian %v: exit %d\n%s", args, code, out)
+		}
+		return out
+	}
+	fails := func(args ...string) string {
+		t.Helper()
+		out, code := cliRun(t, dir, eps, args...)
+		if code == 0 {
+			t.Fatalf("meridian %v succeeded:\n%s", args, out)
+		}
+		return out
+	}
+	ok("create", "/app", "x")
+
+	t.Run("errors", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want []string
+		}{
+			{[]string{"get", "app"}, []string{"invalid path", `"app"`, "must start with /"}},
+			{[]string{"create", "/a/b/c"}, []string{"node does not exist", "/a (an ancestor of /a/b/c) is missing", "create -p"}},
+			{[]string{"set", "/app", "y", "--version", "7"}, []string{"version does not match", "expected version 7, current version 0"}},
+			{[]string{"rm", "/app/none"}, []string{"node does not exist: /app/none"}},
+			{[]string{"queue", "ack", "work", "N"}, []string{`item id "N"`, "want the number queue pop printed"}},
+			{[]string{"counter", "c", "x"}, []string{`delta "x": want an integer`}},
+		} {
+			out := fails(tc.args...)
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("meridian %v:\n%s\nwant it to say %q", tc.args, out, w)
+				}
+			}
+		}
+		ok("create", "/app/child")
+		if out := fails("rm", "/app"); !strings.Contains(out, "node has children: /app has 1 children") || !strings.Contains(out, "rm -r") {
+			t.Errorf("rm of a node with children:\n%s", out)
+		}
+		ok("rm", "/app/child")
+	})
+
+	t.Run("local-first", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := client.New(ctx, client.Config{Endpoints: strings.Split(eps, ","), TLS: devTLS(t, dir)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		lease, err := c.Lock(ctx, "jobs", client.LockOptions{LocalFirst: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Unlock(ctx)
+		_, err = c.Lock(ctx, "jobs", client.LockOptions{LocalFirst: 2, TryOnly: true})
+		if !errors.Is(err, client.ErrBadArguments) || !strings.Contains(err.Error(), "every acquirer of a name must give the same K") {
+			t.Errorf("acquire with another K: %v", err)
+		}
+		out, code := cliRun(t, dir, eps, "lock", "--local-first", "2", "jobs", "--", "true")
+		if code != 2 || !strings.Contains(out, "same K") {
+			t.Errorf("lock --local-first 2 while held with K 3: exit %d\n%s", code, out)
+		}
+		out, code = cliRun(t, dir, eps, "lock", "--local-first", "2", "--permits", "3", "sem", "--", "true")
+		if code != 2 || !strings.Contains(out, "local-first lock has one holder") {
+			t.Errorf("lock --local-first with --permits: exit %d\n%s", code, out)
+		}
+	})
+
+	t.Run("rm -r and create -p", func(t *testing.T) {
+		ok("create", "-p", "/p/q/r", "deep")
+		if got := ok("get", "/p/q/r"); got != "deep" {
+			t.Fatalf("get after create -p = %q", got)
+		}
+		ok("create", "--parents", "/p/q/s") // existing parents are fine
+		if got := ok("create", "-p", "-s", "/p/n/job-"); got != "/p/n/job-0000000000" {
+			t.Fatalf("create -p -s = %q", got)
+		}
+		ok("rm", "-r", "/p")
+		if out := fails("get", "/p"); !strings.Contains(out, "node does not exist") {
+			t.Fatalf("/p after rm -r:\n%s", out)
+		}
+		if got := ok("ls", "/"); slices.Contains(strings.Split(got, "\n"), "p") {
+			t.Fatalf("ls / after rm -r /p:\n%s", got)
+		}
+	})
+
+	t.Run("json", func(t *testing.T) {
+		ok("create", "/fresh")
+		var st map[string]any
+		if err := json.Unmarshal([]byte(ok("stat", "/fresh", "-o", "json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"version", "num_children", "data_length", "cversion", "aversion", "ephemeral_owner"} {
+			if v, present := st[k]; !present || v != float64(0) {
+				t.Errorf("stat -o json: %s = %v (present %v)", k, v, present)
+			}
+		}
+		if got := ok("locks", "-o", "json"); got != "[]" {
+			t.Errorf("locks -o json with no locks = %q", got)
+		}
+		if got := ok("ls", "/fresh", "-o", "json"); got != "[]" {
+			t.Errorf("ls -o json of a leaf = %q", got)
+		}
+		if out := fails("stat", "/fresh", "-o", "yaml"); !strings.Contains(out, "supported formats are text, json") {
+			t.Errorf("-o yaml:\n%s", out)
+		}
+	})
+
+	t.Run("consistency", func(t *testing.T) {
+		if got := ok("create", "--sequential", "/seq-"); !strings.HasPrefix(got, "/seq-00000") {
+			t.Errorf("create --sequential = %q, want a sequential node", got)
+		}
+		if got := ok("get", "--consistency", "sequential", "/fresh"); got != "" {
+			t.Errorf("get --consistency sequential = %q", got)
+		}
+		if got := ok("--sequential", "get", "/app"); !strings.HasSuffix(got, "x") {
+			t.Errorf("--sequential get (the old spelling) = %q", got)
+		}
+	})
+
+	t.Run("observe exits 0 on Ctrl-C", func(t *testing.T) {
+		cmd := exec.Command(binary, "--endpoints", eps, "observe", "sched")
+		cmd.Env = cliEnv(dir)
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "no leader"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("observe printed nothing:\n%s", out)
+			}
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("observe after SIGINT: %v\n%s", err, out)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("observe did not stop on SIGINT")
+		}
+	})
+}
+
+// TestCLIUnreachable: with every endpoint refusing connections the CLI
+// fails at once (it waited out its 10 s timeout), naming every endpoint and
+// why; status exits non-zero.
+func TestCLIUnreachable(t *testing.T) {
+	dir := t.TempDir()
+	ports := freePorts(t, 2) // free, so nothing listens: refused
+	eps := fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", ports[0], ports[1])
+	for _, args := range [][]string{{"get", "/app"}, {"status"}} {
+		start := time.Now()
+		cmd := exec.Command(binary, append([]string{"--endpoints", eps, "--insecure"}, args...)...)
+		cmd.Dir = dir
+		b, err := cmd.CombinedOutput()
+		took := time.Since(start)
+		if err == nil {
+			t.Errorf("meridian %v with every endpoint down succeeded:\n%s", args, b)
+		}
+		if took > 3*time.Second {
+			t.Errorf("meridian %v took %v to fail", args, took)
+		}
+		for _, ep := range strings.Split(eps, ",") {
+			if !strings.Contains(string(b), "dial tcp "+ep+": connect: connection refused") {
+				t.Errorf("meridian %v does not say why %s failed:\n%s", args, ep, b)
+			}
+		}
+		if strings.Contains(string(b), "outcome unknown") {
+			t.Errorf("meridian %v: %s", args, b)
+		}
+	}
+}
