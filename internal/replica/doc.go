@@ -1,5 +1,6 @@
-// Package replica owns one consensus group: it drives go.etcd.io/raft's
-// RawNode from a single goroutine (the raft loop), keeps the raft log, hard
+// Package replica owns a member's consensus groups. For each group it
+// drives go.etcd.io/raft's RawNode from a single goroutine (the raft
+// loop), keeps the raft log, hard
 // state and snapshots durable in Pebble (one batch, one fsync per Ready),
 // moves messages between peers over TCP (mutual TLS with member identities
 // when Config.PeerTLS is set; every connection opens with a hello carrying
@@ -7,6 +8,11 @@
 // log, batches linearizable reads into ReadIndex rounds, transfers
 // leadership on request, and carries small opaque side messages to the
 // leader.
+//
+// A member runs its root group (Open) and may run others beside it
+// (OpenGroup, groups.go): they share the root's Pebble store under their
+// own key prefixes, its peer connections (group frames) and its latency
+// probes; each has its own loop, log, leader and snapshots.
 //
 // It knows nothing about what entries mean: it drives a StateMachine, whose
 // Apply/Snapshot/Restore are only ever called from the raft loop.
