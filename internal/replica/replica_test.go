@@ -138,7 +138,7 @@ func (s *kv) restored() []uint64 {
 }
 
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	peers []Peer
 	dirs  []string
 	reps  []*Replica
@@ -146,7 +146,7 @@ type cluster struct {
 	tweak func(*Config)
 }
 
-func newCluster(t *testing.T, n int, tweak func(*Config)) *cluster {
+func newCluster(t testing.TB, n int, tweak func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, tweak: tweak}
 	for i, port := range testutil.FreePorts(t, n) {
