@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -42,63 +41,27 @@ func (g *group) open(i int) {
 	g.reps[i] = r
 }
 
+// running reports whether member i runs (the group runs wherever its
+// member's root does).
+func (g *group) running(i int) bool { return g.c.reps[i] != nil && g.reps[i] != nil }
+
 // leader waits until the group's members agree on a leader and returns it.
 func (g *group) leader() int {
 	g.c.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		var lead uint64
-		ok := true
-		for i, r := range g.reps {
-			if r == nil || g.c.reps[i] == nil {
-				continue
-			}
-			if l := r.Leader(); l == 0 || (lead != 0 && l != lead) {
-				ok = false
-				break
-			} else {
-				lead = l
-			}
-		}
-		if ok && lead != 0 && g.reps[lead-1] != nil && g.reps[lead-1].IsLeader() {
-			return int(lead - 1)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	g.c.t.Fatalf("group %d: no leader", g.gc.Group)
-	return -1
+	return agreedLeader(g.c.t, g.reps, g.running)
 }
 
 // put proposes through member via until accepted and waits until every
 // running member of the group applied it.
 func (g *group) put(via int, k, v string) {
 	g.c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	for {
-		err := g.reps[via].Propose(ctx, []byte(k+"="+v))
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			g.c.t.Fatalf("group %d: propose: %v", g.gc.Group, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	proposeKV(g.c.t, g.reps[via], k, v)
 	g.waitAll(func(s *kv) bool { got, ok := s.get(k); return ok && got == v })
 }
 
 func (g *group) waitAll(cond func(*kv) bool) {
 	g.c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for i := range g.reps {
-		for g.c.reps[i] != nil && !cond(g.sms[i]) {
-			if time.Now().After(deadline) {
-				g.c.t.Fatalf("group %d: member %d did not converge", g.gc.Group, i+1)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	converge(g.c.t, g.sms, g.running, cond)
 }
 
 // prefixed reports whether every key in s starts with p.

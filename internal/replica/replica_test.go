@@ -202,12 +202,31 @@ func (c *cluster) stop(i int) {
 // leader waits until every running replica agrees on a running leader.
 func (c *cluster) leader() int {
 	c.t.Helper()
+	return agreedLeader(c.t, c.reps, func(i int) bool { return c.reps[i] != nil })
+}
+
+// put proposes until accepted and waits until every running replica applied it.
+func (c *cluster) put(via int, k, v string) {
+	c.t.Helper()
+	proposeKV(c.t, c.reps[via], k, v)
+	c.waitAll(func(s *kv) bool { got, ok := s.get(k); return ok && got == v })
+}
+
+func (c *cluster) waitAll(cond func(*kv) bool) {
+	c.t.Helper()
+	converge(c.t, c.sms, func(i int) bool { return c.reps[i] != nil }, cond)
+}
+
+// agreedLeader waits until the running replicas of one group (running(i))
+// agree on a running leader and returns its index in reps.
+func agreedLeader(t testing.TB, reps []*Replica, running func(int) bool) int {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		var lead uint64
 		ok := true
-		for _, r := range c.reps {
-			if r == nil {
+		for i, r := range reps {
+			if !running(i) {
 				continue
 			}
 			l := r.Leader()
@@ -217,40 +236,41 @@ func (c *cluster) leader() int {
 			}
 			lead = l
 		}
-		if ok && lead != 0 && c.reps[lead-1] != nil && c.reps[lead-1].IsLeader() {
+		if ok && lead != 0 && running(int(lead-1)) && reps[lead-1].IsLeader() {
 			return int(lead - 1)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.t.Fatal("no leader")
+	t.Fatal("no leader")
 	return -1
 }
 
-// put proposes until accepted and waits until every running replica applied it.
-func (c *cluster) put(via int, k, v string) {
-	c.t.Helper()
+// proposeKV proposes k=v through r until raft accepts it.
+func proposeKV(t testing.TB, r *Replica, k, v string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for {
-		err := c.reps[via].Propose(ctx, []byte(k+"="+v))
+		err := r.Propose(ctx, []byte(k+"="+v))
 		if err == nil {
-			break
+			return
 		}
 		if ctx.Err() != nil {
-			c.t.Fatalf("propose: %v", err)
+			t.Fatalf("propose: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.waitAll(func(s *kv) bool { got, ok := s.get(k); return ok && got == v })
 }
 
-func (c *cluster) waitAll(cond func(*kv) bool) {
-	c.t.Helper()
+// converge waits until cond holds for the state machine of every running
+// member.
+func converge(t testing.TB, sms []*kv, running func(int) bool, cond func(*kv) bool) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for i := range c.reps {
-		for c.reps[i] != nil && !cond(c.sms[i]) {
+	for i := range sms {
+		for running(i) && !cond(sms[i]) {
 			if time.Now().After(deadline) {
-				c.t.Fatalf("replica %d did not converge", i+1)
+				t.Fatalf("replica %d did not converge", i+1)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
