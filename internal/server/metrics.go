@@ -38,6 +38,8 @@ type metrics struct {
 	requests        *prometheus.CounterVec
 	requestDuration *prometheus.HistogramVec
 	buildInfo       *prometheus.GaugeVec
+
+	collectors []prometheus.Collector // every one registered (register)
 }
 
 // Ports, the port label of meridian_request_duration_seconds.
@@ -94,11 +96,19 @@ func newMetrics() *metrics {
 			[]string{"version", "go_version", "zookeeper_version"}),
 	}
 	m.buildInfo.WithLabelValues(Version, runtime.Version(), ZooKeeperVersion).Set(1)
-	m.reg.MustRegister(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.hasLeader,
+	m.register(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.hasLeader,
 		m.leaderID, m.term, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.sessions, m.watches, m.znodes,
 		m.requests, m.requestDuration, m.buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// register adds cs to the registry, remembering them so a test can list
+// every metric name the server may export (contrib's dashboards and alerts
+// use only those).
+func (m *metrics) register(cs ...prometheus.Collector) {
+	m.reg.MustRegister(cs...)
+	m.collectors = append(m.collectors, cs...)
 }
 
 // grpcOps is the op label's table for the native port: the methods of

@@ -170,7 +170,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("open replica: %w", err)
 	}
 	s.rep = rep
-	s.metrics.reg.MustRegister(newLatencyCollector(rep.Latency))
+	s.metrics.register(newLatencyCollector(rep.Latency))
 
 	// Limits of the native port: a call's reply waits for HTTP/2 flow
 	// control while its client does not read, so concurrent calls per
