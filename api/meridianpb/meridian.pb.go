@@ -4786,7 +4786,8 @@ type Member struct {
 	// empty: the cluster's member_identity pattern for its id.
 	Identity string `protobuf:"bytes,10,opt,name=identity,proto3" json:"identity,omitempty"`
 	// "voter" or "learner" (the same as learner, spelled as in the
-	// configuration file's members[].role).
+	// configuration file's members[].role). Output only: MemberChange
+	// takes the role from its type.
 	Role          string `protobuf:"bytes,11,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
