@@ -61,7 +61,7 @@ func histogramCount(mfs map[string]*dto.MetricFamily, name string, want map[stri
 // ports, every member's /metrics has the request latency histogram per
 // port and op, both ports' requests in meridian_requests_total, and raft
 // gauges that agree: every member has a leader, all name the same one,
-// and applied ≤ commit ≤ last index.
+// applied ≤ commit, and the leader reports round trips to both peers.
 func TestMetricsRequestLatencyAndRaftGauges(t *testing.T) {
 	ports := freePorts(t, 3)
 	tc := newTestCluster(t, 3, func(c *Config) { c.ListenHTTP = fmt.Sprintf("127.0.0.1:%d", ports[c.ID-1]) })
@@ -132,6 +132,32 @@ func TestMetricsRequestLatencyAndRaftGauges(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+	// Peer round trips come from the latency probes' window: wait until
+	// the leader has p50 and p99 for both peers.
+	for {
+		rtt := map[string]bool{}
+		for _, m := range scrape(t, tc, url(lead))["meridian_peer_rtt_seconds"].GetMetric() {
+			var peer, q string
+			for _, lp := range m.GetLabel() {
+				switch lp.GetName() {
+				case "peer":
+					peer = lp.GetValue()
+				case "quantile":
+					q = lp.GetValue()
+				}
+			}
+			if (q == "0.5" || q == "0.99") && m.GetGauge().GetValue() > 0 {
+				rtt[peer+"/"+q] = true
+			}
+		}
+		if len(rtt) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leader's meridian_peer_rtt_seconds: %v, want p50 and p99 for 2 peers", rtt)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	for i := range tc.servers {
 		mfs := scrape(t, tc, url(i))
