@@ -4784,7 +4784,11 @@ type Member struct {
 	Learner    bool                   `protobuf:"varint,9,opt,name=learner,proto3" json:"learner,omitempty"`                         // a non-voting replica (ZooKeeper's observer)
 	// The name the member's certificate asserts (DNS or URI SAN, or CN);
 	// empty: the cluster's member_identity pattern for its id.
-	Identity      string `protobuf:"bytes,10,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,10,opt,name=identity,proto3" json:"identity,omitempty"`
+	// "voter" or "learner" (the same as learner, spelled as in the
+	// configuration file's members[].role). Output only: MemberChange
+	// takes the role from its type.
+	Role          string `protobuf:"bytes,11,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4889,6 +4893,17 @@ func (x *Member) GetIdentity() string {
 	return ""
 }
 
+func (x *Member) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+// StatusResponse is one member's view of the cluster. The HTTP port's
+// /status serves the same message in the CLI's JSON form (`meridian
+// status -o json`), built by the same function; docs/compatibility.md
+// describes the fields.
 type StatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -4914,8 +4929,14 @@ type StatusResponse struct {
 	// unreplaced at least.
 	TickMs            int64 `protobuf:"varint,16,opt,name=tick_ms,json=tickMs,proto3" json:"tick_ms,omitempty"`
 	ElectionTimeoutMs int64 `protobuf:"varint,17,opt,name=election_timeout_ms,json=electionTimeoutMs,proto3" json:"election_timeout_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The log this member holds: entries first_index..last_index (earlier
+	// ones are compacted into the snapshot at snapshot_index).
+	FirstIndex uint64 `protobuf:"varint,18,opt,name=first_index,json=firstIndex,proto3" json:"first_index,omitempty"`
+	LastIndex  uint64 `protobuf:"varint,19,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	// The cluster's id, hex; empty on a joiner not yet contacted.
+	ClusterId     string `protobuf:"bytes,20,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -5065,6 +5086,27 @@ func (x *StatusResponse) GetElectionTimeoutMs() int64 {
 		return x.ElectionTimeoutMs
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetFirstIndex() uint64 {
+	if x != nil {
+		return x.FirstIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type MemberListRequest struct {
@@ -6149,7 +6191,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x04open\x18\x04 \x01(\bR\x04open\x12\x18\n" +
 	"\aentered\x18\x05 \x03(\x03R\aentered\x12\x18\n" +
 	"\aleaving\x18\x06 \x03(\x03R\aleaving\"\x0f\n" +
-	"\rStatusRequest\"\x8b\x02\n" +
+	"\rStatusRequest\"\x9f\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x12\n" +
@@ -6162,7 +6204,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"matchIndex\x12\x18\n" +
 	"\alearner\x18\t \x01(\bR\alearner\x12\x1a\n" +
 	"\bidentity\x18\n" +
-	" \x01(\tR\bidentity\"\xb1\x04\n" +
+	" \x01(\tR\bidentity\x12\x12\n" +
+	"\x04role\x18\v \x01(\tR\x04role\"\x90\x05\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
@@ -6181,7 +6224,13 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\tplacement\x18\x0e \x01(\tR\tplacement\x12#\n" +
 	"\rprefer_region\x18\x0f \x01(\tR\fpreferRegion\x12\x17\n" +
 	"\atick_ms\x18\x10 \x01(\x03R\x06tickMs\x12.\n" +
-	"\x13election_timeout_ms\x18\x11 \x01(\x03R\x11electionTimeoutMs\"\x13\n" +
+	"\x13election_timeout_ms\x18\x11 \x01(\x03R\x11electionTimeoutMs\x12\x1f\n" +
+	"\vfirst_index\x18\x12 \x01(\x04R\n" +
+	"firstIndex\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\x13 \x01(\x04R\tlastIndex\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x14 \x01(\tR\tclusterId\"\x13\n" +
 	"\x11MemberListRequest\"\x93\x01\n" +
 	"\x12MemberListResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12-\n" +

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,19 +21,21 @@ import (
 )
 
 // startCLICluster starts three server processes with the dev PKI in
-// dir/tls and returns their gRPC endpoints, comma-separated.
+// dir/tls and returns their gRPC endpoints, comma-separated. Each also
+// listens on an HTTP port (its member's http_addr).
 func startCLICluster(t *testing.T, dir string) string {
 	t.Helper()
-	ports := freePorts(t, 6)
+	ports := freePorts(t, 9)
 	var members []server.Member
 	for i := 0; i < 3; i++ {
 		members = append(members, server.Member{ID: uint64(i + 1), Region: "local", Zone: "z",
-			Peer: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])})
+			Peer: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
+			HTTP: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])})
 	}
 	var eps []string
 	for i := 0; i < 3; i++ {
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members,
-			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500}
+			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500, ListenHTTP: members[i].HTTP}
 		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
 			t.Fatal(err)
 		}
@@ -199,6 +204,8 @@ func TestCLIAgainstCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("status -o json is /status", func(t *testing.T) { checkStatusJSONIsHTTPStatus(t, dir, ok("status", "-o", "json")) })
+
 	t.Run("observe exits 0 on Ctrl-C", func(t *testing.T) {
 		cmd := exec.Command(binary, "--endpoints", eps, "observe", "sched")
 		cmd.Env = cliEnv(dir)
@@ -253,6 +260,70 @@ func TestCLIUnreachable(t *testing.T) {
 		}
 		if strings.Contains(string(b), "outcome unknown") {
 			t.Errorf("meridian %v: %s", args, b)
+		}
+	}
+}
+
+// checkStatusJSONIsHTTPStatus: each endpoint's object in `status -o json`
+// (out) has the same fields, named the same, as its member's /status,
+// and the same values for those that do not move on an idle cluster; the
+// indexes only grow between the two.
+func checkStatusJSONIsHTTPStatus(t *testing.T, dir, out string) {
+	var rows []struct {
+		Endpoint string         `json:"endpoint"`
+		Error    string         `json:"error"`
+		Status   map[string]any `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("status -o json: %d rows, want 3\n%s", len(rows), out)
+	}
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: devTLS(t, dir)}}
+	defer cl.CloseIdleConnections()
+	for _, r := range rows {
+		if r.Status == nil {
+			t.Fatalf("%s: %s", r.Endpoint, r.Error)
+		}
+		var httpAddr string
+		for _, m := range r.Status["members"].([]any) {
+			m := m.(map[string]any)
+			if m["id"] == r.Status["member_id"] {
+				httpAddr, _ = m["http_addr"].(string)
+			}
+		}
+		resp, err := cl.Get("https://" + httpAddr + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var web map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&web)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s/status: %d %v", httpAddr, resp.StatusCode, err)
+		}
+		if a, b := slices.Sorted(maps.Keys(r.Status)), slices.Sorted(maps.Keys(web)); !slices.Equal(a, b) {
+			t.Errorf("member %v: status -o json fields %v, /status fields %v", r.Status["member_id"], a, b)
+		}
+		for _, k := range []string{"member_id", "leader_id", "term", "role", "version", "cluster_id", "tick_ms",
+			"election_timeout_ms", "members"} {
+			if !reflect.DeepEqual(web[k], r.Status[k]) {
+				t.Errorf("member %v: %s: /status %v, status -o json %v", r.Status["member_id"], k, web[k], r.Status[k])
+			}
+		}
+		for _, k := range []string{"commit_index", "applied_index", "last_index"} {
+			if w, c := web[k].(float64), r.Status[k].(float64); w < c || c < 1 {
+				t.Errorf("member %v: %s: /status %v, earlier status -o json %v", r.Status["member_id"], k, w, c)
+			}
+		}
+		if id, _ := web["cluster_id"].(string); id == "" {
+			t.Errorf("member %v: /status has no cluster_id", web["member_id"])
+		}
+		for _, m := range web["members"].([]any) {
+			if role := m.(map[string]any)["role"]; role != "voter" {
+				t.Errorf("member %v: role %v, want voter", m.(map[string]any)["id"], role)
+			}
 		}
 	}
 }

@@ -23,7 +23,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serverCmd(), devCmd(), certsCmd())
+	root.AddCommand(serverCmd(), devCmd(), certsCmd(), versionCmd())
 	addClientCommands(root)
 	return root
 }

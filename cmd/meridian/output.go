@@ -1,16 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
+	"github.com/meridian-coord/meridian/internal/jsonform"
 )
 
 // outputFormats are the values of -o.
@@ -32,116 +29,6 @@ func output(v any, text func()) error {
 	return nil
 }
 
-// writeJSON writes v as indented JSON in the CLI's stable form (jsonValue).
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(jsonValue(v))
-}
-
-// jsonValue converts v to the CLI's JSON form, the same for every command
-// and release: every field is present whatever its value (zero numbers,
-// false, "" included; an absent message is null), lists are [] when empty,
-// never null. Protocol buffer messages (api/meridianpb) use their fields'
-// proto names (snake_case), 64-bit integers are numbers, enums their names
-// and bytes a string. Go structs use their json tag names; omitempty is
-// ignored.
-func jsonValue(v any) any {
-	if v == nil {
-		return nil
-	}
-	if m, ok := v.(proto.Message); ok {
-		if !m.ProtoReflect().IsValid() {
-			return nil
-		}
-		return protoValue(m.ProtoReflect())
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Slice, reflect.Array:
-		if rv.Type().Elem().Kind() == reflect.Uint8 {
-			return string(rv.Bytes())
-		}
-		out := make([]any, rv.Len())
-		for i := range out {
-			out[i] = jsonValue(rv.Index(i).Interface())
-		}
-		return out
-	case reflect.Map:
-		out := make(map[string]any, rv.Len())
-		for it := rv.MapRange(); it.Next(); {
-			out[fmt.Sprint(it.Key().Interface())] = jsonValue(it.Value().Interface())
-		}
-		return out
-	case reflect.Pointer, reflect.Interface:
-		if rv.IsNil() {
-			return nil
-		}
-		return jsonValue(rv.Elem().Interface())
-	case reflect.Struct:
-		out := map[string]any{}
-		t := rv.Type()
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			out[name] = jsonValue(rv.Field(i).Interface())
-		}
-		return out
-	}
-	return v
-}
-
-func protoValue(m protoreflect.Message) map[string]any {
-	out := map[string]any{}
-	fields := m.Descriptor().Fields()
-	for i := 0; i < fields.Len(); i++ {
-		fd := fields.Get(i)
-		v := m.Get(fd)
-		switch {
-		case fd.IsList():
-			l := v.List()
-			items := make([]any, l.Len())
-			for j := range items {
-				items[j] = protoScalar(fd, l.Get(j))
-			}
-			out[string(fd.Name())] = items
-		case fd.IsMap():
-			mm := map[string]any{}
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				mm[k.String()] = protoScalar(fd.MapValue(), mv)
-				return true
-			})
-			out[string(fd.Name())] = mm
-		case fd.Message() != nil && !m.Has(fd):
-			out[string(fd.Name())] = nil
-		default:
-			out[string(fd.Name())] = protoScalar(fd, v)
-		}
-	}
-	return out
-}
-
-// protoScalar converts one value (a list element, or a singular field).
-func protoScalar(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
-	switch fd.Kind() {
-	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return protoValue(v.Message())
-	case protoreflect.EnumKind:
-		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
-			return string(ev.Name())
-		}
-		return int32(v.Enum())
-	case protoreflect.BytesKind:
-		return string(v.Bytes())
-	}
-	return v.Interface()
-}
+// writeJSON writes v as indented JSON in the CLI's stable form (see
+// internal/jsonform, which /status shares).
+func writeJSON(w io.Writer, v any) error { return jsonform.Write(w, v) }

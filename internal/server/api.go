@@ -386,6 +386,13 @@ func (a *api) RemoveWatches(ctx context.Context, r *pb.RemoveWatchesRequest) (*p
 // ---- cluster ----
 
 func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return a.status(), a.done("Status", nil)
+}
+
+// status is this member's view of the cluster, the one both the native
+// Status and the HTTP port's /status serve (the latter in the CLI's JSON
+// form), so `meridian status -o json` and /status cannot drift.
+func (a *api) status() *pb.StatusResponse {
 	st := a.s.rep.Status()
 	a.s.mu.RLock()
 	nodes, sessions := a.s.mu.tree.NodeCount(), a.s.mu.tree.SessionCount()
@@ -393,6 +400,7 @@ func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusRespon
 	out := &pb.StatusResponse{
 		Header: a.header(0), MemberId: a.s.cfg.ID, LeaderId: st.Leader, Term: st.Term,
 		CommitIndex: st.Commit, AppliedIndex: st.Applied, Role: st.Role, SnapshotIndex: st.SnapshotIndex,
+		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, ClusterId: st.ClusterID,
 		Sessions: int64(sessions), Znodes: int64(nodes), Watches: int64(a.s.watches.Count()), Version: Version,
 		Placement: a.s.PlacementDecision().Reason, PreferRegion: a.s.preferredRegion(),
 		TickMs: st.Tick.Milliseconds(), ElectionTimeoutMs: (st.Tick * time.Duration(a.s.cfg.ElectionTicks)).Milliseconds(),
@@ -400,7 +408,7 @@ func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusRespon
 	for _, m := range a.s.members() {
 		out.Members = append(out.Members, toPBMember(m, st.Progress[m.ID]))
 	}
-	return out, a.done("Status", nil)
+	return out
 }
 
 func (a *api) TransferLeader(ctx context.Context, r *pb.TransferLeaderRequest) (*pb.TransferLeaderResponse, error) {

@@ -607,7 +607,7 @@ func TestHealthAndMetrics(t *testing.T) {
 			t.Errorf("%s without a client certificate: %d, want %d", path, code, want)
 		}
 	}
-	if code, body := get("/status"); code != 200 || !strings.Contains(body, `"ClusterID"`) {
+	if code, body := get("/status"); code != 200 || !strings.Contains(body, `"cluster_id"`) {
 		t.Errorf("/status as admin: %d %.120q", code, body)
 	}
 	if code, _ := get("/readyz"); code != 200 {

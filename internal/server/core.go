@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -291,7 +292,11 @@ func (s *Server) checkSessionOwner(ctx context.Context, rule rpcRule, ids []tree
 	return nil
 }
 
+// unaryAuth authorizes a native call, then serves it, observing its
+// latency in meridian_request_duration_seconds (refused calls included).
 func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	defer func() { s.metrics.observeRequest(portGRPC, grpcOp(info.FullMethod), time.Since(start)) }()
 	ctx, ids, rule, err := s.authorizeCall(ctx, info.FullMethod)
 	if err == nil {
 		err = s.checkSessionOwner(ctx, rule, ids, req)

@@ -55,8 +55,10 @@
 //   - members.go: run-time membership over the replica's address book;
 //     placement.go: write-load reports to the leader and its leadership
 //     moves; latency.go: measured round trips for the API and Prometheus.
-//   - http.go: /metrics, /livez, /readyz, /status and pprof; metrics.go:
-//     every Prometheus metric.
+//   - http.go: /metrics, /livez, /readyz, /status (api.status, in the
+//     CLI's JSON form: internal/jsonform) and pprof; metrics.go: every
+//     Prometheus metric, request latency observed once per port (the
+//     gRPC interceptor in core.go, zkConn.finish in zkops.go).
 //   - config.go: the YAML configuration and its defaults; zoocfg.go and
 //     jks.go: starting from a ZooKeeper zoo.cfg and its Java keystores;
 //     limits.go: connection caps per client address, the file-descriptor

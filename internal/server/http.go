@@ -1,13 +1,13 @@
 package server
 
 import (
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/meridian-coord/meridian/internal/jsonform"
 	"github.com/meridian-coord/meridian/internal/tree"
 )
 
@@ -38,8 +38,10 @@ func (s *Server) httpHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/status", s.adminOnly(func(w http.ResponseWriter, r *http.Request) {
+		// The native Status in the CLI's JSON form: the same fields, names
+		// and encoding as `meridian status -o json` prints per endpoint.
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(s.rep.Status())
+		jsonform.Write(w, (&api{s: s}).status())
 	}))
 	return mux
 }

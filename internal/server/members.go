@@ -114,8 +114,12 @@ func (a *api) memberList() *pb.MemberListResponse {
 }
 
 func toPBMember(m Member, match uint64) *pb.Member {
+	role := "voter"
+	if m.Role == "learner" {
+		role = "learner"
+	}
 	return &pb.Member{Id: m.ID, Region: m.Region, Zone: m.Zone, PeerAddr: m.Peer, GrpcAddr: m.GRPC,
-		ZkAddr: m.ZK, HttpAddr: m.HTTP, MatchIndex: match, Learner: m.Role == "learner", Identity: m.Identity}
+		ZkAddr: m.ZK, HttpAddr: m.HTTP, MatchIndex: match, Learner: m.Role == "learner", Identity: m.Identity, Role: role}
 }
 
 func (a *api) MemberChange(ctx context.Context, r *pb.MemberChangeRequest) (*pb.MemberListResponse, error) {

@@ -1,26 +1,57 @@
 package server
 
 import (
+	"runtime"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/replica"
 )
 
 // metrics are declared here, in one place. Each server has its own registry
 // so several servers can live in one process (tests, `meridian dev`).
+//
+// Request metrics are recorded in one place per port: the gRPC
+// interceptors (core.go) and the ZooKeeper connection's completion of a
+// request (zkConn.finish). Their op label comes from a fixed table (the
+// native service's methods, ZooKeeper's opcodes); anything else is
+// "unknown", so a client cannot add series.
 type metrics struct {
-	reg           *prometheus.Registry
-	proposals     *prometheus.CounterVec
-	applyDuration prometheus.Histogram
-	fsyncDuration prometheus.Histogram
-	leaderChanges prometheus.Counter
-	isLeader      prometheus.Gauge
-	term          prometheus.Gauge
-	appliedIndex  prometheus.Gauge
-	sessions      prometheus.Gauge
-	watches       prometheus.Gauge
-	znodes        prometheus.Gauge
-	requests      *prometheus.CounterVec
+	reg             *prometheus.Registry
+	proposals       *prometheus.CounterVec
+	applyDuration   prometheus.Histogram
+	fsyncDuration   prometheus.Histogram
+	leaderChanges   prometheus.Counter
+	isLeader        prometheus.Gauge
+	hasLeader       prometheus.Gauge
+	leaderID        prometheus.Gauge
+	term            prometheus.Gauge
+	commitIndex     prometheus.Gauge
+	appliedIndex    prometheus.Gauge
+	snapshotIndex   prometheus.Gauge
+	sessions        prometheus.Gauge
+	watches         prometheus.Gauge
+	znodes          prometheus.Gauge
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	buildInfo       *prometheus.GaugeVec
+
+	collectors []prometheus.Collector // every one registered (register)
 }
+
+// Ports, the port label of meridian_request_duration_seconds.
+const (
+	portGRPC = "grpc"
+	portZK   = "zk"
+)
+
+// requestBuckets cover 100 µs to about 13 s, doubling: a local read is a
+// few hundred microseconds, a cross-region write tens to hundreds of
+// milliseconds, and the request timeout (10 s by default) the end.
+var requestBuckets = prometheus.ExponentialBuckets(100e-6, 2, 18)
 
 func newMetrics() *metrics {
 	m := &metrics{
@@ -38,17 +69,86 @@ func newMetrics() *metrics {
 		}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_leader_changes_total", Help: "Leader changes seen."}),
 		isLeader:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_is_leader", Help: "1 if this member leads."}),
-		term:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_raft_term", Help: "Current raft term."}),
-		appliedIndex:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_applied_index", Help: "Last applied log index (zxid)."}),
-		sessions:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_sessions", Help: "Live sessions."}),
-		watches:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_watches", Help: "Watch registrations on this member."}),
-		znodes:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_znodes", Help: "Znodes in the tree."}),
+		hasLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_has_leader",
+			Help: "1 if this member knows a leader (it is then part of a quorum: see /readyz), else 0."}),
+		leaderID: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_leader_id",
+			Help: "Member id of the leader this member knows, 0 for none."}),
+		term: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_raft_term", Help: "Current raft term."}),
+		commitIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_commit_index",
+			Help: "Highest log index this member knows to be committed."}),
+		appliedIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_applied_index", Help: "Last applied log index (zxid)."}),
+		snapshotIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_snapshot_index",
+			Help: "Log index of this member's latest snapshot; the log before it is compacted."}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_sessions", Help: "Live sessions."}),
+		watches:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_watches", Help: "Watch registrations on this member."}),
+		znodes:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_znodes", Help: "Znodes in the tree."}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_requests_total", Help: "Client requests by method (the native RPC, or zk:<opname> on the ZooKeeper port) and outcome code.",
 		}, []string{"method", "code"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "meridian_request_duration_seconds",
+			Help: "Time from reading a client request to queueing its reply, by port (grpc, zk) and op (the native method, " +
+				"or the ZooKeeper opcode's name; unknown for anything else). Native streams are not observed.",
+			Buckets: requestBuckets,
+		}, []string{"port", "op"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meridian_build_info",
+			Help: "Always 1; the labels name this binary's version, the Go release that built it and the ZooKeeper protocol version served."},
+			[]string{"version", "go_version", "zookeeper_version"}),
 	}
-	m.reg.MustRegister(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.term,
-		m.appliedIndex, m.sessions, m.watches, m.znodes, m.requests,
+	m.buildInfo.WithLabelValues(Version, runtime.Version(), ZooKeeperVersion).Set(1)
+	m.register(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.hasLeader,
+		m.leaderID, m.term, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.sessions, m.watches, m.znodes,
+		m.requests, m.requestDuration, m.buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// register adds cs to the registry, remembering them so a test can list
+// every metric name the server may export (contrib's dashboards and alerts
+// use only those).
+func (m *metrics) register(cs ...prometheus.Collector) {
+	m.reg.MustRegister(cs...)
+	m.collectors = append(m.collectors, cs...)
+}
+
+// grpcOps is the op label's table for the native port: the methods of
+// the Meridian service.
+var grpcOps = func() map[string]bool {
+	ops := map[string]bool{}
+	for _, md := range pb.Meridian_ServiceDesc.Methods {
+		ops[md.MethodName] = true
+	}
+	for _, sd := range pb.Meridian_ServiceDesc.Streams {
+		ops[sd.StreamName] = true
+	}
+	return ops
+}()
+
+// observeRequest records one request's latency. op must come from a fixed
+// table (grpcOps, zkMethod's opcodes).
+func (m *metrics) observeRequest(port, op string, d time.Duration) {
+	m.requestDuration.WithLabelValues(port, op).Observe(d.Seconds())
+}
+
+// grpcOp is the op label of a native method (its last path element, as
+// meridian_requests_total's method), "unknown" outside the service.
+func grpcOp(fullMethod string) string {
+	if op := methodName(fullMethod); grpcOps[op] {
+		return op
+	}
+	return "unknown"
+}
+
+// setRaftGauges sets the gauges that follow the replica's status.
+func (m *metrics) setRaftGauges(st replica.Status) {
+	hasLeader := 0.0
+	if st.Leader != 0 {
+		hasLeader = 1
+	}
+	m.hasLeader.Set(hasLeader)
+	m.leaderID.Set(float64(st.Leader))
+	m.term.Set(float64(st.Term))
+	m.commitIndex.Set(float64(st.Commit))
+	m.appliedIndex.Set(float64(st.Applied))
+	m.snapshotIndex.Set(float64(st.SnapshotIndex))
 }

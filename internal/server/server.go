@@ -170,7 +170,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("open replica: %w", err)
 	}
 	s.rep = rep
-	s.metrics.reg.MustRegister(newLatencyCollector(rep.Latency))
+	s.metrics.register(newLatencyCollector(rep.Latency))
 
 	// Limits of the native port: a call's reply waits for HTTP/2 flow
 	// control while its client does not read, so concurrent calls per
@@ -622,8 +622,7 @@ func (s *Server) updateGauges(st replica.Status) {
 	s.metrics.znodes.Set(float64(nodes))
 	s.metrics.sessions.Set(float64(sessions))
 	s.metrics.watches.Set(float64(s.watches.Count()))
-	s.metrics.appliedIndex.Set(float64(st.Applied))
-	s.metrics.term.Set(float64(st.Term))
+	s.metrics.setRaftGauges(st)
 }
 
 // peerTLS loads the peer port's mutual TLS material: this member's

@@ -463,8 +463,7 @@ func (c *zkConn) readLoop() {
 			return
 		}
 		ok := c.serve(pkt)
-		c.l.stats.outstanding.Add(-1)
-		c.l.stats.observe(time.Since(start))
+		c.finish(requestOpcode(pkt), start)
 		if !ok {
 			return
 		}

@@ -9,6 +9,7 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -78,6 +79,27 @@ func (c *zkConn) replyCounting(hdr zk.RequestHeader, zxid int64, err error, body
 // (codeLabel, the native API's).
 func (c *zkConn) count(op int32, outcome error) {
 	c.s.metrics.requests.WithLabelValues(zkMethod(op), codeLabel(outcome)).Inc()
+}
+
+// finish records that a request with opcode op, read at start, has had
+// its reply queued (or its connection closed instead): the one place the
+// ZooKeeper port's latency is observed, for the four-letter words and for
+// meridian_request_duration_seconds alike.
+func (c *zkConn) finish(op int32, start time.Time) {
+	d := time.Since(start)
+	c.l.stats.outstanding.Add(-1)
+	c.l.stats.observe(d)
+	c.s.metrics.observeRequest(portZK, strings.TrimPrefix(zkMethod(op), "zk:"), d)
+}
+
+// requestOpcode is the opcode of request pkt (xid, then type), read as
+// zk.DecodeRequest reads it: a packet too short to carry one is a
+// notification, which zkMethod labels unknown.
+func requestOpcode(pkt []byte) int32 {
+	if len(pkt) < 8 {
+		return zk.OpNotification
+	}
+	return int32(binary.BigEndian.Uint32(pkt[4:8]))
 }
 
 // zkMethod is the method label of opcode op; opcodes ZooKeeper does not
@@ -183,8 +205,7 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 		close(sent)
 		<-c.slots
 		c.l.pipelinedBytes.Add(-int64(len(pkt)))
-		c.l.stats.outstanding.Add(-1)
-		c.l.stats.observe(time.Since(start))
+		c.finish(hdr.Type, start)
 	}()
 	return true
 }
