@@ -128,6 +128,18 @@ var (
 	ErrKeyspaceNotEmpty = &Error{zkNotEmpty, codes.FailedPrecondition, "keyspace is not empty"}
 	ErrNoKeyspace       = &Error{zkNoNode, codes.NotFound, "keyspace does not exist"}
 	ErrTooManyKeyspaces = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many keyspaces"}
+	// ErrWrongGroup: a request reached a raft group that does not own its
+	// path or name (the member routed it before it knew of a keyspace
+	// created meanwhile). Nothing was applied; the member retries it once
+	// routed again.
+	ErrWrongGroup = &Error{zkConnectionLoss, codes.Unavailable, "request reached a group that does not own its path; not applied, retry"}
+	// ErrCrossKeyspace: a multi or a fenced write whose operations (or
+	// lock) are in different keyspaces; their atomicity would need a
+	// transaction across raft groups.
+	ErrCrossKeyspace = &Error{zkBadArguments, codes.InvalidArgument, "a multi or fenced write may not span keyspaces"}
+	// ErrKeyspaceRoot: the root znode of a keyspace is deleted with the
+	// keyspace (keyspace rm), not by a delete.
+	ErrKeyspaceRoot = &Error{zkBadArguments, codes.InvalidArgument, "a keyspace's root znode is removed with the keyspace"}
 
 	// Session errors.
 	ErrSessionExpired = &Error{zkSessionExpired, codes.FailedPrecondition, "session expired"}
@@ -174,7 +186,7 @@ var all = []*Error{
 	ErrSessionExpired, ErrUnknownSession, ErrSessionMoved, ErrTooManySessions,
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,
-	ErrRequestTimeout, ErrTooManyGroups,
+	ErrRequestTimeout, ErrTooManyGroups, ErrWrongGroup, ErrCrossKeyspace, ErrKeyspaceRoot,
 }
 
 var byMsg = func() map[string]*Error {
@@ -298,5 +310,5 @@ func ZKConnectionLoss(err error) bool {
 // take effect and may be sent again (to this or another server).
 func Retryable(err error) bool {
 	return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrUnavailable) ||
-		errors.Is(err, ErrStopped) || errors.Is(err, ErrThrottled)
+		errors.Is(err, ErrStopped) || errors.Is(err, ErrThrottled) || errors.Is(err, ErrWrongGroup)
 }

@@ -59,6 +59,9 @@ type FSM struct {
 	applied   uint64
 	lastZxid  int64
 	hooks     Hooks
+	// owner is the keyspace whose group this is (owner.go); nil for the
+	// root group.
+	owner *Keyspace
 }
 
 // New returns an empty state machine at index 0.
@@ -185,6 +188,10 @@ func (f *FSM) applyEntry(r *Result, data []byte) {
 		r.Skipped = fmt.Errorf("tree entry: %w", err)
 	} else {
 		r.ID, r.TreeCommand = cmd.ID, cmd
+		if err := f.treeOwned(cmd); err != nil {
+			r.TreeResult = tree.Result{Err: err}
+			return
+		}
 		f.applyTree(r, cmd)
 	}
 }
@@ -223,6 +230,14 @@ func (f *FSM) applyCoord(r *Result, data []byte) {
 		return
 	}
 	r.ID, r.CoordCommand = c.ID, c
+	if err := f.coordOwned(c); err != nil {
+		if c.Op == coord.OpFenced {
+			r.TreeResult = tree.Result{Err: err}
+		} else {
+			r.CoordResult = coord.Result{Err: err}
+		}
+		return
+	}
 	if c.Op == coord.OpFenced {
 		f.applyFenced(r, c)
 		return
@@ -246,6 +261,12 @@ func (f *FSM) applyFenced(r *Result, c *coord.Command) {
 		r.TreeResult = tree.Result{Err: errs.ErrBadArguments} // only data writes can be fenced
 	default:
 		r.TreeCommand = inner
+		if err := f.treeOwned(inner); err != nil {
+			// The lock's group is not the write's: a fenced write must be
+			// in its lock's keyspace.
+			r.TreeResult = tree.Result{Err: errs.ErrCrossKeyspace}
+			return
+		}
 		f.applyTree(r, inner)
 	}
 }

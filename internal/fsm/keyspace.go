@@ -82,6 +82,7 @@ type Keyspace struct {
 	Group    uint64   // the group id: the log index of the create command
 	Voters   []uint64 // the group's initial voters (member ids)
 	Learners []uint64 // and learners
+	Created  int64    // the create command's clock (ms): its root znode's ctime
 }
 
 // KeyspaceOp names a keyspace command.
@@ -340,7 +341,7 @@ func (f *FSM) createKeyspace(r *Result, c *KeyspaceCommand) KeyspaceResult {
 		return fail(res.Err) // the parent of a deeper prefix is missing
 	}
 	r.Events = events
-	k := &Keyspace{Prefix: c.Prefix, Region: c.Region, Survival: c.Survival, Group: r.Index, Voters: voters, Learners: learners}
+	k := &Keyspace{Prefix: c.Prefix, Region: c.Region, Survival: c.Survival, Group: r.Index, Voters: voters, Learners: learners, Created: c.TimeMs}
 	t.insert(k)
 	return KeyspaceResult{Keyspace: *k}
 }
@@ -370,7 +371,7 @@ func (f *FSM) removeKeyspace(r *Result, c *KeyspaceCommand) KeyspaceResult {
 //
 //	byte version=1, uvarint count, then each keyspace in prefix order:
 //	string Prefix, string Region, byte Survival, uvarint Group,
-//	uvarint count + uvarint each: Voters, then Learners
+//	uvarint count + uvarint each: Voters, then Learners, varint Created
 const tableVersion byte = 1
 
 func (t *KeyspaceTable) snapshot() []byte {
@@ -386,6 +387,7 @@ func (t *KeyspaceTable) snapshot() []byte {
 		b = binary.AppendUvarint(b, k.Group)
 		b = appendIDs(b, k.Voters)
 		b = appendIDs(b, k.Learners)
+		b = binary.AppendVarint(b, k.Created)
 	}
 	return b
 }
@@ -410,6 +412,7 @@ func restoreKeyspaceTable(b []byte) (*KeyspaceTable, bool) {
 		k.Survival = Survival(d.byte())
 		k.Group = d.uvarint()
 		k.Voters, k.Learners = d.ids(), d.ids()
+		k.Created = d.varint()
 		if d.bad || k.Group == 0 || ValidKeyspacePrefix(k.Prefix) != nil ||
 			t.Len() > 0 && t.sorted[t.Len()-1].Prefix >= k.Prefix || t.overlaps(k.Prefix) != nil {
 			return nil, false

@@ -171,7 +171,7 @@ func TestRestoreRefusesBadKeyspaceTable(t *testing.T) {
 		b := append([]byte{byte(len(prefix))}, prefix...)
 		b = append(append(b, byte(len(region))), region...)
 		b = append(b, survival, group, byte(len(voters)))
-		return append(append(b, voters...), 0)
+		return append(append(b, voters...), 0, 0) // no learners, created at 0
 	}
 	table2 := func(entries ...[]byte) []byte {
 		b := []byte{tableVersion, byte(len(entries))}
