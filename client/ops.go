@@ -330,3 +330,36 @@ func (c *Client) ChangeMembers(ctx context.Context, changes ...*pb.MemberChangeO
 	})
 	return resp, err
 }
+
+// CreateKeyspace creates a regional keyspace for prefix ("/eu": its znodes
+// and the coordination objects named "eu/..." live in their own raft group)
+// homed in region home, surviving the loss of a zone ("zone", the default)
+// or of a region ("region"). Admin only. Not retried after a lost
+// connection, like a write.
+func (c *Client) CreateKeyspace(ctx context.Context, prefix, home, survival string) (*pb.Keyspace, error) {
+	var resp *pb.KeyspaceResponse
+	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.CreateKeyspace(ctx, &pb.KeyspaceRequest{Prefix: prefix, Home: home, Survival: survival})
+		return resp.GetHeader(), err
+	})
+	return resp.GetKeyspace(), err
+}
+
+// RemoveKeyspace removes an empty keyspace. Admin only.
+func (c *Client) RemoveKeyspace(ctx context.Context, prefix string) error {
+	return c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+		r, err := api.RemoveKeyspace(ctx, &pb.KeyspaceRequest{Prefix: prefix})
+		return r.GetHeader(), err
+	})
+}
+
+// Keyspaces lists the regional keyspaces, with the serving member's view
+// of each one's group (leader, last zxid).
+func (c *Client) Keyspaces(ctx context.Context) ([]*pb.Keyspace, error) {
+	var resp *pb.ListKeyspacesResponse
+	err := c.call(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+		resp, err = api.ListKeyspaces(ctx, &pb.ListKeyspacesRequest{})
+		return resp.GetHeader(), err
+	})
+	return resp.GetKeyspaces(), err
+}

@@ -5841,6 +5841,306 @@ func (x *LatencyResponse) GetAll() *LatencySeries {
 	return nil
 }
 
+type KeyspaceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`     // "/eu": one path component below the root
+	Home          string                 `protobuf:"bytes,2,opt,name=home,proto3" json:"home,omitempty"`         // create: the home region
+	Survival      string                 `protobuf:"bytes,3,opt,name=survival,proto3" json:"survival,omitempty"` // create: "zone" (default) or "region"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyspaceRequest) Reset() {
+	*x = KeyspaceRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyspaceRequest) ProtoMessage() {}
+
+func (x *KeyspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyspaceRequest.ProtoReflect.Descriptor instead.
+func (*KeyspaceRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *KeyspaceRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *KeyspaceRequest) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
+}
+
+func (x *KeyspaceRequest) GetSurvival() string {
+	if x != nil {
+		return x.Survival
+	}
+	return ""
+}
+
+type Keyspace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Home          string                 `protobuf:"bytes,2,opt,name=home,proto3" json:"home,omitempty"`
+	Survival      string                 `protobuf:"bytes,3,opt,name=survival,proto3" json:"survival,omitempty"`
+	Group         uint64                 `protobuf:"varint,4,opt,name=group,proto3" json:"group,omitempty"` // its raft group's id
+	Voters        []uint64               `protobuf:"varint,5,rep,packed,name=voters,proto3" json:"voters,omitempty"`
+	Learners      []uint64               `protobuf:"varint,6,rep,packed,name=learners,proto3" json:"learners,omitempty"`
+	LeaderId      uint64                 `protobuf:"varint,7,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"` // as this member sees it (0: none known or not running here)
+	LastZxid      int64                  `protobuf:"varint,8,opt,name=last_zxid,json=lastZxid,proto3" json:"last_zxid,omitempty"` // the last zxid this member applied in the group
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Keyspace) Reset() {
+	*x = Keyspace{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Keyspace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Keyspace) ProtoMessage() {}
+
+func (x *Keyspace) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Keyspace.ProtoReflect.Descriptor instead.
+func (*Keyspace) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *Keyspace) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *Keyspace) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
+}
+
+func (x *Keyspace) GetSurvival() string {
+	if x != nil {
+		return x.Survival
+	}
+	return ""
+}
+
+func (x *Keyspace) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *Keyspace) GetVoters() []uint64 {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *Keyspace) GetLearners() []uint64 {
+	if x != nil {
+		return x.Learners
+	}
+	return nil
+}
+
+func (x *Keyspace) GetLeaderId() uint64 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *Keyspace) GetLastZxid() int64 {
+	if x != nil {
+		return x.LastZxid
+	}
+	return 0
+}
+
+type KeyspaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Keyspace      *Keyspace              `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyspaceResponse) Reset() {
+	*x = KeyspaceResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyspaceResponse) ProtoMessage() {}
+
+func (x *KeyspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyspaceResponse.ProtoReflect.Descriptor instead.
+func (*KeyspaceResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *KeyspaceResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *KeyspaceResponse) GetKeyspace() *Keyspace {
+	if x != nil {
+		return x.Keyspace
+	}
+	return nil
+}
+
+type ListKeyspacesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeyspacesRequest) Reset() {
+	*x = ListKeyspacesRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeyspacesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeyspacesRequest) ProtoMessage() {}
+
+func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeyspacesRequest.ProtoReflect.Descriptor instead.
+func (*ListKeyspacesRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{90}
+}
+
+type ListKeyspacesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Keyspaces     []*Keyspace            `protobuf:"bytes,2,rep,name=keyspaces,proto3" json:"keyspaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeyspacesResponse) Reset() {
+	*x = ListKeyspacesResponse{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeyspacesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeyspacesResponse) ProtoMessage() {}
+
+func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeyspacesResponse.ProtoReflect.Descriptor instead.
+func (*ListKeyspacesResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *ListKeyspacesResponse) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ListKeyspacesResponse) GetKeyspaces() []*Keyspace {
+	if x != nil {
+		return x.Keyspaces
+	}
+	return nil
+}
+
 var File_meridian_v1_meridian_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_meridian_proto_rawDesc = "" +
@@ -6275,7 +6575,27 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\twindow_ms\x18\x03 \x01(\x03R\bwindowMs\x12.\n" +
 	"\x05peers\x18\x04 \x03(\v2\x18.meridian.v1.PeerLatencyR\x05peers\x122\n" +
 	"\x06quorum\x18\x05 \x01(\v2\x1a.meridian.v1.LatencySeriesR\x06quorum\x12,\n" +
-	"\x03all\x18\x06 \x01(\v2\x1a.meridian.v1.LatencySeriesR\x03all*\xac\x01\n" +
+	"\x03all\x18\x06 \x01(\v2\x1a.meridian.v1.LatencySeriesR\x03all\"Y\n" +
+	"\x0fKeyspaceRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04home\x18\x02 \x01(\tR\x04home\x12\x1a\n" +
+	"\bsurvival\x18\x03 \x01(\tR\bsurvival\"\xd6\x01\n" +
+	"\bKeyspace\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04home\x18\x02 \x01(\tR\x04home\x12\x1a\n" +
+	"\bsurvival\x18\x03 \x01(\tR\bsurvival\x12\x14\n" +
+	"\x05group\x18\x04 \x01(\x04R\x05group\x12\x16\n" +
+	"\x06voters\x18\x05 \x03(\x04R\x06voters\x12\x1a\n" +
+	"\blearners\x18\x06 \x03(\x04R\blearners\x12\x1b\n" +
+	"\tleader_id\x18\a \x01(\x04R\bleaderId\x12\x1b\n" +
+	"\tlast_zxid\x18\b \x01(\x03R\blastZxid\"r\n" +
+	"\x10KeyspaceResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x121\n" +
+	"\bkeyspace\x18\x02 \x01(\v2\x15.meridian.v1.KeyspaceR\bkeyspace\"\x16\n" +
+	"\x14ListKeyspacesRequest\"y\n" +
+	"\x15ListKeyspacesResponse\x12+\n" +
+	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x123\n" +
+	"\tkeyspaces\x18\x02 \x03(\v2\x15.meridian.v1.KeyspaceR\tkeyspaces*\xac\x01\n" +
 	"\n" +
 	"CreateMode\x12\x0e\n" +
 	"\n" +
@@ -6307,7 +6627,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x10MemberChangeType\x12\r\n" +
 	"\tADD_VOTER\x10\x00\x12\x0f\n" +
 	"\vADD_LEARNER\x10\x01\x12\x11\n" +
-	"\rREMOVE_MEMBER\x10\x022\xd1\x18\n" +
+	"\rREMOVE_MEMBER\x10\x022\xc7\x1a\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -6355,7 +6675,10 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\aLatency\x12\x1b.meridian.v1.LatencyRequest\x1a\x1c.meridian.v1.LatencyResponse\x12M\n" +
 	"\n" +
 	"MemberList\x12\x1e.meridian.v1.MemberListRequest\x1a\x1f.meridian.v1.MemberListResponse\x12Q\n" +
-	"\fMemberChange\x12 .meridian.v1.MemberChangeRequest\x1a\x1f.meridian.v1.MemberListResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
+	"\fMemberChange\x12 .meridian.v1.MemberChangeRequest\x1a\x1f.meridian.v1.MemberListResponse\x12M\n" +
+	"\x0eCreateKeyspace\x12\x1c.meridian.v1.KeyspaceRequest\x1a\x1d.meridian.v1.KeyspaceResponse\x12M\n" +
+	"\x0eRemoveKeyspace\x12\x1c.meridian.v1.KeyspaceRequest\x1a\x1d.meridian.v1.KeyspaceResponse\x12V\n" +
+	"\rListKeyspaces\x12!.meridian.v1.ListKeyspacesRequest\x1a\".meridian.v1.ListKeyspacesResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
 
 var (
 	file_meridian_v1_meridian_proto_rawDescOnce sync.Once
@@ -6370,7 +6693,7 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_meridian_v1_meridian_proto_goTypes = []any{
 	(CreateMode)(0),                  // 0: meridian.v1.CreateMode
 	(Consistency)(0),                 // 1: meridian.v1.Consistency
@@ -6465,6 +6788,11 @@ var file_meridian_v1_meridian_proto_goTypes = []any{
 	(*LatencySeries)(nil),            // 90: meridian.v1.LatencySeries
 	(*PeerLatency)(nil),              // 91: meridian.v1.PeerLatency
 	(*LatencyResponse)(nil),          // 92: meridian.v1.LatencyResponse
+	(*KeyspaceRequest)(nil),          // 93: meridian.v1.KeyspaceRequest
+	(*Keyspace)(nil),                 // 94: meridian.v1.Keyspace
+	(*KeyspaceResponse)(nil),         // 95: meridian.v1.KeyspaceResponse
+	(*ListKeyspacesRequest)(nil),     // 96: meridian.v1.ListKeyspacesRequest
+	(*ListKeyspacesResponse)(nil),    // 97: meridian.v1.ListKeyspacesResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	8,   // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
@@ -6543,97 +6871,107 @@ var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	91,  // 73: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
 	90,  // 74: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
 	90,  // 75: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
-	10,  // 76: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	12,  // 77: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	14,  // 78: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	16,  // 79: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	20,  // 80: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	23,  // 81: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	23,  // 82: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	23,  // 83: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	23,  // 84: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	28,  // 85: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	30,  // 86: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	32,  // 87: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	34,  // 88: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	36,  // 89: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	38,  // 90: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	40,  // 91: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	42,  // 92: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	44,  // 93: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
-	46,  // 94: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
-	47,  // 95: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
-	49,  // 96: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
-	58,  // 97: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
-	52,  // 98: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
-	54,  // 99: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
-	54,  // 100: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
-	60,  // 101: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
-	62,  // 102: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
-	64,  // 103: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
-	67,  // 104: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
-	67,  // 105: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
-	69,  // 106: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
-	71,  // 107: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
-	71,  // 108: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
-	73,  // 109: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
-	74,  // 110: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
-	74,  // 111: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
-	71,  // 112: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
-	77,  // 113: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	86,  // 114: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	84,  // 115: meridian.v1.Meridian.SetLeaderPreference:input_type -> meridian.v1.LeaderPreferenceRequest
-	88,  // 116: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
-	80,  // 117: meridian.v1.Meridian.MemberList:input_type -> meridian.v1.MemberListRequest
-	83,  // 118: meridian.v1.Meridian.MemberChange:input_type -> meridian.v1.MemberChangeRequest
-	11,  // 119: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	13,  // 120: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	15,  // 121: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	17,  // 122: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	22,  // 123: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	24,  // 124: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	25,  // 125: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	26,  // 126: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	27,  // 127: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	29,  // 128: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	31,  // 129: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	33,  // 130: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	35,  // 131: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	37,  // 132: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	39,  // 133: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	41,  // 134: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	43,  // 135: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	45,  // 136: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	48,  // 137: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	48,  // 138: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	50,  // 139: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	59,  // 140: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	53,  // 141: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
-	55,  // 142: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
-	55,  // 143: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
-	61,  // 144: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
-	63,  // 145: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
-	66,  // 146: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
-	68,  // 147: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
-	68,  // 148: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
-	70,  // 149: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
-	72,  // 150: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
-	72,  // 151: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
-	72,  // 152: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
-	75,  // 153: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	75,  // 154: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	76,  // 155: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
-	79,  // 156: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	87,  // 157: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	85,  // 158: meridian.v1.Meridian.SetLeaderPreference:output_type -> meridian.v1.LeaderPreferenceResponse
-	92,  // 159: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
-	81,  // 160: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
-	81,  // 161: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
-	119, // [119:162] is the sub-list for method output_type
-	76,  // [76:119] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	6,   // 76: meridian.v1.KeyspaceResponse.header:type_name -> meridian.v1.Header
+	94,  // 77: meridian.v1.KeyspaceResponse.keyspace:type_name -> meridian.v1.Keyspace
+	6,   // 78: meridian.v1.ListKeyspacesResponse.header:type_name -> meridian.v1.Header
+	94,  // 79: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.Keyspace
+	10,  // 80: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	12,  // 81: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	14,  // 82: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	16,  // 83: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	20,  // 84: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	23,  // 85: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	23,  // 86: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	23,  // 87: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	23,  // 88: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	28,  // 89: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	30,  // 90: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	32,  // 91: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	34,  // 92: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	36,  // 93: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	38,  // 94: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	40,  // 95: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	42,  // 96: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	44,  // 97: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	46,  // 98: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	47,  // 99: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	49,  // 100: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	58,  // 101: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	52,  // 102: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
+	54,  // 103: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
+	54,  // 104: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
+	60,  // 105: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
+	62,  // 106: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
+	64,  // 107: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
+	67,  // 108: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
+	67,  // 109: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
+	69,  // 110: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
+	71,  // 111: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
+	71,  // 112: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
+	73,  // 113: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
+	74,  // 114: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	74,  // 115: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	71,  // 116: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
+	77,  // 117: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	86,  // 118: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	84,  // 119: meridian.v1.Meridian.SetLeaderPreference:input_type -> meridian.v1.LeaderPreferenceRequest
+	88,  // 120: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
+	80,  // 121: meridian.v1.Meridian.MemberList:input_type -> meridian.v1.MemberListRequest
+	83,  // 122: meridian.v1.Meridian.MemberChange:input_type -> meridian.v1.MemberChangeRequest
+	93,  // 123: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.KeyspaceRequest
+	93,  // 124: meridian.v1.Meridian.RemoveKeyspace:input_type -> meridian.v1.KeyspaceRequest
+	96,  // 125: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	11,  // 126: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	13,  // 127: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	15,  // 128: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	17,  // 129: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	22,  // 130: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	24,  // 131: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	25,  // 132: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	26,  // 133: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	27,  // 134: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	29,  // 135: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	31,  // 136: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	33,  // 137: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	35,  // 138: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	37,  // 139: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	39,  // 140: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	41,  // 141: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	43,  // 142: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	45,  // 143: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	48,  // 144: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	48,  // 145: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	50,  // 146: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	59,  // 147: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	53,  // 148: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	55,  // 149: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	55,  // 150: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	61,  // 151: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
+	63,  // 152: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
+	66,  // 153: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
+	68,  // 154: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
+	68,  // 155: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
+	70,  // 156: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
+	72,  // 157: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 158: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 159: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
+	75,  // 160: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	75,  // 161: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	76,  // 162: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
+	79,  // 163: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	87,  // 164: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	85,  // 165: meridian.v1.Meridian.SetLeaderPreference:output_type -> meridian.v1.LeaderPreferenceResponse
+	92,  // 166: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
+	81,  // 167: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
+	81,  // 168: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
+	95,  // 169: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.KeyspaceResponse
+	95,  // 170: meridian.v1.Meridian.RemoveKeyspace:output_type -> meridian.v1.KeyspaceResponse
+	97,  // 171: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	126, // [126:172] is the sub-list for method output_type
+	80,  // [80:126] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -6657,7 +6995,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   87,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

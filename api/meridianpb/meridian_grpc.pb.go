@@ -70,6 +70,9 @@ const (
 	Meridian_Latency_FullMethodName             = "/meridian.v1.Meridian/Latency"
 	Meridian_MemberList_FullMethodName          = "/meridian.v1.Meridian/MemberList"
 	Meridian_MemberChange_FullMethodName        = "/meridian.v1.Meridian/MemberChange"
+	Meridian_CreateKeyspace_FullMethodName      = "/meridian.v1.Meridian/CreateKeyspace"
+	Meridian_RemoveKeyspace_FullMethodName      = "/meridian.v1.Meridian/RemoveKeyspace"
+	Meridian_ListKeyspaces_FullMethodName       = "/meridian.v1.Meridian/ListKeyspaces"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -153,6 +156,15 @@ type MeridianClient interface {
 	// in flight at a time (FAILED_PRECONDITION while another is).
 	MemberList(ctx context.Context, in *MemberListRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
 	MemberChange(ctx context.Context, in *MemberChangeRequest, opts ...grpc.CallOption) (*MemberListResponse, error)
+	// Regional keyspaces: a prefix ("/eu") whose znodes, and coordination
+	// objects named "eu/...", live in their own raft group homed in a region
+	// (voters placed for the survival goal, every other member a learner).
+	// Create refuses a prefix that holds data and a home region that cannot
+	// give the survival goal (INVALID_ARGUMENT, saying why); Remove refuses
+	// a keyspace that is not empty. Admin only.
+	CreateKeyspace(ctx context.Context, in *KeyspaceRequest, opts ...grpc.CallOption) (*KeyspaceResponse, error)
+	RemoveKeyspace(ctx context.Context, in *KeyspaceRequest, opts ...grpc.CallOption) (*KeyspaceResponse, error)
+	ListKeyspaces(ctx context.Context, in *ListKeyspacesRequest, opts ...grpc.CallOption) (*ListKeyspacesResponse, error)
 }
 
 type meridianClient struct {
@@ -611,6 +623,36 @@ func (c *meridianClient) MemberChange(ctx context.Context, in *MemberChangeReque
 	return out, nil
 }
 
+func (c *meridianClient) CreateKeyspace(ctx context.Context, in *KeyspaceRequest, opts ...grpc.CallOption) (*KeyspaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyspaceResponse)
+	err := c.cc.Invoke(ctx, Meridian_CreateKeyspace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) RemoveKeyspace(ctx context.Context, in *KeyspaceRequest, opts ...grpc.CallOption) (*KeyspaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyspaceResponse)
+	err := c.cc.Invoke(ctx, Meridian_RemoveKeyspace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) ListKeyspaces(ctx context.Context, in *ListKeyspacesRequest, opts ...grpc.CallOption) (*ListKeyspacesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListKeyspacesResponse)
+	err := c.cc.Invoke(ctx, Meridian_ListKeyspaces_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeridianServer is the server API for Meridian service.
 // All implementations must embed UnimplementedMeridianServer
 // for forward compatibility.
@@ -692,6 +734,15 @@ type MeridianServer interface {
 	// in flight at a time (FAILED_PRECONDITION while another is).
 	MemberList(context.Context, *MemberListRequest) (*MemberListResponse, error)
 	MemberChange(context.Context, *MemberChangeRequest) (*MemberListResponse, error)
+	// Regional keyspaces: a prefix ("/eu") whose znodes, and coordination
+	// objects named "eu/...", live in their own raft group homed in a region
+	// (voters placed for the survival goal, every other member a learner).
+	// Create refuses a prefix that holds data and a home region that cannot
+	// give the survival goal (INVALID_ARGUMENT, saying why); Remove refuses
+	// a keyspace that is not empty. Admin only.
+	CreateKeyspace(context.Context, *KeyspaceRequest) (*KeyspaceResponse, error)
+	RemoveKeyspace(context.Context, *KeyspaceRequest) (*KeyspaceResponse, error)
+	ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error)
 	mustEmbedUnimplementedMeridianServer()
 }
 
@@ -830,6 +881,15 @@ func (UnimplementedMeridianServer) MemberList(context.Context, *MemberListReques
 }
 func (UnimplementedMeridianServer) MemberChange(context.Context, *MemberChangeRequest) (*MemberListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MemberChange not implemented")
+}
+func (UnimplementedMeridianServer) CreateKeyspace(context.Context, *KeyspaceRequest) (*KeyspaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateKeyspace not implemented")
+}
+func (UnimplementedMeridianServer) RemoveKeyspace(context.Context, *KeyspaceRequest) (*KeyspaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveKeyspace not implemented")
+}
+func (UnimplementedMeridianServer) ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListKeyspaces not implemented")
 }
 func (UnimplementedMeridianServer) mustEmbedUnimplementedMeridianServer() {}
 func (UnimplementedMeridianServer) testEmbeddedByValue()                  {}
@@ -1612,6 +1672,60 @@ func _Meridian_MemberChange_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_CreateKeyspace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyspaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).CreateKeyspace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_CreateKeyspace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).CreateKeyspace(ctx, req.(*KeyspaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_RemoveKeyspace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyspaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).RemoveKeyspace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_RemoveKeyspace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).RemoveKeyspace(ctx, req.(*KeyspaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_ListKeyspaces_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListKeyspacesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).ListKeyspaces(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_ListKeyspaces_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).ListKeyspaces(ctx, req.(*ListKeyspacesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meridian_ServiceDesc is the grpc.ServiceDesc for Meridian service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1782,6 +1896,18 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MemberChange",
 			Handler:    _Meridian_MemberChange_Handler,
+		},
+		{
+			MethodName: "CreateKeyspace",
+			Handler:    _Meridian_CreateKeyspace_Handler,
+		},
+		{
+			MethodName: "RemoveKeyspace",
+			Handler:    _Meridian_RemoveKeyspace_Handler,
+		},
+		{
+			MethodName: "ListKeyspaces",
+			Handler:    _Meridian_ListKeyspaces_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -153,7 +153,7 @@ func awaitListening(addrs []string, exited <-chan int, timeout time.Duration) er
 }
 
 func devCmd() *cobra.Command {
-	var nodes, base int
+	var nodes, regions, base int
 	var dir, logLevel string
 	var pprof bool
 	cmd := &cobra.Command{
@@ -179,7 +179,7 @@ Data persists across runs; delete the directory to start afresh.`,
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			cfgs, err := server.DevConfigs(nodes, base, dir)
+			cfgs, err := server.DevConfigs(nodes, regions, base, dir)
 			if err != nil {
 				return err
 			}
@@ -254,6 +254,7 @@ Data persists across runs; delete the directory to start afresh.`,
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of servers")
+	cmd.Flags().IntVar(&regions, "regions", 1, "spread the servers over this many regions (region-1...), zones a, b, c... in each; try --nodes 9 --regions 3, then: meridian keyspace create /eu --home region-1")
 	cmd.Flags().IntVar(&base, "base-port", 0, "shift every port by this much")
 	cmd.Flags().StringVar(&dir, "data", "data/dev", "directory for data, configs and logs")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "server log level")

@@ -10,6 +10,8 @@ package errs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -247,6 +249,11 @@ func GRPCStatus(err error) error {
 	}
 	var e *Error
 	if errors.As(err, &e) {
+		// What the server added to the declared error (fmt.Errorf("%w:
+		// detail")) travels after its message; FromGRPC gives it back.
+		if detail, ok := strings.CutPrefix(err.Error(), e.Error()+": "); ok && detail != "" {
+			return status.Error(e.GRPC, e.Msg+": "+detail)
+		}
 		return status.Error(e.GRPC, e.Msg)
 	}
 	if s, ok := status.FromError(err); ok {
@@ -273,6 +280,14 @@ func FromGRPC(err error) error {
 	}
 	if e, ok := byMsg[s.Message()]; ok {
 		return e
+	}
+	// A declared error with the server's detail after it (GRPCStatus).
+	if msg, detail, ok := strings.Cut(s.Message(), ": "); ok {
+		for ; ok; msg, detail, ok = cutNext(s.Message(), msg) {
+			if e, known := byMsg[msg]; known && e.GRPC == s.Code() {
+				return fmt.Errorf("%w: %s", e, detail)
+			}
+		}
 	}
 	switch s.Code() {
 	case codes.Unavailable:
@@ -311,4 +326,16 @@ func ZKConnectionLoss(err error) bool {
 func Retryable(err error) bool {
 	return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrUnavailable) ||
 		errors.Is(err, ErrStopped) || errors.Is(err, ErrThrottled) || errors.Is(err, ErrWrongGroup)
+}
+
+// cutNext extends msg, a prefix of full ending before a ": ", to the next
+// ": " in full; ok false when there is none.
+func cutNext(full, msg string) (string, string, bool) {
+	rest := full[len(msg)+2:]
+	i := strings.Index(rest, ": ")
+	if i < 0 {
+		return "", "", false
+	}
+	msg = full[:len(msg)+2+i]
+	return msg, full[len(msg)+2:], true
 }

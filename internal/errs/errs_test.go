@@ -36,3 +36,27 @@ func TestZKConnectionLossSet(t *testing.T) {
 		}
 	}
 }
+
+// A declared error the server wrapped with a detail reaches the client as
+// the same value (errors.Is) with the detail, over gRPC; declared messages
+// that contain ": " themselves are found whole.
+func TestGRPCCarriesDetail(t *testing.T) {
+	wrapped := fmt.Errorf("%w: zone survival needs members in 3 zones of region \"eu\"; it has 2 ([a b])", ErrInvalidKeyspace)
+	got := FromGRPC(GRPCStatus(wrapped))
+	if !errors.Is(got, ErrInvalidKeyspace) || got.Error() != wrapped.Error() {
+		t.Fatalf("got %v, want %v", got, wrapped)
+	}
+	for _, e := range all {
+		if got := FromGRPC(GRPCStatus(e)); got != e {
+			t.Errorf("%q came back as %v", e.Msg, got)
+		}
+		w := fmt.Errorf("%w: why: because", e)
+		if got := FromGRPC(GRPCStatus(w)); !errors.Is(got, e) || got.Error() != w.Error() {
+			t.Errorf("%q with a detail came back as %v", e.Msg, got)
+		}
+	}
+	// Wrapped in front (not the server's detail): the declared message only.
+	if got := FromGRPC(GRPCStatus(fmt.Errorf("propose: %w", ErrNoNode))); got != ErrNoNode {
+		t.Fatalf("prefixed: %v", got)
+	}
+}

@@ -23,7 +23,7 @@ type api struct {
 
 func (a *api) header(zxid uint64) *pb.Header {
 	if zxid == 0 {
-		zxid = a.s.appliedIndex()
+		zxid = uint64(a.s.lastZxid())
 	}
 	return &pb.Header{Zxid: int64(zxid), MemberId: a.s.cfg.ID, LeaderId: a.s.rep.Leader(), Term: a.s.rep.Term()}
 }
@@ -219,7 +219,7 @@ func (a *api) GetACL(ctx context.Context, r *pb.ReadRequest) (*pb.GetACLResponse
 }
 
 func (a *api) Sync(ctx context.Context, r *pb.SyncRequest) (*pb.SyncResponse, error) {
-	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+	if err := a.s.readBarrier(ctx, a.s.groupFor(syncPath(r.GetPath())), true, 0); err != nil {
 		return nil, a.done("Sync", err)
 	}
 	return &pb.SyncResponse{Header: a.header(0)}, a.done("Sync", nil)
@@ -291,7 +291,7 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 	// node the client saw as deleted, or fire watches for changes the client
 	// already knows. Wait until it has caught up, as AttachSession does.
 	bctx, cancel := context.WithTimeout(stream.Context(), a.s.cfg.requestTimeout())
-	err := a.s.readBarrier(bctx, false, max(r.GetRelativeZxid(), r.GetMinZxid()))
+	err := a.s.barrierAll(bctx, max(r.GetRelativeZxid(), r.GetMinZxid()))
 	cancel()
 	if err != nil {
 		return a.done("Watch", err)
@@ -301,16 +301,18 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 	// ready tells the client up to which zxid its watches are now covered:
 	// every later change is either notified on this stream or was notified
 	// by SetWatches.
-	ready := int64(a.s.appliedIndex())
+	all, unlock := a.s.wholeTree()
+	ready := all.At()
+	unlock()
 	if n := len(r.GetData()) + len(r.GetExist()) + len(r.GetChild()) + len(r.GetPersistent()) + len(r.GetPersistentRecursive()); n > 0 {
 		if n > a.s.cfg.MaxWatchesPerSession {
 			return a.done("Watch", errs.ErrTooManyWatches)
 		}
-		a.s.mu.RLock()
-		ready = int64(a.s.mu.applied)
-		err := a.s.watches.SetWatchesKept(h, r.GetRelativeZxid(), treeReader{a.s.mu.tree, ready},
+		all, unlock := a.s.wholeTree()
+		ready = all.At()
+		err := a.s.watches.SetWatchesKept(h, r.GetRelativeZxid(), all,
 			r.GetData(), r.GetExist(), r.GetChild(), r.GetPersistent(), r.GetPersistentRecursive())
-		a.s.mu.RUnlock()
+		unlock()
 		if err != nil {
 			// Some watches could not be registered: say so rather than
 			// leave the client believing it watches them.
@@ -433,4 +435,12 @@ func nonNull(b []byte) []byte {
 		return []byte{}
 	}
 	return b
+}
+
+// syncPath is the path a Sync names ("" or an invalid path: the root's).
+func syncPath(p string) string {
+	if tree.ValidatePath(p, false) != nil {
+		return "/"
+	}
+	return p
 }

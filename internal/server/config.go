@@ -513,12 +513,25 @@ func DevPorts(i, base int) (zk, grpc, http, peer int) {
 
 // DevConfigs returns the configs of an n-node local cluster under dir, with
 // a throwaway CA and certificates under dir/tls (see UseDevTLS).
-func DevConfigs(n, base int, dir string) ([]Config, error) {
+//
+// regions > 1 spreads the members over that many regions, named region-1
+// and on, in consecutive runs (9 members in 3 regions: 1-3, 4-6, 7-9),
+// zones a, b, c... within each: labels for placement and keyspaces, not
+// emulated distance.
+func DevConfigs(n, regions, base int, dir string) ([]Config, error) {
+	if regions < 1 || regions > n {
+		return nil, fmt.Errorf("regions must be 1..%d (the number of members)", n)
+	}
 	members := make([]Member, n)
+	per := (n + regions - 1) / regions
 	for i := 1; i <= n; i++ {
 		zk, g, h, p := DevPorts(i, base)
+		region, zone := "local", fmt.Sprintf("z%d", i)
+		if regions > 1 {
+			region, zone = fmt.Sprintf("region-%d", (i-1)/per+1), string(rune('a'+(i-1)%per))
+		}
 		members[i-1] = Member{
-			ID: uint64(i), Region: "local", Zone: fmt.Sprintf("z%d", i),
+			ID: uint64(i), Region: region, Zone: zone,
 			Peer: fmt.Sprintf("127.0.0.1:%d", p), GRPC: fmt.Sprintf("127.0.0.1:%d", g),
 			ZK: fmt.Sprintf("127.0.0.1:%d", zk), HTTP: fmt.Sprintf("127.0.0.1:%d", h),
 		}

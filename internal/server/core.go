@@ -245,6 +245,9 @@ var grpcRules = map[string]rpcRule{
 	pb.Meridian_Latency_FullMethodName:             anyone,
 	pb.Meridian_MemberList_FullMethodName:          anyone,
 	pb.Meridian_MemberChange_FullMethodName:        admin,
+	pb.Meridian_CreateKeyspace_FullMethodName:      admin,
+	pb.Meridian_RemoveKeyspace_FullMethodName:      admin,
+	pb.Meridian_ListKeyspaces_FullMethodName:       anyone,
 }
 
 // errAdminRequired refuses an administrative call.

@@ -82,10 +82,10 @@ func (o *observers) notifyAll() {
 
 // leaderOf reads an election's current leader (the lock's first holder).
 func (s *Server) leaderOf(name string) *pb.LeaderResponse {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	c, _, unlock := s.coordOf(name)
+	defer unlock()
 	out := &pb.LeaderResponse{}
-	if info, ok := s.mu.coord.Get(name); ok && len(info.Holders) > 0 {
+	if info, ok := c.Get(name); ok && len(info.Holders) > 0 {
 		h := info.Holders[0]
 		out.Elected, out.SessionId, out.Token, out.Value = true, h.Session, h.Token, h.Value
 	}
@@ -105,7 +105,7 @@ func (a *api) Leader(ctx context.Context, r *pb.LeaderRequest) (*pb.LeaderRespon
 	if err := coord.ValidName(r.GetName()); err != nil {
 		return nil, a.done("Leader", err)
 	}
-	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+	if err := a.s.readBarrier(ctx, a.s.groupForName(r.GetName()), true, 0); err != nil {
 		return nil, a.done("Leader", err)
 	}
 	out := a.s.leaderOf(r.GetName())
@@ -122,7 +122,7 @@ func (a *api) Observe(r *pb.LeaderRequest, stream pb.Meridian_ObserveServer) err
 		return a.done("Observe", errs.ErrThrottled)
 	}
 	defer a.s.obs.remove(r.GetName(), ch)
-	if err := a.s.readBarrier(stream.Context(), true, 0); err != nil {
+	if err := a.s.readBarrier(stream.Context(), a.s.groupForName(r.GetName()), true, 0); err != nil {
 		return a.done("Observe", err)
 	}
 	var last *pb.LeaderResponse

@@ -178,7 +178,7 @@ func (a *api) Lock(ctx context.Context, r *pb.LockRequest) (*pb.LockResponse, er
 	if err != nil {
 		return nil, a.done("Lock", err)
 	}
-	cres, idx := out.coord, out.index
+	cres, idx := out.coord, out.zxid
 	if cres.Granted {
 		if ctx.Err() == nil {
 			return &pb.LockResponse{Header: a.header(idx), Token: cres.Token}, a.done("Lock", nil)
@@ -211,18 +211,19 @@ func (a *api) ForceUnlock(ctx context.Context, r *pb.ForceUnlockRequest) (*pb.Un
 // CheckToken answers, linearizably, whether token is the lock's current
 // token: for resources outside Meridian that want to fence.
 func (a *api) CheckToken(ctx context.Context, r *pb.CheckTokenRequest) (*pb.CheckTokenResponse, error) {
-	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+	if err := a.s.readBarrier(ctx, a.s.groupForName(r.GetName()), true, 0); err != nil {
 		return nil, a.done("CheckToken", err)
 	}
-	a.s.mu.RLock()
-	err := a.s.mu.coord.CheckToken(r.GetName(), r.GetToken())
-	idx := a.s.mu.applied
-	a.s.mu.RUnlock()
+	c, idx, unlock := a.s.coordOf(r.GetName())
+	err := c.CheckToken(r.GetName(), r.GetToken())
+	unlock()
 	return &pb.CheckTokenResponse{Header: a.header(idx), Valid: err == nil}, a.done("CheckToken", nil)
 }
 
 func (a *api) ListLocks(ctx context.Context, r *pb.ListLocksRequest) (*pb.ListLocksResponse, error) {
-	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+	// The root group's locks (a keyspace's are listed by its group: not
+	// yet here).
+	if err := a.s.readBarrier(ctx, a.s.root, true, 0); err != nil {
 		return nil, a.done("ListLocks", err)
 	}
 	limit := int(r.GetLimit())
@@ -231,7 +232,7 @@ func (a *api) ListLocks(ctx context.Context, r *pb.ListLocksRequest) (*pb.ListLo
 	}
 	a.s.mu.RLock()
 	locks := a.s.mu.coord.List(r.GetPrefix(), limit)
-	idx := a.s.mu.applied
+	idx := uint64(a.s.fsm.LastZxid())
 	a.s.mu.RUnlock()
 	out := &pb.ListLocksResponse{Header: a.header(idx)}
 	for _, l := range locks {

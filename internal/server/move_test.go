@@ -120,7 +120,7 @@ func TestWaitersAnswerUnknownOnlyAfterGrace(t *testing.T) {
 	w.newTerm(4, t0.Add(time.Second))
 	current := add(3, 4)                        // proposed in term 4
 	w.newTerm(5, t0.Add(1500*time.Millisecond)) // another change: term 3's grace still counts from its end
-	w.deliver(2, applied{index: 7})
+	w.deliver(2, applied{zxid: 7})
 
 	w.sweep(t0.Add(time.Second+grace-time.Millisecond), grace)
 	if a, ok := answer(old); ok {
@@ -130,8 +130,8 @@ func TestWaitersAnswerUnknownOnlyAfterGrace(t *testing.T) {
 	if a, ok := answer(old); !ok || !errors.Is(a.err, errs.ErrOutcomeUnknown) {
 		t.Fatalf("after the grace: %+v, want ErrOutcomeUnknown", a)
 	}
-	if a, ok := answer(answered); !ok || a.err != nil || a.index != 7 {
-		t.Fatalf("a delivered result: %+v, want index 7", a)
+	if a, ok := answer(answered); !ok || a.err != nil || a.zxid != 7 {
+		t.Fatalf("a delivered result: %+v, want zxid 7", a)
 	}
 	if a, ok := answer(current); ok {
 		t.Fatalf("a proposal of term 4 answered %+v when term 5 is only 1.5 s old", a)

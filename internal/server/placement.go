@@ -263,7 +263,7 @@ func (a *api) SetLeaderPreference(ctx context.Context, r *pb.LeaderPreferenceReq
 		return nil, a.done("SetLeaderPreference", fmt.Errorf("%w: no voter in region %q", errs.ErrBadArguments, region))
 	}
 	out, err := a.s.Submit(ctx, coordCommand(&coord.Command{Op: coord.OpSetting, Name: settingPreferRegion, Value: []byte(region)})).Wait()
-	idx := out.index
+	idx := out.zxid
 	if err != nil {
 		return nil, a.done("SetLeaderPreference", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meridian-coord/meridian/internal/coord"
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/tree"
 )
 
@@ -22,6 +23,9 @@ import (
 // entry's bytes.
 type proposal interface {
 	encode(s *Server, nowMs int64) (id uint64, data []byte, err error)
+	// route is the raft group that owns what the proposal acts on
+	// (keyspaces.go); errs.ErrCrossKeyspace when that is several.
+	route(s *Server) (*group, error)
 }
 
 // treeProposal is a tree command; it always gets a fresh proposal id.
@@ -36,6 +40,29 @@ func (p *treeProposal) encode(s *Server, nowMs int64) (uint64, []byte, error) {
 	cmd.TimeMs = nowMs
 	data, err := tree.EncodeCommand(cmd)
 	return cmd.ID, data, err
+}
+
+func (p *treeProposal) route(s *Server) (*group, error) {
+	cmd := (*tree.Command)(p)
+	ops := cmd.Ops
+	if cmd.Op.Type != tree.OpMulti {
+		ops = []tree.Op{cmd.Op}
+	}
+	var g *group
+	for _, op := range ops {
+		h := s.root
+		if op.Path != "" { // session commands name no path: the root's
+			h = s.groupFor(op.Path)
+		}
+		if g != nil && h != g {
+			return nil, errs.ErrCrossKeyspace
+		}
+		g = h
+	}
+	if g == nil {
+		g = s.root
+	}
+	return g, nil
 }
 
 // coordProposal is a coordination command. A caller that must know the
@@ -53,6 +80,15 @@ func (p *coordProposal) encode(s *Server, nowMs int64) (uint64, []byte, error) {
 	c.TimeMs = nowMs
 	data, err := coord.Encode(c)
 	return c.ID, data, err
+}
+
+// route: the object's group; the coordination tick and cluster settings
+// are the root's.
+func (p *coordProposal) route(s *Server) (*group, error) {
+	if p.Op == coord.OpTick || p.Op == coord.OpSetting {
+		return s.root, nil
+	}
+	return s.groupForName(p.Name), nil
 }
 
 // fencedProposal wraps a tree write so it applies only while token is the
@@ -83,22 +119,72 @@ func (p *fencedProposal) encode(s *Server, nowMs int64) (uint64, []byte, error) 
 	return c.ID, data, err
 }
 
+// route: the lock's group, which must own the write too (its apply refuses
+// a write elsewhere: errs.ErrCrossKeyspace).
+func (p *fencedProposal) route(s *Server) (*group, error) {
+	g, err := (*treeProposal)(p.cmd).route(s)
+	if err != nil {
+		return nil, err
+	}
+	if h := s.groupForName(p.lock); h != g {
+		return nil, errs.ErrCrossKeyspace
+	}
+	return g, nil
+}
+
+// keyspaceProposal is a keyspace command: the root group's.
+type keyspaceProposal fsm.KeyspaceCommand
+
+func keyspaceCommand(c *fsm.KeyspaceCommand) proposal { return (*keyspaceProposal)(c) }
+
+func (p *keyspaceProposal) encode(s *Server, nowMs int64) (uint64, []byte, error) {
+	c := (*fsm.KeyspaceCommand)(p)
+	c.ID, c.TimeMs = s.nextID(), nowMs
+	data, err := fsm.EncodeKeyspaceCommand(c)
+	return c.ID, data, err
+}
+
+func (p *keyspaceProposal) route(s *Server) (*group, error) { return s.root, nil }
+
 // dutyProposal is a command of the leader's duties: proposed once, bounded
 // by an election timeout, with no waiter (nobody waits for its result, and
 // the next tick proposes again if it was lost), and not counted as a
 // client write in the placement load.
 type dutyProposal struct{ proposal }
 
+// inGroup proposes p to group g whatever it names (a group's own duties).
+type inGroup struct {
+	proposal
+	g *group
+}
+
+func (p inGroup) route(*Server) (*group, error) { return p.g, nil }
+
 func leaderDuty(p proposal) proposal { return dutyProposal{p} }
 
-// applied is what a Future's Wait returns: the index the command applied
-// at and its result (res for tree commands and fenced writes, coord for
-// coordination commands).
+// applied is what a Future's Wait returns: the zxid the command applied
+// at (its log index unless it came in a clock envelope) and its result
+// (res for tree commands and fenced writes, coord for coordination
+// commands, keyspace for keyspace commands).
 type applied struct {
-	index uint64
-	res   tree.Result
-	coord coord.Result // for coordination commands
-	err   error        // set when the outcome became unknowable (leader change)
+	zxid     uint64
+	res      tree.Result
+	coord    coord.Result // for coordination commands
+	keyspace fsm.KeyspaceResult
+	err      error // set when the outcome became unknowable (leader change)
+}
+
+// appliedOf is the Future's result of an applied entry.
+func appliedOf(r *fsm.Result) applied {
+	return applied{zxid: uint64(r.Zxid), res: r.TreeResult, coord: r.CoordResult, keyspace: r.KeyspaceResult}
+}
+
+// wrongGroup reports whether an applied result is a refusal by a group
+// that does not own the request (routed before this member knew of a
+// keyspace): nothing was applied.
+func (a applied) wrongGroup() bool {
+	return errors.Is(a.res.Err, errs.ErrWrongGroup) || errors.Is(a.coord.Err, errs.ErrWrongGroup) ||
+		errors.Is(a.keyspace.Err, errs.ErrWrongGroup)
 }
 
 // Future is a submitted proposal. Done is closed once its outcome is known
@@ -107,13 +193,17 @@ type applied struct {
 // passes first. Wait is for one goroutine: the one that submitted.
 type Future struct {
 	s      *Server
-	id     uint64 // 0: not registered with the waiters (failed, or a duty)
+	g      *group // the group proposed to
+	p      proposal
+	parent context.Context // what Submit was given, for a routed retry
+	tries  int             // routed retries so far
+	id     uint64          // 0: not registered with the waiters (failed, or a duty)
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // the submission's error (done is closed)
 
-	// Guarded by s.waiters.mu.
+	// Guarded by g.waiters.mu.
 	term       uint64    // raft term when proposed
 	staleSince time.Time // when its term ended (zero: not yet)
 
@@ -130,13 +220,38 @@ func (f *Future) Done() <-chan struct{} { return f.done }
 // Wait waits until this member has applied the proposal and returns its
 // result. errs.ErrTimeout: the request's deadline passed first;
 // errs.ErrOutcomeUnknown: the member stopped, or the proposal's term ended
-// long enough ago that it may have been lost (see waiters.sweep).
+// long enough ago that it may have been lost (see waiters.sweep). A
+// proposal a group refused as not its own (errs.ErrWrongGroup: routed
+// before this member applied a keyspace's creation, and so not applied)
+// is routed and proposed again, at most maxRouteTries times.
 func (f *Future) Wait() (applied, error) {
+	a, err := f.WaitOnce()
+	for err == nil && a.wrongGroup() && f.tries < maxRouteTries {
+		f = f.retry()
+		a, err = f.WaitOnce()
+	}
+	return a, err
+}
+
+// maxRouteTries bounds Wait's retries of a proposal refused by the wrong
+// group: one is enough (the refusal is applied after the creation it
+// missed), a second covers a keyspace removed and created again meanwhile.
+const maxRouteTries = 2
+
+// WaitOnce is Wait without the retry: the ZooKeeper pipeline retries a
+// write only after its predecessor's reply, so retried writes keep the
+// session's order (retry).
+func (f *Future) WaitOnce() (applied, error) {
 	if !f.waited {
 		f.waited = true
 		f.out, f.outErr = f.wait()
 	}
 	return f.out, f.outErr
+}
+
+// retry proposes f's proposal again, routed anew.
+func (f *Future) retry() *Future {
+	return f.s.submit(f.parent, f.p, f.tries+1)
 }
 
 func (f *Future) wait() (applied, error) {
@@ -145,7 +260,7 @@ func (f *Future) wait() (applied, error) {
 	}
 	s := f.s
 	defer f.cancel()
-	defer s.waiters.remove(f.id)
+	defer f.g.waiters.remove(f.id)
 	select {
 	case <-f.done:
 		a := f.result
@@ -188,11 +303,20 @@ func (f *Future) fail(err error) *Future {
 // a heartbeat or two) and proposes again, until the request deadline,
 // rather than failing a client that reconnected a moment too early.
 func (s *Server) Submit(ctx context.Context, p proposal) *Future {
-	f := &Future{s: s, done: make(chan struct{})}
+	return s.submit(ctx, p, 0)
+}
+
+func (s *Server) submit(ctx context.Context, p proposal, tries int) *Future {
+	f := &Future{s: s, p: p, parent: ctx, tries: tries, done: make(chan struct{})}
+	g, err := p.route(s)
+	if err != nil {
+		return f.fail(err)
+	}
+	f.g = g
 	if d, ok := p.(dutyProposal); ok {
 		return s.submitDuty(f, d.proposal)
 	}
-	id, data, err := p.encode(s, time.Now().UnixMilli())
+	id, data, err := s.encodeFor(g, p, seenZxid(ctx))
 	if err != nil {
 		return f.fail(err)
 	}
@@ -216,11 +340,11 @@ func (s *Server) Submit(ctx context.Context, p proposal) *Future {
 	}
 }
 
-// submitOnce registers f under id and proposes data once.
+// submitOnce registers f under id and proposes data once, to f's group.
 func (s *Server) submitOnce(f *Future, id uint64, data []byte) error {
-	s.waiters.add(id, s.rep.Term(), f)
-	if err := s.rep.Propose(f.ctx, data); err != nil {
-		s.waiters.remove(id)
+	f.g.waiters.add(id, f.g.rep.Term(), f)
+	if err := f.g.rep.Propose(f.ctx, data); err != nil {
+		f.g.waiters.remove(id)
 		select {
 		case <-f.done:
 			// Applied meanwhile after all (and answered): a retry under
@@ -237,10 +361,10 @@ func (s *Server) submitOnce(f *Future, id uint64, data []byte) error {
 // submitDuty proposes a leader duty's command once, bounded by an election
 // timeout; its Future is done at once, with the proposal's error.
 func (s *Server) submitDuty(f *Future, p proposal) *Future {
-	_, data, err := p.encode(s, time.Now().UnixMilli())
+	_, data, err := s.encodeFor(f.g, p, 0)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
-		err = s.rep.Propose(ctx, data)
+		err = f.g.rep.Propose(ctx, data)
 		cancel()
 	}
 	if err != nil {
@@ -248,6 +372,46 @@ func (s *Server) submitDuty(f *Future, p proposal) *Future {
 	}
 	close(f.done)
 	return f
+}
+
+// encodeFor encodes p for group g: in a clock envelope once keyspaces
+// exist (fsm/clock.go), carrying this member's clock and the highest zxid
+// the requesting session has seen (bounded by this clock plus
+// maxZxidAhead, so that no client can push a group's zxids far ahead).
+func (s *Server) encodeFor(g *group, p proposal, seen int64) (uint64, []byte, error) {
+	now := time.Now().UnixMilli()
+	id, data, err := p.encode(s, now)
+	if err != nil || (g.root() && !s.clocked()) {
+		return id, data, err
+	}
+	bound := (now + maxZxidAhead.Milliseconds()) << fsm.LogicalBits
+	data, err = fsm.WrapClock(uint64(now), uint64(min(max(seen, 0), bound)), data)
+	return id, data, err
+}
+
+// maxZxidAhead: a session's claimed last zxid counts up to this far past
+// the proposer's clock (clocks further apart than this lose the "after
+// what the session saw" ordering of zxids, not their monotonicity).
+const maxZxidAhead = time.Minute
+
+// seenKey carries the highest zxid a request's session has seen, for the
+// clock envelope of what it proposes.
+type seenKey struct{}
+
+// withSeen returns ctx carrying zxid as the session's last seen.
+func withSeen(ctx context.Context, zxid int64) context.Context {
+	if zxid <= 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, seenKey{}, zxid)
+}
+
+func seenZxid(ctx context.Context) int64 {
+	if ctx == nil {
+		return 0
+	}
+	z, _ := ctx.Value(seenKey{}).(int64)
+	return z
 }
 
 func (s *Server) nextID() uint64 {
@@ -261,6 +425,8 @@ type waiters struct {
 	m    map[uint64]*Future
 	term uint64 // the current raft term, as last told
 }
+
+func newWaiters() *waiters { return &waiters{m: make(map[uint64]*Future)} }
 
 func (w *waiters) add(id, term uint64, f *Future) {
 	f.term = term

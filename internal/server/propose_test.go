@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/tree"
 )
 
@@ -13,8 +14,10 @@ import (
 // once: their Future is done, Wait returns the error, nothing is handed to
 // raft (the Server here has no replica) and no waiter is left behind.
 func TestSubmitRefusedBeforeRaft(t *testing.T) {
-	s := &Server{}
+	s := &Server{fsm: fsm.New(fsm.Hooks{})} // routing reads the state; no replica
+	s.mu = stateView{fsm: s.fsm, tree: s.fsm.Tree(), coord: s.fsm.Coord()}
 	s.waiters.m = map[uint64]*Future{}
+	s.root = &group{s: s, fsm: s.fsm, waiters: &s.waiters}
 	for name, f := range map[string]*Future{
 		"fenced, bad lock name": s.Submit(context.Background(), fencedCommand(&tree.Command{Op: tree.Op{Type: tree.OpSetData, Path: "/a"}}, "", 1)),
 		"read-only session":     s.submitWrite(context.Background(), &writeRequest{readOnly: true, op: tree.Op{Type: tree.OpCreate, Path: "/a"}}),

@@ -36,7 +36,7 @@ func (a *api) coordCall(ctx context.Context, c *coord.Command) (coord.Result, ui
 	if err == nil {
 		err = out.coord.Err
 	}
-	return out.coord, out.index, err
+	return out.coord, out.zxid, err
 }
 
 func (a *api) Push(ctx context.Context, r *pb.PushRequest) (*pb.PushResponse, error) {
@@ -137,15 +137,14 @@ func (a *api) QueueStats(ctx context.Context, r *pb.QueueStatsRequest) (*pb.Queu
 	if err := coord.ValidName(r.GetQueue()); err != nil {
 		return nil, a.done("QueueStats", err)
 	}
-	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+	if err := a.s.readBarrier(ctx, a.s.groupForName(r.GetQueue()), true, 0); err != nil {
 		return nil, a.done("QueueStats", err)
 	}
 	limit := min(max(int(r.GetLimit()), 0), maxListedInFlight)
-	a.s.mu.RLock()
-	st := a.s.mu.coord.QueueStats(r.GetQueue())
-	inflight := a.s.mu.coord.InFlight(r.GetQueue(), limit)
-	idx := a.s.mu.applied
-	a.s.mu.RUnlock()
+	c, idx, unlock := a.s.coordOf(r.GetQueue())
+	st := c.QueueStats(r.GetQueue())
+	inflight := c.InFlight(r.GetQueue(), limit)
+	unlock()
 	out := &pb.QueueStatsResponse{Header: a.header(idx), Ready: int64(st.Ready), InFlight: int64(st.InFlight),
 		Consumers: int64(st.Consumers), Bytes: st.Bytes, HeadId: st.Head}
 	for i := range inflight {
@@ -184,15 +183,15 @@ func (a *api) WaitBarrier(ctx context.Context, r *pb.WaitBarrierRequest) (*pb.Ba
 		return nil, a.done("WaitBarrier", errs.ErrThrottled)
 	}
 	defer a.s.barrierObs.remove(r.GetName(), ch)
-	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+	if err := a.s.readBarrier(ctx, a.s.groupForName(r.GetName()), true, 0); err != nil {
 		return nil, a.done("WaitBarrier", err)
 	}
 	wctx, cancel := waitCtx(ctx, r.GetTimeoutMs())
 	defer cancel()
 	for {
-		a.s.mu.RLock()
-		set := a.s.mu.coord.BarrierExists(r.GetName())
-		a.s.mu.RUnlock()
+		c, _, unlock := a.s.coordOf(r.GetName())
+		set := c.BarrierExists(r.GetName())
+		unlock()
 		if !set {
 			return &pb.BarrierResponse{Header: a.header(0)}, a.done("WaitBarrier", nil)
 		}
@@ -295,14 +294,13 @@ func (a *api) BarrierStats(ctx context.Context, r *pb.BarrierRequest) (*pb.Barri
 	if err := coord.ValidName(r.GetName()); err != nil {
 		return nil, a.done("BarrierStats", err)
 	}
-	if err := a.s.readBarrier(ctx, true, 0); err != nil {
+	if err := a.s.readBarrier(ctx, a.s.groupForName(r.GetName()), true, 0); err != nil {
 		return nil, a.done("BarrierStats", err)
 	}
-	a.s.mu.RLock()
-	set := a.s.mu.coord.BarrierExists(r.GetName())
-	db, _ := a.s.mu.coord.DoubleBarrier(r.GetName())
-	idx := a.s.mu.applied
-	a.s.mu.RUnlock()
+	c, idx, unlock := a.s.coordOf(r.GetName())
+	set := c.BarrierExists(r.GetName())
+	db, _ := c.DoubleBarrier(r.GetName())
+	unlock()
 	return &pb.BarrierStatsResponse{Header: a.header(idx), Set: set, Parties: db.Parties, Open: db.Open,
 		Entered: db.Entered, Leaving: db.Leaving}, a.done("BarrierStats", nil)
 }

@@ -40,6 +40,9 @@ type writeRequest struct {
 	readOnly bool
 	op       tree.Op   // the write; for tree.OpMulti its operations are ops
 	ops      []tree.Op // tree.OpMulti only
+	// seen: the highest zxid the session has seen, which the write's zxid
+	// must exceed (the clock envelope's minimum; 0: unknown).
+	seen int64
 	// fenced: apply only while token is the current token of lock.
 	fenced bool
 	lock   string
@@ -66,6 +69,7 @@ func (s *Server) submitWrite(ctx context.Context, w *writeRequest) *Future {
 		return (&Future{s: s, done: make(chan struct{})}).fail(err)
 	}
 	cmd := w.command()
+	ctx = withSeen(ctx, w.seen)
 	if w.fenced {
 		return s.Submit(ctx, fencedCommand(cmd, w.lock, w.token))
 	}
@@ -74,6 +78,7 @@ func (s *Server) submitWrite(ctx context.Context, w *writeRequest) *Future {
 
 // write applies w and returns its result (see writeOutcome).
 func (s *Server) write(ctx context.Context, w *writeRequest) (tree.Result, uint64, error) {
+	ctx = withSeen(ctx, w.seen)
 	return writeOutcome(s.submitWrite(ctx, w).Wait())
 }
 
@@ -84,7 +89,7 @@ func writeOutcome(a applied, err error) (tree.Result, uint64, error) {
 	if err == nil {
 		err = a.res.Err
 	}
-	return a.res, a.index, err
+	return a.res, a.zxid, err
 }
 
 // ---- reads ----
@@ -166,36 +171,55 @@ func (r *readRequest) validate() error {
 // drops the event and the watch is spent. ZooKeeper replies in apply order
 // for the same reason. A request refused before the read is answered
 // through respond too, with this member's applied index.
+//
+// The read is served by the group that owns r.path (keyspaces.go), and
+// the zxid it reports is that group's last applied.
 func (s *Server) read(ctx context.Context, r *readRequest, respond func(res readResult, zxid int64, err error)) (readResult, uint64, error) {
 	var res readResult
 	err := r.validate()
+	g := s.root
+	if err == nil {
+		g = s.groupFor(r.path)
+	}
 	if err == nil && (r.linear || r.minZxid > 0) {
-		err = s.readBarrier(ctx, r.linear, r.minZxid)
+		err = s.readBarrier(ctx, g, r.linear, r.minZxid)
+	}
+	if err == nil && r.watch && r.watcher == nil && !g.root() && !s.sessionLive(r.session) {
+		err = errs.ErrSessionExpired // sessions are the root's (checked below for the root's own reads)
 	}
 	if err != nil {
 		if respond != nil {
-			respond(res, int64(s.appliedIndex()), err)
+			respond(res, g.lastZxid(), err)
 		}
 		return res, 0, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	res, err = s.readWatchLocked(r)
+	g.fsm.RLock()
+	defer g.fsm.RUnlock()
+	res, err = s.readWatchLocked(g, r)
+	zxid := g.fsm.LastZxid()
 	if respond != nil {
-		respond(res, int64(s.mu.applied), err)
+		respond(res, zxid, err)
 	}
-	return res, s.mu.applied, err
+	return res, uint64(zxid), err
 }
 
-// readWatchLocked is a read and its watch registration. Caller holds s.mu
-// for reading.
-func (s *Server) readWatchLocked(r *readRequest) (readResult, error) {
-	if r.watch && r.watcher == nil {
+// sessionLive reports whether session id is live (the root group's table).
+func (s *Server) sessionLive(id int64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.mu.tree.Session(id)
+	return ok
+}
+
+// readWatchLocked is a read of g and its watch registration. Caller holds
+// g's lock for reading.
+func (s *Server) readWatchLocked(g *group, r *readRequest) (readResult, error) {
+	if r.watch && r.watcher == nil && g.root() {
 		if _, ok := s.mu.tree.Session(r.session); !ok {
 			return readResult{}, errs.ErrSessionExpired
 		}
 	}
-	res, err := s.readLocked(r)
+	res, err := readLocked(g.fsm.Tree(), r)
 	if !r.watch {
 		return res, err
 	}
@@ -217,10 +241,9 @@ func (s *Server) readWatchLocked(r *readRequest) (readResult, error) {
 	return res, err
 }
 
-// readLocked authorizes and performs the read r (no watch). Caller holds
-// s.mu for reading.
-func (s *Server) readLocked(r *readRequest) (res readResult, err error) {
-	t := s.mu.tree
+// readLocked authorizes and performs the read r (no watch) on t. Caller
+// holds t's group's lock for reading.
+func readLocked(t *tree.Tree, r *readRequest) (res readResult, err error) {
 	if err := authorizeRead(t, r.path, r.kind, r.auth); err != nil {
 		return res, err
 	}
@@ -278,7 +301,7 @@ func (s *Server) createSession(ctx context.Context, requested time.Duration) (ne
 		return newSession{}, 0, err
 	}
 	ns.id = out.res.SessionID
-	return ns, out.index, nil
+	return ns, out.zxid, nil
 }
 
 // resumeSession admits a client back into session id with its password,
@@ -290,10 +313,10 @@ func (s *Server) createSession(ctx context.Context, requested time.Duration) (ne
 func (s *Server) resumeSession(ctx context.Context, id int64, password []byte, lastZxid int64, linear bool) (tree.SessionInfo, error) {
 	var err error
 	if linear {
-		err = s.readBarrier(ctx, true, 0)
+		err = s.readBarrier(ctx, s.root, true, 0)
 	}
 	if err == nil {
-		err = s.readBarrier(ctx, false, lastZxid)
+		err = s.barrierAll(ctx, lastZxid) // every group, as fresh as what the client saw
 	}
 	if err != nil {
 		return tree.SessionInfo{}, err
@@ -338,25 +361,34 @@ func (s *Server) withTimeout(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, s.cfg.requestTimeout())
 }
 
-// readBarrier makes the next local read linearizable (linear) or at least as
-// fresh as minZxid (sequential, ZooKeeper semantics).
-func (s *Server) readBarrier(ctx context.Context, linear bool, minZxid int64) error {
+// readBarrier makes the next local read of group g linearizable (linear)
+// or at least as fresh as minZxid (sequential, ZooKeeper semantics).
+//
+// Without keyspaces a zxid is a log index, and a member behind minZxid
+// waits until it has applied that index. With them, zxids are clocks
+// comparable across groups (fsm/clock.go), and the zxid a client saw may
+// come from another group: a group whose last applied zxid is below it
+// first confirms, with a ReadIndex round, that it has applied everything
+// committed before the read began, which includes every write the client
+// saw in any group (docs/architecture.md, "Ordering").
+func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid int64) error {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	if linear {
-		_, err := s.rep.ReadIndex(ctx)
+	timedOut := func(err error) error {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return errs.ErrTimeout
 		}
 		return err
 	}
-	if minZxid > 0 && uint64(minZxid) > s.appliedIndex() {
-		if err := s.rep.WaitApplied(ctx, uint64(minZxid)); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return errs.ErrTimeout
-			}
-			return err
+	if !linear && minZxid > 0 && minZxid > g.lastZxid() {
+		if g.root() && !s.clocked() {
+			return timedOut(s.rep.WaitApplied(ctx, uint64(minZxid)))
 		}
+		linear = true
+	}
+	if linear {
+		_, err := g.rep.ReadIndex(ctx)
+		return timedOut(err)
 	}
 	return nil
 }

@@ -60,7 +60,21 @@ type Server struct {
 	// mu is how this member reads fsm: see stateView.
 	mu stateView
 
-	rep     *replica.Replica
+	rep *replica.Replica
+	// root is the root group (rep, fsm, waiters); keyspaceGroups the
+	// regional keyspaces' groups this member runs (keyspaces.go). ready
+	// is set once rep is, so the root's raft loop may open groups.
+	root           *group
+	keyspaceGroups groups
+	keyspaceMu     sync.Mutex // serialises opening and closing groups
+	ready          atomic.Bool
+
+	// failed closes when a group this member runs stopped by itself
+	// (storage failure, a panic, an entry it cannot apply).
+	failed   chan struct{}
+	failErr  error
+	failOnce sync.Once
+
 	watches *watch.Manager
 	tracker *session.Tracker
 	touches *session.Batcher
@@ -109,7 +123,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		tracker: session.NewTracker(realClock{}),
 		touches: session.NewBatcher(cfg.MaxSessions),
 		stop:    make(chan struct{}),
+		failed:  make(chan struct{}),
 	}
+	s.keyspaceGroups.m = map[uint64]*group{}
 	if cfg.JAASConfig != "" {
 		users, err := LoadJAASUsers(cfg.JAASConfig)
 		if err != nil {
@@ -170,6 +186,16 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("open replica: %w", err)
 	}
 	s.rep = rep
+	s.root = &group{s: s, rep: rep, fsm: s.fsm, waiters: &s.waiters}
+	s.ready.Store(true)
+	go func() {
+		select {
+		case <-rep.Failed():
+			s.fail(rep.FailErr())
+		case <-s.stop:
+		}
+	}()
+	s.syncKeyspaces()
 	s.metrics.register(newLatencyCollector(rep.Latency))
 
 	// Limits of the native port: a call's reply waits for HTTP/2 flow
@@ -291,10 +317,25 @@ func (s *Server) Replica() *replica.Replica { return s.rep }
 // Close stops the server; pending requests fail with errs.ErrStopped.
 // Failed is closed when the server's replica stopped by itself (its
 // storage failed); FailErr says why. The process should then exit.
-func (s *Server) Failed() <-chan struct{} { return s.rep.Failed() }
+func (s *Server) Failed() <-chan struct{} { return s.failed }
 
-// FailErr is why the replica failed (nil while it runs).
-func (s *Server) FailErr() error { return s.rep.FailErr() }
+// FailErr is why the server failed (nil while it runs).
+func (s *Server) FailErr() error {
+	select {
+	case <-s.failed:
+		return s.failErr
+	default:
+		return nil
+	}
+}
+
+// fail records that a group this member runs stopped by itself.
+func (s *Server) fail(err error) {
+	s.failOnce.Do(func() {
+		s.failErr = err
+		close(s.failed)
+	})
+}
 
 func (s *Server) Close() error {
 	var err error
@@ -351,10 +392,16 @@ func (sm *stateMachine) Apply(index, term uint64, data []byte) {
 // appliedLocked is fsm's Applied hook, run under its write lock: watches
 // fire before any read can see the change.
 func (s *Server) appliedLocked(r *fsm.Result) {
+	s.triggerLocked(r)
+	s.mu.applied = r.Index
+}
+
+// triggerLocked fires the watches of an applied entry (any group's), under
+// that group's write lock.
+func (s *Server) triggerLocked(r *fsm.Result) {
 	for _, ev := range r.Events {
 		s.watches.Trigger(ev)
 	}
-	s.mu.applied = r.Index
 }
 
 // afterApply is this member's reaction to an applied entry: session
@@ -372,6 +419,21 @@ func (s *Server) afterApply(r *fsm.Result) {
 	for _, e := range r.Ended {
 		s.endSession(e.ID, e.Expired)
 	}
+	s.afterCoord(r)
+	if c := r.KeyspaceCommand; c != nil && r.KeyspaceResult.Err == nil && s.ready.Load() {
+		switch c.Op {
+		case fsm.KeyspaceCreate:
+			s.openKeyspace(r.KeyspaceResult.Keyspace)
+		case fsm.KeyspaceRemove:
+			s.closeKeyspace(r.KeyspaceResult.Keyspace.Group, true)
+		}
+	}
+	s.waiters.deliver(r.ID, appliedOf(r))
+}
+
+// afterCoord is what any group's apply means for this member's waiting
+// requests: observers of a changed election, grants, losses.
+func (s *Server) afterCoord(r *fsm.Result) {
 	if c := r.CoordCommand; c != nil && r.CoordResult.Err == nil {
 		switch c.Op {
 		case coord.OpRelease, coord.OpForceRelease, coord.OpProclaim:
@@ -379,7 +441,6 @@ func (s *Server) afterApply(r *fsm.Result) {
 		}
 	}
 	s.deliverGrants(r.Grants, r.Losses)
-	s.waiters.deliver(r.ID, applied{index: r.Index, res: r.TreeResult, coord: r.CoordResult})
 }
 
 // Snapshot serializes the whole replicated state: the tree and the locks.
@@ -408,6 +469,9 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 		live[si.ID] = time.Duration(si.TimeoutMs) * time.Millisecond
 	}
 	s.tracker.ResetAll(live)
+	if s.ready.Load() { // at start-up, New opens them once the replica runs
+		s.syncKeyspaces()
+	}
 	return nil
 }
 
@@ -438,11 +502,12 @@ func (s *Server) endSession(id int64, expired bool) {
 	}
 }
 
-// appliedIndex is the index of the last entry this member applied.
-func (s *Server) appliedIndex() uint64 {
+// lastZxid is the zxid of the last entry the root group applied here
+// (its log index while no keyspace exists).
+func (s *Server) lastZxid() int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.mu.applied
+	return s.fsm.LastZxid()
 }
 
 // ---- leader duties: session expiry, reaping, keepalive forwarding ----
@@ -528,7 +593,11 @@ func (s *Server) duties() {
 		// Two election timeouts at the tick in use (ticks adapt to
 		// measured round trips): a proposal held while leadership moved is
 		// placed within one.
-		s.waiters.sweep(time.Now(), 2*max(st.Tick, s.cfg.tick())*time.Duration(s.cfg.ElectionTicks))
+		grace := 2 * max(st.Tick, s.cfg.tick()) * time.Duration(s.cfg.ElectionTicks)
+		s.waiters.sweep(time.Now(), grace)
+		for _, g := range s.keyspaceGroups.all() {
+			g.waiters.sweep(time.Now(), grace)
+		}
 		if now := time.Now(); now.Sub(lastPlacement) >= placementEvery {
 			lastPlacement = now
 			s.placementTick(now, st.Leader == s.cfg.ID)

@@ -72,6 +72,6 @@ func (c *zkConn) saslStep(hdr zk.RequestHeader, r *zk.SetSASLRequest, reply func
 		c.auth = append(c.auth, tree.ID{Scheme: "sasl", ID: user})
 		c.sasl = nil
 	}
-	reply(int64(c.s.appliedIndex()), nil, &zk.SetSASLResponse{Token: token})
+	reply(c.s.lastZxid(), nil, &zk.SetSASLResponse{Token: token})
 	return true
 }

@@ -198,11 +198,18 @@ type zkConn struct {
 	timeout        time.Duration
 	auth           []tree.ID
 	lastZxid       int64
+	// seen is lastZxid for the reader goroutine while pipelined replies
+	// update lastZxid: what the session has seen, which its next write's
+	// zxid must exceed (a write to another group waits for the replies in
+	// flight first, so it is complete then).
+	seen atomic.Int64
 
 	// Pipelined writes (see pipeline): tail is closed once the reply of the
-	// latest pipelined write is queued; slots bounds those in flight.
-	tail  chan struct{}
-	slots chan struct{}
+	// latest pipelined write is queued; slots bounds those in flight;
+	// pipeGroup is the group the latest one went to.
+	tail      chan struct{}
+	slots     chan struct{}
+	pipeGroup *group
 
 	mu       sync.Mutex
 	out      [][]byte
@@ -510,6 +517,7 @@ func (c *zkConn) handshake(pkt []byte) bool {
 			return false
 		}
 		c.session, c.timeout, c.lastZxid = ns.id, ns.timeout, int64(idx)
+		c.seen.Store(c.lastZxid)
 		resp.SessionID, resp.TimeOut, resp.Passwd = ns.id, int32(ns.timeout.Milliseconds()), ns.password
 	} else {
 		// Never serve a client older data than it has seen or been told of.
@@ -531,6 +539,8 @@ func (c *zkConn) handshake(pkt []byte) bool {
 			return false
 		}
 		c.session, c.timeout = si.ID, time.Duration(si.TimeoutMs)*time.Millisecond
+		c.lastZxid = max(req.LastZxidSeen, 0) // this server has applied it (resumeSession)
+		c.seen.Store(c.lastZxid)
 		resp.SessionID, resp.TimeOut, resp.Passwd = si.ID, si.TimeoutMs, req.Passwd
 	}
 	c.auth = c.identity()

@@ -61,12 +61,14 @@ func (c *zkConn) replyCounting(hdr zk.RequestHeader, zxid int64, err error, body
 		return
 	}
 	c.count(hdr.Type, outcome)
-	if zxid > c.lastZxid {
-		c.lastZxid = zxid
-	}
-	if zxid == 0 {
-		zxid = c.lastZxid
-	}
+	// A reply never carries a zxid below one this connection was given:
+	// ZooKeeper's clients take the last reply's zxid as the last seen (on
+	// reconnection they ask not to go back before it), and with keyspaces
+	// a read of one group may be answered at a zxid below a write's in
+	// another.
+	c.lastZxid = max(c.lastZxid, zxid)
+	zxid = c.lastZxid
+	c.seen.Store(zxid)
 	code := errs.ZKCode(err)
 	if code != 0 {
 		body = nil
@@ -182,6 +184,19 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 			c.reply(hdr, int64(idx), err, zkWriteResponse(hdr.Type, res))
 		}
 	}
+	w.session, w.auth = c.session, c.auth
+	g, err := (*treeProposal)(w.command()).route(c.s)
+	if err != nil {
+		return false // served in turn, which refuses it
+	}
+	if g != c.pipeGroup && !c.drain() {
+		// The session's writes take effect in the order sent: raft keeps
+		// that order within a group, not across groups, so a write to
+		// another group waits until those in flight are answered (and
+		// its zxid then exceeds theirs: seen).
+		return true // closing: the next read fails
+	}
+	c.pipeGroup = g
 	if !c.l.reservePipelined(len(pkt)) {
 		return false
 	}
@@ -192,15 +207,21 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 		return true // closing: the next read fails
 	}
 	c.s.touch(c.session)
-	w.session, w.auth = c.session, c.auth
+	w.seen = c.seen.Load()
 	f := c.s.submitWrite(context.Background(), &w) // bounded by the request timeout
 	prev, sent := c.tail, make(chan struct{})
 	c.tail = sent
 	c.s.wg.Add(1) // the reader holds the group, so this cannot race Close's Wait
 	go func() {
 		defer c.s.wg.Done()
-		res, idx, err := writeOutcome(f.Wait())
+		a, err := f.WaitOnce()
 		<-prev
+		if err == nil && a.wrongGroup() {
+			// Routed before this member knew of a keyspace: again, now that
+			// the writes before it are answered (their order is kept).
+			a, err = f.retry().Wait()
+		}
+		res, idx, err := writeOutcome(a, err)
 		respond(res, idx, err)
 		close(sent)
 		<-c.slots
@@ -245,9 +266,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 	if c.serveReservedRead(hdr, req, reply) {
 		return true
 	}
-	applied := func() int64 { return int64(c.s.appliedIndex()) }
+	applied := func() int64 { return c.s.lastZxid() }
 	write := func(w *writeRequest) (tree.Result, int64, error) {
-		w.session, w.auth, w.readOnly = c.session, c.auth, c.readOnly
+		w.session, w.auth, w.readOnly, w.seen = c.session, c.auth, c.readOnly, c.seen.Load()
 		res, idx, err := c.s.write(ctx, w)
 		return res, int64(idx), err
 	}
@@ -302,7 +323,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 	case *zk.SyncRequest:
 		var err error = errs.ErrNotReadOnly
 		if !c.readOnly {
-			err = c.s.readBarrier(ctx, true, 0)
+			err = c.s.readBarrier(ctx, c.s.groupFor(syncPath(r.Path)), true, 0)
 		}
 		reply(applied(), err, &zk.SyncResponse{Path: r.Path})
 	case *zk.CheckVersionRequest:
@@ -389,8 +410,8 @@ func (c *zkConn) serve(pkt []byte) bool {
 // in ZooKeeper), all from one consistent view of the tree.
 func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 	out := &zk.MultiResponse{}
-	c.s.mu.RLock()
-	defer c.s.mu.RUnlock()
+	all, unlock := c.s.wholeTree()
+	defer unlock()
 	for _, o := range r.Ops {
 		var path string
 		switch op := o.Op.(type) {
@@ -406,7 +427,7 @@ func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 		err := rr.validate()
 		var rres readResult
 		if err == nil {
-			rres, err = c.s.readLocked(&rr)
+			rres, err = readLocked(all.treeFor(rr.path), &rr)
 		}
 		var res zk.OpResult
 		switch {
@@ -428,15 +449,15 @@ func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
 // its watches on a new connection, each fired at once if it missed a change
 // since rel.
 func (c *zkConn) setWatches(op int32, rel int64, data, exist, child, pers, rec []string) {
-	c.s.mu.RLock()
-	err := c.s.watches.SetWatches(c, rel, treeReader{c.s.mu.tree, int64(c.s.mu.applied)}, data, exist, child, pers, rec)
-	c.s.mu.RUnlock()
+	all, unlock := c.s.wholeTree()
+	err := c.s.watches.SetWatches(c, rel, all, data, exist, child, pers, rec)
+	unlock()
 	if errs.ZKConnectionLoss(err) {
 		c.loseConnection(zk.RequestHeader{Xid: zk.XidSetWatches, Type: op}, err)
 		return
 	}
 	c.count(op, err)
-	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: int64(c.s.appliedIndex()), Err: errs.ZKCode(err)}, nil))
+	c.enqueue(zk.EncodeReply(zk.ReplyHeader{Xid: zk.XidSetWatches, Zxid: max(c.lastZxid, c.s.lastZxid()), Err: errs.ZKCode(err)}, nil))
 }
 
 // multi serves a multi: all ops in one command; on failure ZooKeeper's

@@ -63,7 +63,7 @@ func (c *zkConn) serveReservedRead(hdr zk.RequestHeader, req any, reply func(int
 	case zk.OpGetACL:
 		body = &zk.GetACLResponse{ACL: []zk.ACL{{Perms: tree.PermRead, ID: zk.Id{Scheme: "world", ID: "anyone"}}}, Stat: st}
 	}
-	reply(int64(c.s.appliedIndex()), err, body)
+	reply(c.s.lastZxid(), err, body)
 	return true
 }
 
@@ -83,7 +83,7 @@ func (c *zkConn) serveConfigRead(hdr zk.RequestHeader, req any, reply func(int64
 	}
 	if watchIt {
 		if err := c.s.watches.Add(c, zkConfigPath, watch.KindData); err != nil {
-			reply(int64(c.s.appliedIndex()), err, nil)
+			reply(c.s.lastZxid(), err, nil)
 			return
 		}
 	}
@@ -101,7 +101,7 @@ func (c *zkConn) serveConfigRead(hdr zk.RequestHeader, req any, reply func(int64
 	case *zk.GetACLRequest:
 		body = &zk.GetACLResponse{ACL: []zk.ACL{{Perms: tree.PermRead, ID: zk.Id{Scheme: "world", ID: "anyone"}}}, Stat: toZKStat(st)}
 	}
-	reply(int64(c.s.appliedIndex()), nil, body)
+	reply(c.s.lastZxid(), nil, body)
 }
 
 // lockView renders the reserved subtree.

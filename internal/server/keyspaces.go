@@ -1,0 +1,440 @@
+package server
+
+// Regional keyspaces on this member: every keyspace in the root group's
+// table has its own raft group here (voter or learner, as its placement
+// says), with its own state machine (fsm.NewKeyspace) and waiters. A
+// request goes to the group that owns its path or object name (groupFor,
+// groupForName): proposals to that group's replica, reads from its state.
+// Sessions, the leader's duties and cluster settings stay in the root.
+//
+// A group is opened when this member applies the keyspace's creation (or
+// finds it in the table at start-up or after installing a snapshot) and
+// closed, its storage dropped, when it applies the removal. A member that
+// routes a request before it applied a creation sends it to the root,
+// which refuses it (errs.ErrWrongGroup) by then known here, and the
+// Future routes it again (propose.go).
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/coord"
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/fsm"
+	"github.com/meridian-coord/meridian/internal/placement"
+	"github.com/meridian-coord/meridian/internal/replica"
+	"github.com/meridian-coord/meridian/internal/tree"
+)
+
+// group is a raft group this member runs: the root (id 0) or a keyspace's.
+type group struct {
+	s       *Server
+	id      uint64
+	ks      fsm.Keyspace // zero for the root
+	rep     *replica.Replica
+	fsm     *fsm.FSM
+	waiters *waiters
+}
+
+func (g *group) root() bool { return g.id == 0 }
+
+// lastZxid is the zxid of the last entry the group applied here.
+func (g *group) lastZxid() int64 {
+	g.fsm.RLock()
+	defer g.fsm.RUnlock()
+	return g.fsm.LastZxid()
+}
+
+// groups are the keyspaces' groups this member runs, by group id.
+type groups struct {
+	mu sync.RWMutex
+	m  map[uint64]*group
+}
+
+func (gs *groups) get(id uint64) *group {
+	gs.mu.RLock()
+	defer gs.mu.RUnlock()
+	return gs.m[id]
+}
+
+// all returns the groups in id order (the order their locks are taken in
+// when several are held at once: root first, then ascending ids).
+func (gs *groups) all() []*group {
+	gs.mu.RLock()
+	defer gs.mu.RUnlock()
+	out := make([]*group, 0, len(gs.m))
+	for _, g := range gs.m {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b *group) int { return compareU64(a.id, b.id) })
+	return out
+}
+
+func compareU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// groupFor is the group that owns path: a keyspace's that runs here, else
+// the root (which refuses a path a keyspace owns, see above).
+func (s *Server) groupFor(path string) *group {
+	s.mu.RLock()
+	ks, ok := s.fsm.KeyspaceFor(path)
+	s.mu.RUnlock()
+	if ok {
+		if g := s.keyspaceGroups.get(ks.Group); g != nil {
+			return g
+		}
+	}
+	return s.root
+}
+
+// groupForName is the group that owns a coordination object's name.
+func (s *Server) groupForName(name string) *group {
+	s.mu.RLock()
+	ks, ok := s.fsm.KeyspaceForName(name)
+	s.mu.RUnlock()
+	if ok {
+		if g := s.keyspaceGroups.get(ks.Group); g != nil {
+			return g
+		}
+	}
+	return s.root
+}
+
+// clocked reports whether proposals carry clock envelopes: once a
+// keyspace exists, zxids must be comparable across groups (fsm/clock.go).
+func (s *Server) clocked() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.fsm.Keyspaces().Len() > 0
+}
+
+// syncKeyspaces opens a group for every keyspace in the table that has
+// none here and closes those whose keyspace is gone (start-up, a snapshot
+// installed). Called from the root's raft loop or before it serves.
+func (s *Server) syncKeyspaces() {
+	s.mu.RLock()
+	list := s.fsm.Keyspaces().List()
+	s.mu.RUnlock()
+	want := map[uint64]bool{}
+	for _, ks := range list {
+		want[ks.Group] = true
+		s.openKeyspace(ks)
+	}
+	for _, g := range s.keyspaceGroups.all() {
+		if !want[g.id] {
+			s.closeKeyspace(g.id, true)
+		}
+	}
+}
+
+// openKeyspace starts ks's group on this member unless it runs already.
+func (s *Server) openKeyspace(ks fsm.Keyspace) {
+	s.keyspaceMu.Lock()
+	defer s.keyspaceMu.Unlock()
+	if s.keyspaceGroups.get(ks.Group) != nil {
+		return
+	}
+	g := &group{s: s, id: ks.Group, ks: ks, waiters: newWaiters()}
+	g.fsm = fsm.NewKeyspace(fsm.Hooks{Applied: s.triggerLocked, Restored: func() { s.restoredKeyspace(g) }}, ks)
+	rep, err := s.rep.OpenGroup(replica.GroupConfig{Group: ks.Group, Voters: ks.Voters, Learners: ks.Learners,
+		OnLeaderChange: func(leader, term uint64) { g.waiters.newTerm(term, time.Now()) },
+		ObserveFsync:   func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
+	}, (*groupMachine)(g))
+	if err != nil {
+		s.log.Error("cannot run a keyspace's group; its requests fail here", "keyspace", ks.Prefix, "group", ks.Group, "err", err)
+		return
+	}
+	g.rep = rep
+	s.keyspaceGroups.mu.Lock()
+	s.keyspaceGroups.m[ks.Group] = g
+	s.keyspaceGroups.mu.Unlock()
+	s.log.Info("keyspace group running", "keyspace", ks.Prefix, "group", ks.Group, "home", ks.Region,
+		"survival", ks.Survival.String(), "voters", ks.Voters)
+	go func() {
+		select {
+		case <-rep.Failed():
+			s.log.Error("keyspace group failed; member stopping", "keyspace", ks.Prefix, "err", rep.FailErr())
+			s.fail(fmt.Errorf("keyspace %s: %w", ks.Prefix, rep.FailErr()))
+		case <-s.stop:
+		}
+	}()
+}
+
+// closeKeyspace stops group id here and, when drop, deletes its storage.
+func (s *Server) closeKeyspace(id uint64, drop bool) {
+	s.keyspaceMu.Lock()
+	defer s.keyspaceMu.Unlock()
+	s.keyspaceGroups.mu.Lock()
+	g := s.keyspaceGroups.m[id]
+	delete(s.keyspaceGroups.m, id)
+	s.keyspaceGroups.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.rep.Close()
+	if drop {
+		if err := s.rep.DropGroup(id); err != nil {
+			s.log.Warn("dropping a removed keyspace's storage", "group", id, "err", err)
+		}
+	}
+}
+
+// groupMachine is a keyspace group's state machine as its replica drives it.
+type groupMachine group
+
+func (m *groupMachine) Apply(index, term uint64, data []byte) {
+	g := (*group)(m)
+	r := g.fsm.Apply(index, data)
+	g.afterApply(&r)
+}
+
+func (m *groupMachine) Snapshot() ([]byte, error) { return m.fsm.Snapshot() }
+
+func (m *groupMachine) Restore(index uint64, data []byte) error { return m.fsm.Restore(index, data) }
+
+// afterApply is what this member does after a keyspace group applied an
+// entry: grants to waiting requests, observers, and the proposer's Future.
+// Sessions start and end only in the root group.
+func (g *group) afterApply(r *fsm.Result) {
+	s := g.s
+	if r.Skipped != nil {
+		s.log.Error("undecodable log entry skipped", "group", g.id, "index", r.Index, "err", r.Skipped)
+		return
+	}
+	s.afterCoord(r)
+	g.waiters.deliver(r.ID, appliedOf(r))
+}
+
+// restoredKeyspace is a keyspace fsm's Restored hook: watches below the
+// keyspace re-register, as after the root's (restoredLocked).
+func (s *Server) restoredKeyspace(g *group) {
+	for _, h := range s.hubs.all() {
+		s.watches.RemoveAll(h)
+		h.reset()
+	}
+	if s.zk != nil {
+		s.zk.closeAllConns(fmt.Sprintf("keyspace %s's state replaced by a leader snapshot", g.ks.Prefix))
+	}
+}
+
+// createKeyspace places a keyspace for prefix homed in home with the
+// survival goal and proposes it to the root group; it returns the
+// keyspace as applied. The placement is computed here from the membership
+// (regions and zones) and the measured round trips between regions.
+func (s *Server) createKeyspace(ctx context.Context, prefix, home string, survival fsm.Survival) (fsm.Keyspace, uint64, error) {
+	if err := fsm.ValidKeyspacePrefix(prefix); err != nil {
+		return fsm.Keyspace{}, 0, err
+	}
+	var members []placement.Member
+	for _, m := range s.members() {
+		members = append(members, placement.Member{ID: m.ID, Region: m.Region, Zone: m.Zone})
+	}
+	goal := placement.SurviveZone
+	if survival == fsm.SurvivalRegion {
+		goal = placement.SurviveRegion
+	}
+	voters, learners, err := placement.Keyspace(members, home, goal, s.regionDistance())
+	if err != nil {
+		return fsm.Keyspace{}, 0, fmt.Errorf("%w: %v", errs.ErrInvalidKeyspace, err)
+	}
+	out, err := s.Submit(ctx, keyspaceCommand(&fsm.KeyspaceCommand{Op: fsm.KeyspaceCreate, Prefix: prefix, Region: home,
+		Survival: survival, Voters: voters, Learners: learners})).Wait()
+	if err == nil {
+		err = out.keyspace.Err
+	}
+	if err != nil {
+		return fsm.Keyspace{}, 0, err
+	}
+	// The group runs here once this member applied the creation (it has:
+	// the Future completed in that apply), so requests may follow at once.
+	return out.keyspace.Keyspace, out.zxid, nil
+}
+
+// removeKeyspace removes an empty keyspace: its group must hold nothing
+// but its root znode (checked on its leader's state after a linearizable
+// barrier), then the root group removes it from the table.
+func (s *Server) removeKeyspace(ctx context.Context, prefix string) (uint64, error) {
+	s.mu.RLock()
+	ks, ok := s.fsm.KeyspaceFor(prefix)
+	s.mu.RUnlock()
+	if !ok || ks.Prefix != prefix {
+		return 0, errs.ErrNoKeyspace
+	}
+	if g := s.keyspaceGroups.get(ks.Group); g != nil {
+		if err := s.readBarrier(ctx, g, true, 0); err != nil {
+			return 0, err
+		}
+		g.fsm.RLock()
+		_, st, err := g.fsm.Tree().Get(prefix)
+		empty := err == nil && st.NumChildren == 0 && bytes.Equal(g.fsm.Coord().Snapshot(), coord.New().Snapshot())
+		g.fsm.RUnlock()
+		if !empty {
+			return 0, fmt.Errorf("%w: %s holds znodes or coordination state", errs.ErrKeyspaceNotEmpty, prefix)
+		}
+	}
+	out, err := s.Submit(ctx, keyspaceCommand(&fsm.KeyspaceCommand{Op: fsm.KeyspaceRemove, Prefix: prefix})).Wait()
+	if err == nil {
+		err = out.keyspace.Err
+	}
+	return out.zxid, err
+}
+
+// regionDistance is the measured round trip between two regions: the
+// median of the round trips between their members, from this member's
+// view (the round trips it measured itself); false when unmeasured.
+func (s *Server) regionDistance() func(from, to string) (time.Duration, bool) {
+	region := map[uint64]string{}
+	for _, m := range s.members() {
+		region[m.ID] = m.Region
+	}
+	rtt := map[[2]string][]time.Duration{}
+	self := region[s.cfg.ID]
+	for _, p := range s.rep.Latency().Peers {
+		if p.Net.Count == 0 {
+			continue
+		}
+		k := [2]string{self, region[p.Peer]}
+		rtt[k] = append(rtt[k], p.Net.P50)
+		rtt[[2]string{k[1], k[0]}] = append(rtt[[2]string{k[1], k[0]}], p.Net.P50)
+	}
+	return func(from, to string) (time.Duration, bool) {
+		ds := rtt[[2]string{from, to}]
+		if len(ds) == 0 {
+			return 0, false
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2], true
+	}
+}
+
+// barrierAll is readBarrier(minZxid) on every group this member runs: a
+// client re-registering watches anywhere in the tree (setWatches, a watch
+// stream) must find every group at least as fresh as what it saw.
+func (s *Server) barrierAll(ctx context.Context, minZxid int64) error {
+	if err := s.readBarrier(ctx, s.root, false, minZxid); err != nil {
+		return err
+	}
+	for _, g := range s.keyspaceGroups.all() {
+		if err := s.readBarrier(ctx, g, false, minZxid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wholeTree read-locks every group's state, the root's first, then the
+// keyspaces' by id (the one order in which several are held), and returns
+// a reader over all of them with the unlock.
+func (s *Server) wholeTree() (wholeReader, func()) {
+	gs := s.keyspaceGroups.all()
+	s.mu.RLock()
+	for _, g := range gs {
+		g.fsm.RLock()
+	}
+	r := wholeReader{s: s, groups: map[uint64]*group{}, at: s.fsm.LastZxid()}
+	for _, g := range gs {
+		r.groups[g.id] = g
+		r.at = max(r.at, g.fsm.LastZxid())
+	}
+	return r, func() {
+		for i := len(gs) - 1; i >= 0; i-- {
+			gs[i].fsm.RUnlock()
+		}
+		s.mu.RUnlock()
+	}
+}
+
+// wholeReader reads a node from the group that owns it (watch.NodeReader);
+// At is the highest zxid any group has applied, a bound on the change a
+// missing node's deletion was (the client counts it as seen).
+type wholeReader struct {
+	s      *Server
+	groups map[uint64]*group
+	at     int64
+}
+
+func (r wholeReader) Exists(path string) (tree.Stat, error) { return r.treeFor(path).Exists(path) }
+
+// treeFor is the tree of the group that owns path (the root's when the
+// keyspace's group does not run here: the root then has no such node).
+func (r wholeReader) treeFor(path string) *tree.Tree {
+	if ks, ok := r.s.fsm.KeyspaceFor(path); ok {
+		if g := r.groups[ks.Group]; g != nil {
+			return g.fsm.Tree()
+		}
+	}
+	return r.s.fsm.Tree()
+}
+
+func (r wholeReader) At() int64 { return r.at }
+
+// coordOf read-locks the group owning the coordination object name and
+// returns its state, its last zxid and the unlock.
+func (s *Server) coordOf(name string) (*coord.State, uint64, func()) {
+	g := s.groupForName(name)
+	g.fsm.RLock()
+	return g.fsm.Coord(), uint64(g.fsm.LastZxid()), g.fsm.RUnlock
+}
+
+// ---- the native API's keyspace methods ----
+
+func (a *api) CreateKeyspace(ctx context.Context, r *pb.KeyspaceRequest) (*pb.KeyspaceResponse, error) {
+	survival := fsm.SurvivalZone
+	switch r.GetSurvival() {
+	case "", "zone":
+	case "region":
+		survival = fsm.SurvivalRegion
+	default:
+		return nil, a.done("CreateKeyspace", fmt.Errorf("%w: survival %q: zone or region", errs.ErrInvalidKeyspace, r.GetSurvival()))
+	}
+	ks, zxid, err := a.s.createKeyspace(ctx, r.GetPrefix(), r.GetHome(), survival)
+	if err != nil {
+		return nil, a.done("CreateKeyspace", err)
+	}
+	return &pb.KeyspaceResponse{Header: a.header(zxid), Keyspace: a.s.keyspaceInfo(ks)}, a.done("CreateKeyspace", nil)
+}
+
+func (a *api) RemoveKeyspace(ctx context.Context, r *pb.KeyspaceRequest) (*pb.KeyspaceResponse, error) {
+	zxid, err := a.s.removeKeyspace(ctx, r.GetPrefix())
+	if err != nil {
+		return nil, a.done("RemoveKeyspace", err)
+	}
+	return &pb.KeyspaceResponse{Header: a.header(zxid), Keyspace: &pb.Keyspace{Prefix: r.GetPrefix()}}, a.done("RemoveKeyspace", nil)
+}
+
+func (a *api) ListKeyspaces(ctx context.Context, r *pb.ListKeyspacesRequest) (*pb.ListKeyspacesResponse, error) {
+	if err := a.s.readBarrier(ctx, a.s.root, true, 0); err != nil {
+		return nil, a.done("ListKeyspaces", err)
+	}
+	a.s.mu.RLock()
+	list := a.s.fsm.Keyspaces().List()
+	a.s.mu.RUnlock()
+	out := &pb.ListKeyspacesResponse{Header: a.header(0)}
+	for _, ks := range list {
+		out.Keyspaces = append(out.Keyspaces, a.s.keyspaceInfo(ks))
+	}
+	return out, a.done("ListKeyspaces", nil)
+}
+
+// keyspaceInfo is ks as the API shows it, with this member's view of its
+// group.
+func (s *Server) keyspaceInfo(ks fsm.Keyspace) *pb.Keyspace {
+	out := &pb.Keyspace{Prefix: ks.Prefix, Home: ks.Region, Survival: ks.Survival.String(), Group: ks.Group,
+		Voters: slices.Clone(ks.Voters), Learners: slices.Clone(ks.Learners)}
+	if g := s.keyspaceGroups.get(ks.Group); g != nil {
+		out.LeaderId, out.LastZxid = g.rep.Leader(), g.lastZxid()
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+package server
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	gozk "github.com/go-zookeeper/zk"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/fsm"
+)
+
+// waitGroupOpen waits until every running server runs the keyspace's group.
+func (tc *testCluster) waitGroupOpen(group uint64) {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, s := range tc.servers {
+		for s != nil && s.keyspaceGroups.get(group) == nil {
+			if time.Now().After(deadline) {
+				tc.t.Fatalf("server %d does not run group %d", s.cfg.ID, group)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// A keyspace seen through an unmodified ZooKeeper client: one tree whose
+// /eu lives in its own raft group on every member, writes and reads routed
+// by any member, zxids that keep a session's order across groups, and the
+// refusals (a multi across groups, deleting the keyspace's root, removing
+// a keyspace that is not empty).
+func TestKeyspaceThroughZooKeeperPort(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	ks, _, err := tc.servers[0].createKeyspace(ctx(t), "/eu", "local", fsm.SurvivalZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ks.Voters, []uint64{1, 2, 3}) || len(ks.Learners) != 0 {
+		t.Fatalf("placement: voters %v learners %v, want the three zones of region local", ks.Voters, ks.Learners)
+	}
+	if _, _, err := tc.servers[1].createKeyspace(ctx(t), "/eu", "local", fsm.SurvivalZone); !errors.Is(err, errs.ErrKeyspaceExists) {
+		t.Fatalf("second create: %v", err)
+	}
+	if _, _, err := tc.servers[1].createKeyspace(ctx(t), "/us", "elsewhere", fsm.SurvivalZone); !errors.Is(err, errs.ErrInvalidKeyspace) {
+		t.Fatalf("a home region without members: %v", err)
+	}
+	tc.waitGroupOpen(ks.Group)
+
+	acl := gozk.WorldACL(gozk.PermAll)
+	zc, _ := zkConnect(t, tc.zkAddrs()[1:2])
+	if _, err := zc.Create("/eu/config", []byte("v1"), 0, acl); err != nil {
+		t.Fatalf("create in the keyspace: %v", err)
+	}
+	if _, err := zc.Create("/top", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	// Write then flag, across groups: the flag's zxid exceeds the config's.
+	cfgStat, err := zc.Set("/eu/config", []byte("v2"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zc.Create("/top/ready", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	_, readyStat, err := zc.Get("/top/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("config mzxid %#x, flag czxid %#x", cfgStat.Mzxid, readyStat.Czxid)
+	if readyStat.Czxid <= cfgStat.Mzxid {
+		t.Fatalf("flag czxid %#x not above config mzxid %#x", readyStat.Czxid, cfgStat.Mzxid)
+	}
+	kids, _, err := zc.Children("/")
+	if err != nil || !slices.Contains(kids, "eu") || !slices.Contains(kids, "top") {
+		t.Fatalf("children of /: %v, %v", kids, err)
+	}
+
+	// The data is in the keyspace's group, not the root's, on every member.
+	for _, s := range tc.servers {
+		g := s.keyspaceGroups.get(ks.Group)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			g.fsm.RLock()
+			data, _, err := g.fsm.Tree().Get("/eu/config")
+			g.fsm.RUnlock()
+			if err == nil && string(data) == "v2" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("server %d: /eu/config in the group: %q %v", s.cfg.ID, data, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		s.mu.RLock()
+		_, _, err := s.mu.tree.Get("/eu/config")
+		s.mu.RUnlock()
+		if !errors.Is(err, errs.ErrNoNode) {
+			t.Fatalf("server %d: /eu/config in the root group's tree: %v", s.cfg.ID, err)
+		}
+	}
+
+	// Another client on another member, after seeing the flag, reads the
+	// config as written.
+	zc3, _ := zkConnect(t, tc.zkAddrs()[2:3])
+	if _, err := zc3.Sync("/top"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := zc3.Exists("/top/ready"); err != nil || !ok {
+		t.Fatalf("flag: %v %v", ok, err)
+	}
+	if data, _, err := zc3.Get("/eu/config"); err != nil || string(data) != "v2" {
+		t.Fatalf("config after the flag: %q %v", data, err)
+	}
+
+	// Refusals.
+	_, err = zc.Multi(&gozk.CreateRequest{Path: "/eu/m", Data: nil, Acl: acl}, &gozk.CreateRequest{Path: "/top/m", Data: nil, Acl: acl})
+	if !errors.Is(err, gozk.ErrBadArguments) {
+		t.Fatalf("multi across keyspaces: %v", err)
+	}
+	if err := zc.Delete("/eu", -1); !errors.Is(err, gozk.ErrBadArguments) {
+		t.Fatalf("delete of the keyspace root: %v", err)
+	}
+	if _, err := tc.servers[2].removeKeyspace(ctx(t), "/eu"); !errors.Is(err, errs.ErrKeyspaceNotEmpty) {
+		t.Fatalf("remove a keyspace with data: %v", err)
+	}
+
+	// A member restarted runs the group again, from its store.
+	tc.stop(0)
+	tc.start(0)
+	tc.waitGroupOpen(ks.Group)
+	zc1, _ := zkConnect(t, tc.zkAddrs()[:1])
+	if _, err := zc1.Sync("/eu"); err != nil {
+		t.Fatal(err)
+	}
+	if data, _, err := zc1.Get("/eu/config"); err != nil || string(data) != "v2" {
+		t.Fatalf("after a restart: %q %v", data, err)
+	}
+
+	// Emptied, the keyspace can be removed; its root leaves the tree.
+	if err := zc.Delete("/eu/config", -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.servers[2].removeKeyspace(ctx(t), "/eu"); err != nil {
+		t.Fatalf("remove an empty keyspace: %v", err)
+	}
+	for _, s := range tc.servers {
+		deadline := time.Now().Add(10 * time.Second)
+		for s.keyspaceGroups.get(ks.Group) != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("server %d still runs the removed keyspace's group", s.cfg.ID)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if kids, _, err := zc.Children("/"); err != nil || slices.Contains(kids, "eu") {
+		t.Fatalf("children of / after the removal: %v, %v", kids, err)
+	}
+	if _, err := zc.Create("/eu", nil, 0, acl); err != nil {
+		t.Fatalf("the prefix is a plain path again: %v", err)
+	}
+}
