@@ -14,6 +14,11 @@
 // proposed it, waking the requests waiting for a grant, triggering watches,
 // forgetting a session's connections) is not decided here.
 //
+// A regional keyspace's group runs a state machine made with
+// Options{Keyspace: true}: sessions live in the root group, so its session
+// table is external (sessions.go: adoption of the sessions that act in it,
+// the command that ends them there, and tombstones bounded in zxid time).
+//
 // It never reads a clock (time arrives in commands), starts a goroutine or
 // does I/O, and it never panics on the bytes of an entry: an entry that
 // does not decode is skipped, the same way on every member.
@@ -62,11 +67,21 @@ type FSM struct {
 	// owner is the keyspace whose group this is (owner.go); nil for the
 	// root group.
 	owner *Keyspace
+	// sessions is a keyspace group's table of ended sessions (sessions.go);
+	// nil in the root group.
+	sessions *sessionTable
+	// stamp is the clock envelope of the entry being applied (zero: none).
+	stamp clockStamp
 }
 
-// New returns an empty state machine at index 0.
-func New(h Hooks) *FSM {
-	return &FSM{tree: tree.New(), coord: coord.New(), keyspaces: newKeyspaceTable(), hooks: h}
+// New returns an empty state machine at index 0: the root group's, or
+// with Options{Keyspace: true} a keyspace group's (at most one Options).
+func New(h Hooks, opts ...Options) *FSM {
+	f := &FSM{tree: tree.New(), coord: coord.New(), keyspaces: newKeyspaceTable(), hooks: h}
+	if len(opts) > 0 && opts[0].Keyspace {
+		f.sessions = newSessionTable()
+	}
+	return f
 }
 
 // RLock locks the state for reading: Tree, Coord and Applied stay as they
@@ -168,7 +183,12 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 		r.Zxid, f.lastZxid, r.Skipped = zxid, zxid, err
 	default:
 		r.Zxid, f.lastZxid = zxid, zxid
+		if f.sessions != nil {
+			f.sessions.prune(int64(ZxidPhysicalMs(zxid)))
+		}
+		f.stamp = stamp
 		f.applyEntry(&r, inner)
+		f.stamp = clockStamp{}
 	}
 	f.applied = index
 	if f.hooks.Applied != nil {
@@ -199,6 +219,9 @@ func (f *FSM) applyEntry(r *Result, data []byte) {
 // applyTree applies a tree command and, when it ends sessions, releases
 // their locks in coord in the same apply.
 func (f *FSM) applyTree(r *Result, cmd *tree.Command) {
+	if f.sessions != nil && f.applyKeyspaceTree(r, cmd) {
+		return
+	}
 	r.TreeResult, r.Events = f.tree.Apply(r.Zxid, cmd)
 	switch cmd.Op.Type {
 	case tree.OpCreateSession:
@@ -240,6 +263,17 @@ func (f *FSM) applyCoord(r *Result, data []byte) {
 	}
 	if c.Op == coord.OpFenced {
 		f.applyFenced(r, c)
+		return
+	}
+	if f.sessions != nil {
+		var adopted, limit bool
+		r.CoordResult, r.Grants, r.Losses = f.coord.Apply(r.Index, c, f.keyspaceLive(c, &adopted, &limit))
+		if adopted && r.CoordResult.Err != nil {
+			f.tree.ForgetSession(c.Session)
+		}
+		if limit && r.CoordResult.Err == errs.ErrSessionExpired {
+			r.CoordResult.Err = errs.ErrTooManySessions
+		}
 		return
 	}
 	live := func(id int64) bool { _, ok := f.tree.Session(id); return ok }

@@ -33,6 +33,10 @@ import (
 //	fenced lock=l token=N session=N path=/a data=D    (a fenced set)
 //	fenced lock=l token=N session=N inner=close-session|garbage
 //	tick
+//	push queue=q data=D
+//	pop queue=q session=N [wait]
+//	enter barrier=b session=N parties=N
+//	multi session=N path=/a [ephemeral]                (a multi of one create)
 //	garbage [coord]                                    (an entry that does not decode)
 //	bad-clock kind=truncated|physical|min|nested|empty (a clock envelope that does not decode)
 //	keyspace-create prefix=/eu [region=R] [survival=zone|region|N] [voters=(1,2,3)] [learners=(4)]
@@ -40,6 +44,7 @@ import (
 //	keyspace-for path=/eu/a | name=eu/lock   (not an entry: the owner of a path or name)
 //	keyspaces       (not an entry: the table)
 //	snapshot        (round trip into a new FSM, which the script continues with)
+//	keyspace-fsm    (not an entry: a new, empty keyspace group's FSM from index 0)
 //	show
 //	stat path=/a    (the node's zxids and versions)
 //
@@ -58,6 +63,7 @@ func TestScripts(t *testing.T) {
 type harness struct {
 	t     *testing.T
 	fsm   *FSM
+	opts  Options
 	index uint64
 	now   int64
 }
@@ -95,6 +101,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return show(h.fsm)
 	case "snapshot":
 		return h.roundTrip()
+	case "keyspace-fsm":
+		h.opts = Options{Keyspace: true}
+		h.fsm, h.index = New(Hooks{}, h.opts), 0
+		return "keyspace group\n"
 	case "stat":
 		return h.stat(d)
 	case "keyspaces":
@@ -175,6 +185,11 @@ func (h *harness) entry(d *datadriven.TestData) []byte {
 		}
 		return b
 	}
+	for _, k := range []string{"queue", "barrier"} {
+		if v, ok := arg(d, k); ok {
+			lock = v
+		}
+	}
 	coordCmd := func(c *coord.Command) []byte {
 		c.ID, c.TimeMs, c.Session, c.Name = id, h.now, session, lock
 		b, err := coord.Encode(c)
@@ -226,6 +241,20 @@ func (h *harness) entry(d *datadriven.TestData) []byte {
 		return coordCmd(&coord.Command{Op: coord.OpRelease})
 	case "tick":
 		return coordCmd(&coord.Command{Op: coord.OpTick})
+	case "push":
+		return coordCmd(&coord.Command{Op: coord.OpPush, Value: []byte(value)})
+	case "pop":
+		_, wait := arg(d, "wait")
+		return coordCmd(&coord.Command{Op: coord.OpPop, Wait: wait})
+	case "enter":
+		return coordCmd(&coord.Command{Op: coord.OpEnter, Parties: int32(h.int(d, "parties"))})
+	case "multi":
+		mode := tree.ModePersistent
+		if _, ok := arg(d, "ephemeral"); ok {
+			mode = tree.ModeEphemeral
+		}
+		return treeCmd(&tree.Command{Session: session, Op: tree.Op{Type: tree.OpMulti},
+			Ops: []tree.Op{{Type: tree.OpCreate, Path: path, Data: []byte(value), ACL: tree.OpenACL, Mode: mode}}})
 	case "fenced":
 		var inner []byte
 		switch v, _ := arg(d, "inner"); v {
@@ -347,7 +376,7 @@ func (h *harness) roundTrip() string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := New(Hooks{})
+	f := New(Hooks{}, h.opts)
 	if err := f.Restore(h.fsm.Applied(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +406,8 @@ var errNames = map[error]string{
 	errs.ErrKeyspaceExists: "ErrKeyspaceExists", errs.ErrKeyspaceOverlap: "ErrKeyspaceOverlap",
 	errs.ErrKeyspaceHasData: "ErrKeyspaceHasData", errs.ErrKeyspaceNotEmpty: "ErrKeyspaceNotEmpty",
 	errs.ErrNoKeyspace: "ErrNoKeyspace", errs.ErrTooManyKeyspaces: "ErrTooManyKeyspaces",
-	errs.ErrUnimplemented: "ErrUnimplemented",
+	errs.ErrUnimplemented: "ErrUnimplemented", errs.ErrTooManySessions: "ErrTooManySessions",
+	errs.ErrQueueEmpty: "ErrQueueEmpty", errs.ErrRuntimeInconsistency: "ErrRuntimeInconsistency",
 }
 
 func errName(err error) string {
@@ -415,8 +445,12 @@ func fmtResult(r *Result) string {
 		switch {
 		case cr.Err != nil:
 			fmt.Fprintf(&out, "coord %s", errName(cr.Err))
+		case cr.Granted && cr.Item != nil:
+			fmt.Fprintf(&out, "coord delivered item=%d attempt=%d", cr.Item.ID, cr.Item.Attempt)
 		case cr.Granted:
 			fmt.Fprintf(&out, "coord granted token=%d", cr.Token)
+		case cr.Pushed != 0:
+			fmt.Fprintf(&out, "coord pushed item=%d", cr.Pushed)
 		case cr.Position > 0:
 			fmt.Fprintf(&out, "coord waiting position=%d", cr.Position)
 		default:
@@ -451,7 +485,14 @@ func fmtResult(r *Result) string {
 		out.WriteString("\n")
 	}
 	for _, g := range r.Grants {
-		fmt.Fprintf(&out, "grant %s to session %d token=%d %s\n", g.Lock, g.Session, g.Token, g.Mode)
+		switch g.Kind {
+		case coord.GrantLock:
+			fmt.Fprintf(&out, "grant %s to session %d token=%d %s\n", g.Lock, g.Session, g.Token, g.Mode)
+		case coord.GrantItem:
+			fmt.Fprintf(&out, "grant item %d of %s to session %d\n", g.Item.ID, g.Lock, g.Session)
+		default:
+			fmt.Fprintf(&out, "grant kind %d of %s to session %d\n", g.Kind, g.Lock, g.Session)
+		}
 	}
 	for _, l := range r.Losses {
 		fmt.Fprintf(&out, "lost %s by session %d token=%d (%s)\n", l.Lock, l.Session, l.Token, l.Reason)
@@ -482,6 +523,13 @@ func show(f *FSM) string {
 	}
 	for _, k := range f.Keyspaces().List() {
 		out.WriteString("keyspace " + fmtKeyspace(k))
+	}
+	if f.IsKeyspace() {
+		tombs, floor := f.Tombstones()
+		fmt.Fprintf(&out, "participants %v floor=%d\n", f.Participants(), floor)
+		for _, ts := range tombs {
+			fmt.Fprintf(&out, "tombstone session %d end=%d\n", ts.Session, ts.EndMs)
+		}
 	}
 	for _, l := range f.Coord().List("", 1000) {
 		fmt.Fprintf(&out, "%s:", l.Name)

@@ -29,7 +29,7 @@ import (
 // for k's root znode (persistent, empty, world ACL; its czxid is k's group
 // id, its ctime the keyspace's creation time).
 func NewKeyspace(h Hooks, k Keyspace) *FSM {
-	f := New(h)
+	f := New(h, Options{Keyspace: true})
 	owner := k
 	f.owner = &owner
 	f.tree.Apply(int64(k.Group), &tree.Command{TimeMs: k.Created, Auth: superAuth,

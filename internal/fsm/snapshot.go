@@ -27,9 +27,22 @@ import (
 //
 // The table section is the keyspace table (keyspace.go), empty when there
 // is none. Version 1 is written only while the table is empty, too.
+//
+// Version 3 (magic "MRDS3"), written only by a keyspace group's state
+// machine that remembers ended sessions (sessions.go); older binaries
+// refuse it by its magic:
+//
+//	"MRDS3", uvarint lastZxid, uvarint len(table), table,
+//	uvarint len(sessions), sessions,
+//	uvarint len(tree snapshot), tree snapshot, coord snapshot
+//
+// Which group a snapshot belongs to is not in it: a keyspace group's
+// adopted sessions (timeout 0) are refused by the root's Restore, and the
+// root's sessions (and a sessions section) by a keyspace group's.
 var (
 	snapshotMagic   = []byte("MRDS1")
 	snapshotMagicV2 = []byte("MRDS2")
+	snapshotMagicV3 = []byte("MRDS3")
 )
 
 // Snapshot serializes the whole state (tree, coord, keyspace table, last
@@ -42,6 +55,9 @@ func (f *FSM) Snapshot() ([]byte, error) {
 		return nil, err
 	}
 	treeSnap, coordSnap := buf.Bytes(), f.coord.Snapshot()
+	if sessions := f.sessions.snapshot(); len(sessions) > 0 {
+		return encodeSnapshotV3(f.lastZxid, f.keyspaces.snapshot(), sessions, treeSnap, coordSnap), nil
+	}
 	if f.lastZxid == int64(f.applied) && f.keyspaces.Len() == 0 {
 		return encodeSnapshot(treeSnap, coordSnap), nil
 	}
@@ -72,12 +88,28 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	if !ok {
 		return fmt.Errorf("%w: snapshot: bad keyspace table", errs.ErrDataInconsistency)
 	}
+	var sessions *sessionTable
+	if f.sessions != nil {
+		if sessions, ok = restoreSessionTable(snap.sessions); !ok {
+			return fmt.Errorf("%w: snapshot: bad session tombstones", errs.ErrDataInconsistency)
+		}
+	} else if len(snap.sessions) > 0 {
+		return fmt.Errorf("%w: snapshot: a keyspace group's, not the root's", errs.ErrDataInconsistency)
+	}
+	for _, s := range t.Sessions() {
+		if adopted := s.TimeoutMs == 0; adopted != (f.sessions != nil) {
+			return fmt.Errorf("%w: snapshot: session %d of another kind of group", errs.ErrDataInconsistency, s.ID)
+		}
+	}
 	if index > MaxZxid {
 		return fmt.Errorf("%w: snapshot: index %d beyond the zxid range", errs.ErrDataInconsistency, index)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tree, f.coord, f.keyspaces, f.applied = t, c, ks, index
+	if f.sessions != nil {
+		f.sessions = sessions
+	}
 	f.lastZxid = max(snap.lastZxid, int64(index))
 	if f.hooks.Restored != nil {
 		f.hooks.Restored()
@@ -104,10 +136,21 @@ func encodeSnapshotV2(lastZxid int64, table, treeSnap, coordSnap []byte) []byte 
 	return append(out, coordSnap...)
 }
 
+func encodeSnapshotV3(lastZxid int64, table, sessions, treeSnap, coordSnap []byte) []byte {
+	out := make([]byte, 0, len(snapshotMagicV3)+40+len(table)+len(sessions)+len(treeSnap)+len(coordSnap))
+	out = append(out, snapshotMagicV3...)
+	out = binary.AppendUvarint(out, uint64(lastZxid))
+	for _, section := range [][]byte{table, sessions, treeSnap} {
+		out = binary.AppendUvarint(out, uint64(len(section)))
+		out = append(out, section...)
+	}
+	return append(out, coordSnap...)
+}
+
 // decodedSnapshot is a snapshot envelope's parts.
 type decodedSnapshot struct {
-	lastZxid           int64
-	table, tree, coord []byte
+	lastZxid                     int64
+	table, sessions, tree, coord []byte
 }
 
 func decodeSnapshot(b []byte) (decodedSnapshot, error) {
@@ -128,7 +171,8 @@ func decodeSnapshot(b []byte) (decodedSnapshot, error) {
 	switch {
 	case bytes.HasPrefix(b, snapshotMagic):
 		b = b[len(snapshotMagic):]
-	case bytes.HasPrefix(b, snapshotMagicV2):
+	case bytes.HasPrefix(b, snapshotMagicV2), bytes.HasPrefix(b, snapshotMagicV3):
+		v3 := bytes.HasPrefix(b, snapshotMagicV3)
 		b = b[len(snapshotMagicV2):]
 		z, k := binary.Uvarint(b)
 		if k <= 0 || z == 0 || z > MaxZxid {
@@ -138,6 +182,11 @@ func decodeSnapshot(b []byte) (decodedSnapshot, error) {
 		s.lastZxid = int64(z)
 		if s.table, ok = field(); !ok {
 			return corrupt("bad keyspace table length")
+		}
+		if v3 {
+			if s.sessions, ok = field(); !ok || len(s.sessions) == 0 {
+				return corrupt("bad sessions length")
+			}
 		}
 	default:
 		return corrupt("bad magic")

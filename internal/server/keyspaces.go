@@ -39,6 +39,7 @@ type group struct {
 	rep     *replica.Replica
 	fsm     *fsm.FSM
 	waiters *waiters
+	dutyAt  time.Time // the last duty proposed (keyspaceDuties' goroutine only)
 }
 
 func (g *group) root() bool { return g.id == 0 }
@@ -60,6 +61,12 @@ func (gs *groups) get(id uint64) *group {
 	gs.mu.RLock()
 	defer gs.mu.RUnlock()
 	return gs.m[id]
+}
+
+func (gs *groups) count() int {
+	gs.mu.RLock()
+	defer gs.mu.RUnlock()
+	return len(gs.m)
 }
 
 // all returns the groups in id order (the order their locks are taken in
@@ -438,3 +445,97 @@ func (s *Server) keyspaceInfo(ks fsm.Keyspace) *pb.Keyspace {
 	}
 	return out
 }
+
+// ---- a keyspace group's duties, on its leader ----
+
+// endedSessions remembers how recent sessions ended in the root (closed
+// or expired), so that a keyspace group's leader ends them there the same
+// way: an expiry applies lock-delays, a close does not. Bounded: the oldest
+// half is forgotten past maxRememberedEnds (an end it forgets is then
+// proposed as an expiry).
+type endedSessions struct {
+	mu      sync.Mutex
+	expired map[int64]bool
+	order   []int64
+}
+
+const maxRememberedEnds = 100_000
+
+func (e *endedSessions) add(id int64, expired bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.expired == nil {
+		e.expired = map[int64]bool{}
+	}
+	if len(e.order) >= maxRememberedEnds {
+		for _, old := range e.order[:maxRememberedEnds/2] {
+			delete(e.expired, old)
+		}
+		e.order = append(e.order[:0], e.order[maxRememberedEnds/2:]...)
+	}
+	e.expired[id] = expired
+	e.order = append(e.order, id)
+}
+
+// closed reports whether id ended by its client's close, as far as known.
+func (e *endedSessions) closed(id int64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.expired[id]
+	return ok && !exp
+}
+
+// keyspaceDuties (every tick) has this member, for each keyspace group it
+// leads, end there the sessions the root no longer knows (a session's
+// ephemerals, locks, leases and barrier entries in a keyspace go with it:
+// closes one by one, expiries in batches), and propose the group's own
+// coordination tick and reaping when due. A lost proposal is proposed
+// again on a later tick (at most every groupDutyEvery per group).
+func (s *Server) keyspaceDuties(now time.Time) {
+	for _, g := range s.keyspaceGroups.all() {
+		if !g.rep.IsLeader() || now.Sub(g.dutyAt) < groupDutyEvery {
+			continue
+		}
+		g.fsm.RLock()
+		participants := g.fsm.Participants()
+		needTick := g.fsm.Coord().NeedsTick(now.UnixMilli())
+		needReap := g.fsm.Tree().NeedsReap(now.UnixMilli())
+		g.fsm.RUnlock()
+		var expire []int64
+		var closed []int64
+		s.mu.RLock()
+		for _, id := range participants {
+			if _, live := s.mu.tree.Session(id); live {
+				continue
+			}
+			if s.ended.closed(id) {
+				closed = append(closed, id)
+			} else if len(expire) < tree.MaxExpireBatch {
+				expire = append(expire, id)
+			}
+		}
+		s.mu.RUnlock()
+		duty := func(p proposal) {
+			g.dutyAt = now
+			if _, err := s.Submit(context.Background(), leaderDuty(inGroup{p, g})).Wait(); err != nil {
+				s.log.Debug("keyspace duty", "keyspace", g.ks.Prefix, "err", err)
+			}
+		}
+		for _, id := range closed {
+			duty(treeCommand(&tree.Command{Session: id, Op: tree.Op{Type: tree.OpCloseSession}}))
+		}
+		if len(expire) > 0 {
+			duty(treeCommand(&tree.Command{Op: tree.Op{Type: tree.OpExpire}, Sessions: expire}))
+		}
+		if needTick {
+			duty(coordCommand(&coord.Command{Op: coord.OpTick}))
+		}
+		if needReap {
+			duty(treeCommand(&tree.Command{Op: tree.Op{Type: tree.OpReap}}))
+		}
+	}
+}
+
+// groupDutyEvery spaces a keyspace group's duty proposals, so that one
+// still in flight is not proposed again every tick.
+const groupDutyEvery = 500 * time.Millisecond

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	gozk "github.com/go-zookeeper/zk"
 
+	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/fsm"
 )
@@ -160,5 +162,77 @@ func TestKeyspaceThroughZooKeeperPort(t *testing.T) {
 	}
 	if _, err := zc.Create("/eu", nil, 0, acl); err != nil {
 		t.Fatalf("the prefix is a plain path again: %v", err)
+	}
+}
+
+// Sessions stay the root's, and what a session holds in a keyspace ends
+// with it: its ephemerals there are deleted when it closes, and a lock it
+// held there passes to the next waiter (with a larger token), on every
+// member.
+func TestKeyspaceSessionsEnd(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	ks, _, err := tc.servers[0].createKeyspace(ctx(t), "/eu", "local", fsm.SurvivalZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.waitGroupOpen(ks.Group)
+
+	acl := gozk.WorldACL(gozk.PermAll)
+	owner, _ := zkConnect(t, tc.zkAddrs()[:1])
+	watcher, _ := zkConnect(t, tc.zkAddrs()[2:3])
+	if _, err := owner.Create("/eu/e", []byte("mine"), gozk.FlagEphemeral, acl); err != nil {
+		t.Fatalf("ephemeral in a keyspace: %v", err)
+	}
+	ok, _, ch, err := watcher.ExistsW("/eu/e")
+	if err != nil || !ok {
+		t.Fatalf("ephemeral seen from another member: %v %v", ok, err)
+	}
+	owner.Close()
+	select {
+	case ev := <-ch:
+		if ev.Type != gozk.EventNodeDeleted {
+			t.Fatalf("event %+v, want the ephemeral's deletion", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the closed session's ephemeral in the keyspace was not deleted")
+	}
+
+	// A lock in the keyspace (named eu/...), held by a native session.
+	holder := tc.client(tc.endpoints()[1])
+	lease, err := holder.Lock(ctx(t), "eu/job", client.LockOptions{})
+	if err != nil {
+		t.Fatalf("lock in the keyspace: %v", err)
+	}
+	next := tc.client(tc.endpoints()[2])
+	got := make(chan *client.Lease, 1)
+	go func() {
+		l, err := next.Lock(context.Background(), "eu/job", client.LockOptions{Timeout: 15 * time.Second})
+		if err != nil {
+			t.Errorf("waiting lock: %v", err)
+		}
+		got <- l
+	}()
+	time.Sleep(200 * time.Millisecond) // queued behind the holder
+	holder.Close()
+	select {
+	case l := <-got:
+		if l == nil || l.Token <= lease.Token {
+			t.Fatalf("next holder's token %v, first %d", l, lease.Token)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the lock held by a closed session was not handed on")
+	}
+	for _, s := range tc.servers {
+		g := s.keyspaceGroups.get(ks.Group)
+		s.mu.RLock()
+		_, rootHas := s.fsm.Coord().Get("eu/job")
+		s.mu.RUnlock()
+		g.fsm.RLock()
+		_, groupHas := g.fsm.Coord().Get("eu/job")
+		g.fsm.RUnlock()
+		if rootHas || !groupHas {
+			t.Fatalf("server %d: lock eu/job in the root group %v, in the keyspace's %v", s.cfg.ID, rootHas, groupHas)
+		}
 	}
 }

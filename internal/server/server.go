@@ -67,6 +67,7 @@ type Server struct {
 	root           *group
 	keyspaceGroups groups
 	keyspaceMu     sync.Mutex // serialises opening and closing groups
+	ended          endedSessions
 	ready          atomic.Bool
 
 	// failed closes when a group this member runs stopped by itself
@@ -418,6 +419,9 @@ func (s *Server) afterApply(r *fsm.Result) {
 	}
 	for _, e := range r.Ended {
 		s.endSession(e.ID, e.Expired)
+		if s.keyspaceGroups.count() > 0 {
+			s.ended.add(e.ID, e.Expired)
+		}
 	}
 	s.afterCoord(r)
 	if c := r.KeyspaceCommand; c != nil && r.KeyspaceResult.Err == nil && s.ready.Load() {
@@ -598,6 +602,7 @@ func (s *Server) duties() {
 		for _, g := range s.keyspaceGroups.all() {
 			g.waiters.sweep(time.Now(), grace)
 		}
+		s.keyspaceDuties(time.Now())
 		if now := time.Now(); now.Sub(lastPlacement) >= placementEvery {
 			lastPlacement = now
 			s.placementTick(now, st.Leader == s.cfg.ID)

@@ -18,6 +18,7 @@ import (
 //
 //	"MTRE" byte version=2
 //	uvarint count, session each: varint ID, varint TimeoutMs, bytes Password
+//	    (TimeoutMs 0 and no password: an adopted session, see AdoptSession)
 //	uvarint count, node each in increasing path order:
 //	    string path, nullable data (see codec.go), acl ACL, 11 varint Stat fields (in the
 //	    order of the Stat struct), varint mode, varint ttl
@@ -143,7 +144,11 @@ func Restore(r io.Reader) (*Tree, error) {
 		if d.err != nil {
 			break
 		}
-		if s.info.ID <= 0 || t.sessions[s.info.ID] != nil || s.info.TimeoutMs <= 0 {
+		// A timeout of 0 (and no password) is an adopted session
+		// (AdoptSession); the state machine that restores the tree checks
+		// that it expects them.
+		adopted := s.info.TimeoutMs == 0 && len(s.info.Password) == 0
+		if s.info.ID <= 0 || t.sessions[s.info.ID] != nil || s.info.TimeoutMs < 0 || s.info.TimeoutMs == 0 && !adopted {
 			return nil, corrupt("bad session %d", s.info.ID)
 		}
 		t.sessions[s.info.ID] = s

@@ -224,3 +224,38 @@ func TestNullDataSurvivesSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// An adopted session (no timeout, no password) owns ephemerals like any
+// session, survives a snapshot, and ending it deletes them.
+func TestAdoptedSessionRoundTrip(t *testing.T) {
+	tr := New()
+	if !tr.AdoptSession(7) || tr.AdoptSession(7) || tr.AdoptSession(0) {
+		t.Fatal("AdoptSession accepts a session twice or a zero id")
+	}
+	res, _ := tr.Apply(1, &Command{Session: 7, Op: Op{Type: OpCreate, Path: "/e", ACL: OpenACL, Mode: ModeEphemeral}})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if tr.ForgetSession(7) {
+		t.Fatal("forgot a session that owns an ephemeral")
+	}
+	var buf bytes.Buffer
+	if err := tr.Snapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := r.Session(7); !ok || s.TimeoutMs != 0 || len(r.Ephemerals(7, "/")) != 1 {
+		t.Fatalf("restored %+v %v", s, ok)
+	}
+	res, events := r.Apply(2, &Command{Op: Op{Type: OpExpire}, Sessions: []int64{7}})
+	if res.Err != nil || len(events) != 2 || r.SessionCount() != 0 {
+		t.Fatalf("expire: %+v %v", res, events)
+	}
+	r.AdoptSession(8)
+	if !r.ForgetSession(8) || r.SessionCount() != 0 {
+		t.Fatal("ForgetSession kept an empty adopted session")
+	}
+}

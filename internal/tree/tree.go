@@ -343,6 +343,31 @@ func (t *Tree) Session(id int64) (SessionInfo, bool) {
 	return s.copyInfo(), true
 }
 
+// AdoptSession records id as a session whose table is kept elsewhere (a
+// regional keyspace's state machine adopts the sessions of the root group
+// that act in it): no timeout, no password, but ephemerals may be created
+// for it and ending it deletes them (OpCloseSession, OpExpire). It reports
+// false, changing nothing, when id is not positive or already a session.
+// The caller (internal/fsm) decides when, the same way on every member.
+func (t *Tree) AdoptSession(id int64) bool {
+	if id <= 0 || t.sessions[id] != nil {
+		return false
+	}
+	t.sessions[id] = &session{info: SessionInfo{ID: id}}
+	return true
+}
+
+// ForgetSession removes an adopted session that owns no ephemerals (an
+// adoption whose command failed). It reports whether it did.
+func (t *Tree) ForgetSession(id int64) bool {
+	s := t.sessions[id]
+	if s == nil || s.info.TimeoutMs != 0 || len(s.ephemerals) > 0 {
+		return false
+	}
+	delete(t.sessions, id)
+	return true
+}
+
 // NodeCount returns the number of nodes, the root and /zookeeper included.
 func (t *Tree) NodeCount() int { return len(t.nodes) }
 

@@ -180,6 +180,6 @@ type Event struct {
 // SessionInfo is a live session as recorded in the tree.
 type SessionInfo struct {
 	ID        int64
-	TimeoutMs int32
+	TimeoutMs int32 // 0: adopted (Tree.AdoptSession), the session's table is elsewhere
 	Password  []byte
 }
