@@ -46,6 +46,12 @@ import (
 // and an address change reaches a group's book only through a new
 // configuration of that group).
 
+// groupEventQueue bounds a group's queue of transport reports
+// (unreachable peers, snapshots sent, step-down and quiesce notices), which
+// are rare and, but for snapshot reports, dropped when it is full; the
+// root's 1,024 would be 48 KiB of heap per group on every member.
+const groupEventQueue = 64
+
 // MaxGroups bounds the groups one member runs besides its root group;
 // OpenGroup refuses more with errs.ErrTooManyGroups.
 const MaxGroups = 1000
@@ -123,7 +129,7 @@ func (r *Replica) openGroup(gc GroupConfig, sm StateMachine, wrap func(Network) 
 	}
 	g.quiesce.enabled, g.quiesce.started = !gc.NeverQuiesce && cfg.ProbeInterval > 0, time.Now()
 	g.propc, g.recvc = make(chan proposal, 1024), make(chan *pb.Message, 4096)
-	g.readc, g.eventc = make(chan *readReq, 1024), make(chan loopEvent, 1024)
+	g.readc, g.eventc = make(chan *readReq, 1024), make(chan loopEvent, groupEventQueue)
 	g.transferc, g.campaignc, g.statusc = make(chan uint64, 1), make(chan chan error), make(chan chan Status)
 	g.confc = make(chan confReq)
 	if err := r.tr.addGroup(gc.Group, (*events)(g)); err != nil {
