@@ -41,6 +41,7 @@ func (e *collectEvents) unreachable(uint64)                   {}
 func (e *collectEvents) snapshotDone(uint64, bool)            {}
 func (e *collectEvents) steppedDown(uint64, uint64, uint64)   {}
 func (e *collectEvents) quiesceNotice(uint64, uint64, uint64) {}
+func (e *collectEvents) wakeRequest(uint64)                   {}
 
 // FuzzPeerFrames feeds arbitrary bytes to a peer connection's reader, as a
 // confused or hostile peer would send them, and steps every message the
@@ -89,6 +90,7 @@ func FuzzPeerFrames(f *testing.F) {
 		frameBytes(kindGroupRaft, 2, []byte{0, 0, 0, 0, 0, 0, 0, 0}),
 		frameBytes(kindGroupQuiesce, 2, []byte{0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 2}),
 		frameBytes(kindGroupQuiesce, 2, []byte{0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 3}),
+		frameBytes(kindGroupWake, 2, []byte{0, 0, 0, 0, 0, 0, 0, 9}),
 	}
 	for _, s := range seeds {
 		f.Add(s, []byte(nil))

@@ -245,6 +245,7 @@ func TestGroupFrames(t *testing.T) {
 		"step-down of wrong size": frameBytes(kindGroupStepDown, other, make([]byte, 16)),
 		"quiesce of wrong size":   frameBytes(kindGroupQuiesce, other, make([]byte, 16)),
 		"quiesce for group 0":     frameBytes(kindGroupQuiesce, other, make([]byte, 24)),
+		"wake of wrong size":      frameBytes(kindGroupWake, other, make([]byte, 16)),
 		"undecodable":             frameBytes(kindGroupRaft, other, append(make([]byte, 7), 9, 0xde, 0xad)),
 		"snapshot in a raft frame": frameBytes(kindGroupRaft, other, groupBody(9, &pb.Message{Type: typ(pb.MsgSnap), To: new(me), From: new(other),
 			Term: new(uint64(1))})),

@@ -40,6 +40,10 @@ import (
 //     one sent before it went quiet), and any Ready with messages to send.
 //     A member that did not quiesce (its notice lost) eventually
 //     pre-votes, which wakes the leader, whose heartbeats then resume.
+//     A member that has known no leader for an election timeout (it
+//     restarted while the group was quiet) asks the others to wake
+//     (kindGroupWake): a learner never pre-votes, so without this it
+//     would not learn the leader, nor serve a read, until the next write.
 //   - A quiesced follower must still notice a dead or cut-off leader: the
 //     root's latency probes (every ProbeInterval, between every member
 //     pair) tell when the leader last answered. Once it has been silent
@@ -65,20 +69,27 @@ const quiesceAfterTicks = 3
 // transport, for groups other than the root).
 type quiesceSender interface {
 	SendQuiesce(to, term, index uint64)
+	SendWake(to uint64)
 }
 
 func (n transportNetwork) SendQuiesce(to, term, index uint64) {
 	n.t.sendQuiesce(n.group, to, term, index)
 }
 
-// quiescence is a replica's quiescence state (raft loop only, but on).
+func (n transportNetwork) SendWake(to uint64) { n.t.sendWake(n.group, to) }
+
+// quiescence is a replica's quiescence state (raft loop only; quiet is
+// mirrored in Replica.quiet for Quiesced).
 type quiescence struct {
 	enabled   bool      // a group that opted in, with probes to watch its leader
 	quiet     bool      // not ticking
 	started   time.Time // when the replica started
 	since     time.Time // when it went quiet
 	idleTicks int       // leader: idle ticks in a row
-	notices   uint64    // leader: notices sent (tests)
+	// follower: since when it has known no leader, when it last asked the
+	// others to wake
+	leaderless, wakeAsked time.Time
+	notices               uint64 // leader: notices sent (tests)
 }
 
 // Quiesced reports whether this group's replica has stopped ticking.
@@ -101,7 +112,12 @@ func (r *Replica) quiesceTick(now time.Time) bool {
 		r.unquiesce()
 		return false
 	}
-	if r.leader.Load() != r.cfg.ID || !r.leaderIdle(now) {
+	if r.leader.Load() != r.cfg.ID {
+		q.idleTicks = 0
+		r.askForLeader(now)
+		return false
+	}
+	if !r.leaderIdle(now) {
 		q.idleTicks = 0
 		return false
 	}
@@ -127,6 +143,33 @@ func (r *Replica) quiesceTick(now time.Time) bool {
 	q.notices += uint64(len(to))
 	r.goQuiet(now)
 	return true
+}
+
+// askForLeader: a member that has known no leader for an election
+// timeout (it restarted while the group was quiet, or the leader died)
+// asks every other member to tick again, once every election timeout. A
+// quiet leader wakes and its heartbeats tell the member; a learner, which
+// never campaigns, would otherwise wait for the group's next write.
+func (r *Replica) askForLeader(now time.Time) {
+	q := &r.quiesce
+	if r.leader.Load() != raft.None {
+		q.leaderless = time.Time{}
+		return
+	}
+	if q.leaderless.IsZero() {
+		q.leaderless = now
+	}
+	timeout := r.tick * time.Duration(r.cfg.ElectionTicks)
+	qs, ok := r.net.(quiesceSender)
+	if !ok || now.Sub(q.leaderless) < timeout || now.Sub(q.wakeAsked) < timeout {
+		return
+	}
+	q.wakeAsked = now
+	for _, p := range r.book.Peers {
+		if p.ID != r.cfg.ID {
+			qs.SendWake(p.ID)
+		}
+	}
 }
 
 // leaderIdle reports whether this leader has nothing to do: every

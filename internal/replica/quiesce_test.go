@@ -24,6 +24,8 @@ func (n watchedNet) Send(m *pb.Message) {
 	n.Network.Send(m)
 }
 
+func (n watchedNet) SendWake(to uint64) { n.Network.(quiesceSender).SendWake(to) }
+
 func (n watchedNet) SendQuiesce(to, term, index uint64) {
 	if n.drop != nil && n.drop(to) {
 		return
@@ -177,4 +179,33 @@ func TestLostQuiesceNotice(t *testing.T) {
 	if got := g.reps[0].Term(); got != term || g.reps[0].Leader() != 1 {
 		t.Fatalf("term %d -> %d, leader %d: a lost notice led to an election", term, got, g.reps[0].Leader())
 	}
+}
+
+// A learner that restarts while its group is quiet asks the others to
+// wake once it has known no leader for an election timeout: the leader's
+// heartbeats tell it the leader and the commit index, it serves a
+// linearizable read, and the group quiesces again with it.
+func TestRestartedLearnerWakesQuietGroup(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.leader()
+	g := c.newGroup(GroupConfig{Group: 9, Voters: []uint64{1, 2}, Learners: []uint64{3}})
+	lead := g.leader()
+	g.put(lead, "a", "1")
+	w := &watchedGroup{group: g}
+	w.waitQuiet(0, 1, 2)
+	c.stop(2)
+	c.start(2)
+	g.open(2)
+	if got := g.leader(); got != lead {
+		t.Fatalf("leader %d, was %d: the restart caused an election", got+1, lead+1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := g.reps[2].ReadIndex(ctx); err != nil {
+		t.Fatalf("read on the restarted learner: %v", err)
+	}
+	if v, _ := g.sms[2].get("a"); v != "1" {
+		t.Fatalf("the restarted learner read %q", v)
+	}
+	w.waitQuiet(0, 1, 2)
 }

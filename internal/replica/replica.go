@@ -214,7 +214,7 @@ const (
 	evSnapDone
 	evStepDown
 	evQuiesce // a leader's quiesce notice (quiesce.go)
-	evWake    // the root's membership changed: tick again
+	evWake    // the root's membership changed, or a member asks: tick again
 )
 
 // Replica is one member of a consensus group.
@@ -771,6 +771,12 @@ func (e *events) steppedDown(from, term, successor uint64) {
 func (e *events) quiesceNotice(from, term, index uint64) {
 	select {
 	case e.eventc <- loopEvent{kind: evQuiesce, id: from, term: term, index: index}:
+	default:
+	}
+}
+func (e *events) wakeRequest(from uint64) {
+	select {
+	case e.eventc <- loopEvent{kind: evWake, id: from}:
 	default:
 	}
 }

@@ -59,6 +59,10 @@ const (
 	// the term it leads and its last index, which is also its commit
 	// index. Only groups quiesce: the root has no such kind.
 	kindGroupQuiesce byte = 12
+	// kindGroupWake: a member of a group that has known no leader for an
+	// election timeout (restarted while the group was quiet) asks the
+	// others to tick again. The payload is the group id alone.
+	kindGroupWake byte = 13
 )
 
 const (
@@ -117,6 +121,7 @@ type transportEvents interface {
 	snapshotDone(id uint64, ok bool)
 	steppedDown(from, term, successor uint64)
 	quiesceNotice(from, term, index uint64)
+	wakeRequest(from uint64)
 }
 
 type transport struct {
@@ -482,6 +487,19 @@ func (t *transport) sendQuiesce(group, to, term, index uint64) {
 	}
 }
 
+// sendWake queues a wake request of group (never the root) to peer to;
+// dropped when the queue is full (asked again an election timeout later).
+func (t *transport) sendWake(group, to uint64) {
+	pc := t.peer(to)
+	if pc == nil || group == 0 {
+		return
+	}
+	select {
+	case pc.q <- outMsg{kind: kindGroupWake, group: group, side: binary.BigEndian.AppendUint64(nil, group)}:
+	default:
+	}
+}
+
 func (t *transport) sendSide(to uint64, payload []byte) error {
 	pc := t.peer(to)
 	if pc == nil {
@@ -806,6 +824,12 @@ func (t *transport) reader(raw net.Conn) {
 				bad("quiesce notice of the wrong size", "len", n)
 				return
 			}
+		case kindGroupWake:
+			limit = groupIDBytes + frameHeader
+			if n != limit {
+				bad("wake request of the wrong size", "len", n)
+				return
+			}
 		case kindKeepalive:
 			limit = frameHeader
 		default:
@@ -845,7 +869,7 @@ func (t *transport) reader(raw net.Conn) {
 		}
 		var group uint64
 		switch kind {
-		case kindGroupRaft, kindGroupSnap, kindGroupStepDown, kindGroupQuiesce:
+		case kindGroupRaft, kindGroupSnap, kindGroupStepDown, kindGroupQuiesce, kindGroupWake:
 			if len(body) < groupIDBytes {
 				bad("group frame without a group id", "len", len(body))
 				return
@@ -866,6 +890,12 @@ func (t *transport) reader(raw net.Conn) {
 		if kind == kindGroupQuiesce {
 			if ev != nil {
 				ev.quiesceNotice(from, binary.BigEndian.Uint64(body), binary.BigEndian.Uint64(body[8:]))
+			}
+			continue
+		}
+		if kind == kindGroupWake {
+			if ev != nil {
+				ev.wakeRequest(from)
 			}
 			continue
 		}
