@@ -209,3 +209,34 @@ func TestRestartedLearnerWakesQuietGroup(t *testing.T) {
 	}
 	w.waitQuiet(0, 1, 2)
 }
+
+// A group that opts out, and any group of a member without latency
+// probes (nothing to watch its leader with), keeps ticking when idle.
+func TestGroupsThatNeverQuiesce(t *testing.T) {
+	for name, tc := range map[string]struct {
+		tweak func(*Config)
+		never bool
+	}{
+		"NeverQuiesce": {nil, true},
+		"no probes":    {func(cfg *Config) { cfg.ProbeInterval = -1 }, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, 3, tc.tweak)
+			c.leader()
+			g := c.newWatchedGroup(GroupConfig{Group: 5, Voters: []uint64{1, 2, 3}, NeverQuiesce: tc.never}, nil)
+			g.put(g.leader(), "a", "1")
+			for deadline := time.Now().Add(30 * 20 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				for i := range g.reps {
+					if g.reps[i].Quiesced() {
+						t.Fatalf("member %d quiesced", i+1)
+					}
+				}
+			}
+			before := g.sentTotal()
+			time.Sleep(5 * 20 * time.Millisecond)
+			if g.sentTotal() == before {
+				t.Fatal("no heartbeats from a group that keeps ticking")
+			}
+		})
+	}
+}
