@@ -222,6 +222,18 @@ func (t *Tracker) Peers() []uint64 {
 	return slices.Clone(t.peers)
 }
 
+// LastReply is when peer last answered a probe (zero: never, or not a
+// peer). A replica whose raft group is quiesced uses it to notice that
+// the group's leader stopped answering (internal/replica/quiesce.go).
+func (t *Tracker) LastReply(peer uint64) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ps := t.perPeer[peer]; ps != nil {
+		return ps.lastReply
+	}
+	return time.Time{}
+}
+
 // StartRound opens a round of probes and returns its sequence number.
 func (t *Tracker) StartRound() uint64 {
 	t.mu.Lock()

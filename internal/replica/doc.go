@@ -12,7 +12,8 @@
 // A member runs its root group (Open) and may run others beside it
 // (OpenGroup, groups.go): they share the root's Pebble store under their
 // own key prefixes, its peer connections (group frames) and its latency
-// probes; each has its own loop, log, leader and snapshots.
+// probes; each has its own loop, log, leader and snapshots, and an idle
+// group stops ticking (quiesce.go) until something happens to it.
 //
 // It knows nothing about what entries mean: it drives a StateMachine, whose
 // Apply/Snapshot/Restore are only ever called from the raft loop.

@@ -36,10 +36,12 @@ func (e *collectEvents) deliver(m *pb.Message) {
 	e.msgs = append(e.msgs, m)
 	e.mu.Unlock()
 }
-func (e *collectEvents) side(uint64, []byte)                {}
-func (e *collectEvents) unreachable(uint64)                 {}
-func (e *collectEvents) snapshotDone(uint64, bool)          {}
-func (e *collectEvents) steppedDown(uint64, uint64, uint64) {}
+func (e *collectEvents) side(uint64, []byte)                  {}
+func (e *collectEvents) unreachable(uint64)                   {}
+func (e *collectEvents) snapshotDone(uint64, bool)            {}
+func (e *collectEvents) steppedDown(uint64, uint64, uint64)   {}
+func (e *collectEvents) quiesceNotice(uint64, uint64, uint64) {}
+func (e *collectEvents) wakeRequest(uint64)                   {}
 
 // FuzzPeerFrames feeds arbitrary bytes to a peer connection's reader, as a
 // confused or hostile peer would send them, and steps every message the
@@ -86,6 +88,9 @@ func FuzzPeerFrames(f *testing.F) {
 			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(3)), ConfState: &pb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}}}})...)),
 		frameBytes(kindGroupStepDown, 2, []byte{0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1}),
 		frameBytes(kindGroupRaft, 2, []byte{0, 0, 0, 0, 0, 0, 0, 0}),
+		frameBytes(kindGroupQuiesce, 2, []byte{0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 2}),
+		frameBytes(kindGroupQuiesce, 2, []byte{0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 3}),
+		frameBytes(kindGroupWake, 2, []byte{0, 0, 0, 0, 0, 0, 0, 9}),
 	}
 	for _, s := range seeds {
 		f.Add(s, []byte(nil))

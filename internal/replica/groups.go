@@ -32,10 +32,25 @@ import (
 // times still agree on its history; a member that opens it late catches up
 // from the others like any lagging follower.
 //
+// An idle group quiesces (quiesce.go): once every member's log matches
+// its leader's and nothing is pending, the leader tells the members and
+// all of them stop ticking it, so it sends no heartbeats; any proposal,
+// read or message wakes it, and a quiesced follower whose leader stops
+// answering the root's latency probes for an election timeout ticks again
+// so that raft elects another. The root never quiesces: its heartbeats
+// carry the failure detection and session keepalives every member relies
+// on. GroupConfig.NeverQuiesce keeps a group ticking.
+//
 // Not yet: a group's membership does not follow the root's at run time
 // (a member added to the cluster later is not added to existing groups,
 // and an address change reaches a group's book only through a new
 // configuration of that group).
+
+// groupEventQueue bounds a group's queue of transport reports
+// (unreachable peers, snapshots sent, step-down and quiesce notices), which
+// are rare and, but for snapshot reports, dropped when it is full; the
+// root's 1,024 would be 48 KiB of heap per group on every member.
+const groupEventQueue = 64
 
 // MaxGroups bounds the groups one member runs besides its root group;
 // OpenGroup refuses more with errs.ErrTooManyGroups.
@@ -50,6 +65,10 @@ type GroupConfig struct {
 	// at least one voter; a member in neither does not take part. Ignored
 	// when the group already has state on this member.
 	Voters, Learners []uint64
+	// NeverQuiesce keeps the group ticking when idle (quiesce.go); by
+	// default an idle group quiesces, unless the root sends no latency
+	// probes (Config.ProbeInterval < 0) to watch its leader with.
+	NeverQuiesce bool
 	// OnLeaderChange, OnConfigChange, ObserveFsync: as in Config.
 	OnLeaderChange func(leader, term uint64)
 	OnConfigChange func(index uint64)
@@ -61,6 +80,12 @@ type GroupConfig struct {
 // is restored from the store. The group stops with Close, or when the root
 // closes.
 func (r *Replica) OpenGroup(gc GroupConfig, sm StateMachine) (*Replica, error) {
+	return r.openGroup(gc, sm, nil)
+}
+
+// openGroup is OpenGroup; wrap, if set, stands between the group and the
+// transport (tests that lose messages).
+func (r *Replica) openGroup(gc GroupConfig, sm StateMachine, wrap func(Network) Network) (*Replica, error) {
 	if r.root != nil {
 		return nil, errors.New("replica: groups are opened on the root group")
 	}
@@ -99,8 +124,12 @@ func (r *Replica) OpenGroup(gc GroupConfig, sm StateMachine) (*Replica, error) {
 	}
 	g.root, g.group, g.disk, g.lat = r, gc.Group, d, r.lat
 	g.net = transportNetwork{t: r.tr, group: gc.Group}
+	if wrap != nil {
+		g.net = wrap(g.net)
+	}
+	g.quiesce.enabled, g.quiesce.started = !gc.NeverQuiesce && cfg.ProbeInterval > 0, time.Now()
 	g.propc, g.recvc = make(chan proposal, 1024), make(chan *pb.Message, 4096)
-	g.readc, g.eventc = make(chan *readReq, 1024), make(chan loopEvent, 1024)
+	g.readc, g.eventc = make(chan *readReq, 1024), make(chan loopEvent, groupEventQueue)
 	g.transferc, g.campaignc, g.statusc = make(chan uint64, 1), make(chan chan error), make(chan chan Status)
 	g.confc = make(chan confReq)
 	if err := r.tr.addGroup(gc.Group, (*events)(g)); err != nil {

@@ -480,6 +480,9 @@ func (r *Replica) setBook(b book) {
 	if r.lat != nil && r.root == nil { // a group shares the root's probes
 		r.lat.SetPeers(ids, vs)
 	}
+	if r.root == nil {
+		r.wakeGroups() // a group's members may have moved: tick until quiet again
+	}
 	if r.cfg.OnConfigChange != nil {
 		r.cfg.OnConfigChange(b.Index)
 	}

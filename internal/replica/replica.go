@@ -180,6 +180,7 @@ type Status struct {
 	Role                                                                    string
 	Members                                                                 []Peer
 	Tick                                                                    time.Duration     // the raft tick in use
+	Quiesced                                                                bool              // a group that stopped ticking (quiesce.go)
 	Progress                                                                map[uint64]uint64 // leader only: match index per peer
 	ClusterID                                                               string            `json:",omitempty"` // hex; empty: a joiner not yet contacted
 }
@@ -200,17 +201,20 @@ type readBatch struct {
 }
 
 type loopEvent struct {
-	kind      int // evUnreachable, evSnapDone, evStepDown
+	kind      int // evUnreachable, evSnapDone, evStepDown, evQuiesce, evWake
 	id        uint64
 	ok        bool
-	term      uint64 // evStepDown: the term the sender led
+	term      uint64 // evStepDown, evQuiesce: the term the sender led
 	successor uint64 // evStepDown: the member it names to campaign
+	index     uint64 // evQuiesce: the leader's last and commit index
 }
 
 const (
 	evUnreachable = iota
 	evSnapDone
 	evStepDown
+	evQuiesce // a leader's quiesce notice (quiesce.go)
+	evWake    // the root's membership changed, or a member asks: tick again
 )
 
 // Replica is one member of a consensus group.
@@ -271,6 +275,8 @@ type Replica struct {
 	promoteAsked  time.Time // last automatic promotion proposed
 	snapIndex     uint64
 	handover      handover // step-down notices, sent and received (handover.go)
+	quiesce       quiescence
+	quiet         atomic.Bool // quiesce.quiet for other goroutines
 	pendingReads  []*readReq
 	inflight      map[string]*readBatch
 	readSeq       uint64
@@ -762,6 +768,18 @@ func (e *events) steppedDown(from, term, successor uint64) {
 	default:
 	}
 }
+func (e *events) quiesceNotice(from, term, index uint64) {
+	select {
+	case e.eventc <- loopEvent{kind: evQuiesce, id: from, term: term, index: index}:
+	default:
+	}
+}
+func (e *events) wakeRequest(from uint64) {
+	select {
+	case e.eventc <- loopEvent{kind: evWake, id: from}:
+	default:
+	}
+}
 func (e *events) snapshotDone(id uint64, ok bool) {
 	select {
 	case e.eventc <- loopEvent{kind: evSnapDone, id: id, ok: ok}:
@@ -784,7 +802,8 @@ func (r *Replica) loop() {
 		}
 	}()
 	r.tick = r.cfg.TickInterval
-	ticker := time.NewTicker(r.tick)
+	period := r.tick
+	ticker := time.NewTicker(period)
 	defer ticker.Stop()
 	var adapt <-chan time.Time
 	if r.cfg.MaxTickInterval > r.cfg.TickInterval {
@@ -797,9 +816,7 @@ func (r *Replica) loop() {
 		case <-r.stopc:
 			return
 		case <-adapt:
-			if d, ok := r.adaptTick(); ok {
-				ticker.Reset(d)
-			}
+			r.adaptTick()
 		case <-ticker.C:
 			r.onTick()
 		case p := <-r.propc:
@@ -809,29 +826,25 @@ func (r *Replica) loop() {
 			r.step(m)
 			r.drain()
 		case req := <-r.readc:
-			r.pendingReads = append(r.pendingReads, req)
+			r.queueRead(req)
 			r.drain()
 		case ev := <-r.eventc:
-			switch ev.kind {
-			case evUnreachable:
-				r.rn.ReportUnreachable(ev.id)
-			case evSnapDone:
-				st := raft.SnapshotFinish
-				if !ev.ok {
-					st = raft.SnapshotFailure
-				}
-				r.rn.ReportSnapshot(ev.id, st)
-			case evStepDown:
-				r.leaderSteppedDown(ev.id, ev.term, ev.successor, time.Now())
-			}
+			r.onEvent(ev)
 		case target := <-r.transferc:
+			r.unquiesce()
 			r.rn.TransferLeader(target)
 		case ch := <-r.campaignc:
+			r.unquiesce()
 			ch <- r.rn.Campaign()
 		case ch := <-r.statusc:
 			ch <- r.status()
 		case req := <-r.confc:
+			r.unquiesce()
 			r.proposeMembers(req)
+		}
+		if p := r.tickPeriod(); p != period { // a new tick, or quiesced
+			period = p
+			ticker.Reset(p)
 		}
 		if _, err := r.afterEvent(); err != nil {
 			// Storage failed: we cannot promise durability any more.
@@ -842,8 +855,39 @@ func (r *Replica) loop() {
 	}
 }
 
+// onEvent handles a transport's report (raft loop).
+func (r *Replica) onEvent(ev loopEvent) {
+	switch ev.kind {
+	case evUnreachable:
+		r.rn.ReportUnreachable(ev.id)
+	case evSnapDone:
+		r.unquiesce()
+		st := raft.SnapshotFinish
+		if !ev.ok {
+			st = raft.SnapshotFailure
+		}
+		r.rn.ReportSnapshot(ev.id, st)
+	case evStepDown:
+		r.unquiesce()
+		r.leaderSteppedDown(ev.id, ev.term, ev.successor, time.Now())
+	case evQuiesce:
+		r.quiesceNotice(ev.id, ev.term, ev.index, time.Now())
+	case evWake:
+		r.unquiesce()
+	}
+}
+
+// queueRead queues a linearizable read for the next round (raft loop).
+func (r *Replica) queueRead(req *readReq) {
+	r.unquiesce()
+	r.pendingReads = append(r.pendingReads, req)
+}
+
 // onTick is the raft loop's work on every tick.
 func (r *Replica) onTick() {
+	if r.quiesceTick(r.clock()) {
+		return
+	}
 	r.noteProgress()
 	r.rn.Tick()
 	r.campaignIfNamed(r.clock())
@@ -901,10 +945,11 @@ func AdaptiveTick(floor, ceiling, current, slowestP50 time.Duration) time.Durati
 	return min(want, ceiling)
 }
 
-// adaptTick recomputes the tick from the latency window; it returns the
-// new tick when it moved by more than the hysteresis (smaller for growing
-// than for shrinking: when in doubt, the longer timeout).
-func (r *Replica) adaptTick() (time.Duration, bool) {
+// adaptTick recomputes the tick from the latency window and takes it
+// (the loop resets its ticker) when it moved by more than the hysteresis
+// (smaller for growing than for shrinking: when in doubt, the longer
+// timeout).
+func (r *Replica) adaptTick() {
 	snap := r.lat.Snapshot()
 	var slowest time.Duration
 	for _, p := range snap.Peers {
@@ -912,18 +957,17 @@ func (r *Replica) adaptTick() (time.Duration, bool) {
 			continue
 		}
 		if p.Net.Count < adaptMinSamples {
-			return 0, false // not measured yet: keep what we have
+			return // not measured yet: keep what we have
 		}
 		slowest = max(slowest, p.Net.P50)
 	}
 	want := AdaptiveTick(r.cfg.TickInterval, r.cfg.MaxTickInterval, r.tick, slowest)
 	if diff := float64(want - r.tick); diff <= adaptGrow*float64(r.tick) && -diff <= adaptShrink*float64(r.tick) {
-		return 0, false
+		return
 	}
 	r.log.Info("raft tick from measured network round trips", "tick", want, "was", r.tick, "slowest_voter_median", slowest,
 		"election_timeout", want*time.Duration(r.cfg.ElectionTicks))
 	r.tick = want
-	return want, true
 }
 
 // maxDrain bounds how many queued proposals, messages and reads one Ready
@@ -941,7 +985,7 @@ func (r *Replica) drain() {
 		case m := <-r.recvc:
 			r.step(m)
 		case req := <-r.readc:
-			r.pendingReads = append(r.pendingReads, req)
+			r.queueRead(req)
 		default:
 			return
 		}
@@ -949,6 +993,9 @@ func (r *Replica) drain() {
 }
 
 func (r *Replica) step(m *pb.Message) {
+	if wakesOn(m) {
+		r.unquiesce()
+	}
 	last, _ := r.mem.LastIndex()
 	leads := false
 	if m.GetType() == pb.MsgTransferLeader { // the only check that needs it
@@ -1088,6 +1135,7 @@ func refuseStep(m *pb.Message, last uint64, leads bool) error {
 }
 
 func (r *Replica) propose(p proposal) {
+	r.unquiesce()
 	err := r.rn.Propose(p.data)
 	if errors.Is(err, raft.ErrProposalDropped) {
 		err = errs.ErrNotLeader
@@ -1097,6 +1145,9 @@ func (r *Replica) propose(p proposal) {
 
 func (r *Replica) handleReady() error {
 	rd := r.rn.Ready()
+	if len(rd.Messages) > 0 { // raft has something to say: tick to see it through
+		r.unquiesce()
+	}
 	abdicated := r.abdicated(rd.SoftState, rd.HardState)
 	r.noteLeader(rd.SoftState, rd.HardState)
 	// The leader sends before it writes (raft thesis 10.2.1, as etcd does):
@@ -1392,7 +1443,7 @@ func (r *Replica) status() Status {
 		SnapshotIndex: r.snapIndex, FirstIndex: first, LastIndex: last,
 		Role: map[raft.StateType]string{raft.StateLeader: "leader", raft.StateFollower: "follower",
 			raft.StateCandidate: "candidate", raft.StatePreCandidate: "pre-candidate"}[st.RaftState],
-		Members: slices.Clone(r.book.Peers), Tick: r.tick,
+		Members: slices.Clone(r.book.Peers), Tick: r.tick, Quiesced: r.quiesce.quiet,
 	}
 	if r.tr != nil {
 		out.ClusterID = FormatClusterID(r.tr.cluster.Load())

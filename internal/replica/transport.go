@@ -54,10 +54,20 @@ const (
 	kindGroupSnap     byte = 10
 	kindGroupStepDown byte = 11
 	groupIDBytes           = 8
+	// kindGroupQuiesce: the leader of an idle group tells a member the
+	// group goes quiet (quiesce.go). The payload, after the group id, is
+	// the term it leads and its last index, which is also its commit
+	// index. Only groups quiesce: the root has no such kind.
+	kindGroupQuiesce byte = 12
+	// kindGroupWake: a member of a group that has known no leader for an
+	// election timeout (restarted while the group was quiet) asks the
+	// others to tick again. The payload is the group id alone.
+	kindGroupWake byte = 13
 )
 
 const (
 	stepDownPayload = 16
+	quiescePayload  = 16
 
 	frameHeader = 1 + 8
 	// maxSnapFrame bounds a MsgSnap frame, hence the state machine snapshot.
@@ -110,6 +120,8 @@ type transportEvents interface {
 	unreachable(id uint64)
 	snapshotDone(id uint64, ok bool)
 	steppedDown(from, term, successor uint64)
+	quiesceNotice(from, term, index uint64)
+	wakeRequest(from uint64)
 }
 
 type transport struct {
@@ -456,6 +468,38 @@ func (t *transport) sendStepDown(group, to, term, successor uint64) {
 	}
 }
 
+// sendQuiesce queues a quiesce notice of group (never the root) to peer
+// to, behind the raft messages already queued for it (the heartbeats that
+// carried the commit index); dropped when the queue is full (the member
+// then keeps ticking).
+func (t *transport) sendQuiesce(group, to, term, index uint64) {
+	pc := t.peer(to)
+	if pc == nil || group == 0 {
+		return
+	}
+	payload := make([]byte, groupIDBytes+quiescePayload)
+	binary.BigEndian.PutUint64(payload, group)
+	binary.BigEndian.PutUint64(payload[8:], term)
+	binary.BigEndian.PutUint64(payload[16:], index)
+	select {
+	case pc.q <- outMsg{kind: kindGroupQuiesce, group: group, side: payload}:
+	default:
+	}
+}
+
+// sendWake queues a wake request of group (never the root) to peer to;
+// dropped when the queue is full (asked again an election timeout later).
+func (t *transport) sendWake(group, to uint64) {
+	pc := t.peer(to)
+	if pc == nil || group == 0 {
+		return
+	}
+	select {
+	case pc.q <- outMsg{kind: kindGroupWake, group: group, side: binary.BigEndian.AppendUint64(nil, group)}:
+	default:
+	}
+}
+
 func (t *transport) sendSide(to uint64, payload []byte) error {
 	pc := t.peer(to)
 	if pc == nil {
@@ -774,6 +818,18 @@ func (t *transport) reader(raw net.Conn) {
 				bad("step-down notice of the wrong size", "len", n)
 				return
 			}
+		case kindGroupQuiesce:
+			limit = groupIDBytes + quiescePayload + frameHeader
+			if n != limit {
+				bad("quiesce notice of the wrong size", "len", n)
+				return
+			}
+		case kindGroupWake:
+			limit = groupIDBytes + frameHeader
+			if n != limit {
+				bad("wake request of the wrong size", "len", n)
+				return
+			}
 		case kindKeepalive:
 			limit = frameHeader
 		default:
@@ -813,7 +869,7 @@ func (t *transport) reader(raw net.Conn) {
 		}
 		var group uint64
 		switch kind {
-		case kindGroupRaft, kindGroupSnap, kindGroupStepDown:
+		case kindGroupRaft, kindGroupSnap, kindGroupStepDown, kindGroupQuiesce, kindGroupWake:
 			if len(body) < groupIDBytes {
 				bad("group frame without a group id", "len", len(body))
 				return
@@ -828,6 +884,18 @@ func (t *transport) reader(raw net.Conn) {
 		if kind == kindStepDown || kind == kindGroupStepDown {
 			if ev != nil {
 				ev.steppedDown(from, binary.BigEndian.Uint64(body), binary.BigEndian.Uint64(body[8:]))
+			}
+			continue
+		}
+		if kind == kindGroupQuiesce {
+			if ev != nil {
+				ev.quiesceNotice(from, binary.BigEndian.Uint64(body), binary.BigEndian.Uint64(body[8:]))
+			}
+			continue
+		}
+		if kind == kindGroupWake {
+			if ev != nil {
+				ev.wakeRequest(from)
 			}
 			continue
 		}
