@@ -272,15 +272,8 @@ func (a *api) AttachSession(ctx context.Context, r *pb.AttachSessionRequest) (*p
 
 // ---- watches ----
 
-// treeReader lets the watch manager inspect the tree under our read lock;
-// at is the zxid of that state (the applied index).
-type treeReader struct {
-	t  *tree.Tree
-	at int64
-}
-
-func (r treeReader) Exists(path string) (tree.Stat, error) { return r.t.Exists(path) }
-func (r treeReader) At() int64                             { return r.at }
+// The watch manager inspects the tree through wholeTree (keyspaces.go):
+// every group's state under its read lock.
 
 func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 	if _, err := a.liveSession(r.GetSessionId()); err != nil {

@@ -51,6 +51,13 @@
 //     methods, which Submit coordination commands; locks.go also answers
 //     waiting acquires and pops from apply (deliverGrants, and regrant
 //     after a snapshot install).
+//   - keyspaces.go: regional keyspaces on this member: each keyspace's
+//     raft group (opened and closed as the root applies the table),
+//     routing a request to the group that owns its path or name
+//     (groupFor, groupForName; proposals route themselves in propose.go),
+//     reads across groups (wholeTree), a group's leader duties (ending the
+//     root's ended sessions there, its tick and reaping), the keyspace
+//     methods of the native API.
 //   - hub.go: a session's watch sink for its gRPC Watch stream.
 //   - members.go: run-time membership over the replica's address book;
 //     placement.go: write-load reports to the leader and its leadership
