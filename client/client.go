@@ -20,12 +20,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
@@ -321,6 +323,10 @@ func (c *Client) dropConn(gen uint64) {
 	}
 }
 
+// SeenZxidHeader is the gRPC metadata key that carries the highest zxid a
+// client has seen, with every call.
+const SeenZxidHeader = "meridian-seen-zxid"
+
 // observe records the highest zxid seen. Caller holds c.mu.
 func (c *Client) observe(h *pb.Header) {
 	if h != nil && h.GetZxid() > c.mu.lastZxid {
@@ -410,7 +416,7 @@ func (c *Client) call(ctx context.Context, write bool, fn func(context.Context, 
 func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) error {
 	for attempt := 0; ; attempt++ {
 		c.mu.Lock()
-		api, gen, sid, expired := c.mu.api, c.mu.gen, c.mu.session, c.mu.expired
+		api, gen, sid, expired, seen := c.mu.api, c.mu.gen, c.mu.session, c.mu.expired, c.mu.lastZxid
 		c.mu.Unlock()
 		if expired {
 			return ErrSessionExpired
@@ -421,7 +427,10 @@ func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb
 			}
 			continue
 		}
-		h, err := fn(ctx, api, sid)
+		// The highest zxid this client has seen travels with every call: a
+		// write's zxid must exceed it, also in another raft group (regional
+		// keyspaces order a session's writes across groups by zxid).
+		h, err := fn(metadata.AppendToOutgoingContext(ctx, SeenZxidHeader, strconv.FormatInt(seen, 10)), api, sid)
 		if err == nil {
 			c.mu.Lock()
 			c.observe(h)

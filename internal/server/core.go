@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -308,8 +309,31 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		s.metrics.requests.WithLabelValues(methodName(info.FullMethod), codeLabel(err)).Inc()
 		return nil, err
 	}
-	return handler(ctx, req)
+	return handler(withSeen(ctx, seenFromMetadata(ctx)), req)
 }
+
+// seenFromMetadata is the highest zxid the calling client says it has
+// seen (client.SeenZxidHeader), 0 when absent or malformed; what it
+// proposes gets a larger zxid (propose.go bounds the claim by the clock).
+func seenFromMetadata(ctx context.Context) int64 {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return 0
+	}
+	v := md.Get(seenZxidHeader)
+	if len(v) != 1 {
+		return 0
+	}
+	z, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || z < 0 {
+		return 0
+	}
+	return z
+}
+
+// seenZxidHeader is client.SeenZxidHeader (the client package imports
+// this one's dependencies, not the other way round).
+const seenZxidHeader = "meridian-seen-zxid"
 
 func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx, ids, rule, err := s.authorizeCall(ss.Context(), info.FullMethod)

@@ -236,3 +236,43 @@ func TestKeyspaceSessionsEnd(t *testing.T) {
 		}
 	}
 }
+
+// The native API orders a session's writes across groups too: the client
+// sends the highest zxid it has seen with every call, and each write's zxid
+// exceeds it, however many writes one group applies within a millisecond.
+func TestKeyspaceNativeWritesOrderedAcrossGroups(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	ks, _, err := tc.servers[0].createKeyspace(ctx(t), "/eu", "local", fsm.SurvivalZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.waitGroupOpen(ks.Group)
+	c := tc.client(tc.endpoints()[1])
+	if _, _, err := c.Create(ctx(t), "/eu/config", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Create(ctx(t), "/flag", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		cfg, err := c.Set(ctx(t), "/eu/config", []byte{byte(i)}, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flag, err := c.Set(ctx(t), "/flag", []byte{byte(i)}, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flag.Mzxid <= cfg.Mzxid {
+			t.Fatalf("round %d: the flag's zxid %#x is not above the config's %#x", i, flag.Mzxid, cfg.Mzxid)
+		}
+		back, err := c.Set(ctx(t), "/eu/config", []byte{byte(i)}, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.Mzxid <= flag.Mzxid {
+			t.Fatalf("round %d: the config's zxid %#x is not above the flag's %#x", i, back.Mzxid, flag.Mzxid)
+		}
+	}
+}
