@@ -4934,7 +4934,9 @@ type StatusResponse struct {
 	FirstIndex uint64 `protobuf:"varint,18,opt,name=first_index,json=firstIndex,proto3" json:"first_index,omitempty"`
 	LastIndex  uint64 `protobuf:"varint,19,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	// The cluster's id, hex; empty on a joiner not yet contacted.
-	ClusterId     string `protobuf:"bytes,20,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,20,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The regional keyspaces, with this member's view of each one's group.
+	Keyspaces     []*Keyspace `protobuf:"bytes,21,rep,name=keyspaces,proto3" json:"keyspaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5107,6 +5109,13 @@ func (x *StatusResponse) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetKeyspaces() []*Keyspace {
+	if x != nil {
+		return x.Keyspaces
+	}
+	return nil
 }
 
 type MemberListRequest struct {
@@ -6505,7 +6514,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\alearner\x18\t \x01(\bR\alearner\x12\x1a\n" +
 	"\bidentity\x18\n" +
 	" \x01(\tR\bidentity\x12\x12\n" +
-	"\x04role\x18\v \x01(\tR\x04role\"\x90\x05\n" +
+	"\x04role\x18\v \x01(\tR\x04role\"\xc5\x05\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
@@ -6530,7 +6539,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\n" +
 	"last_index\x18\x13 \x01(\x04R\tlastIndex\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x14 \x01(\tR\tclusterId\"\x13\n" +
+	"cluster_id\x18\x14 \x01(\tR\tclusterId\x123\n" +
+	"\tkeyspaces\x18\x15 \x03(\v2\x15.meridian.v1.KeyspaceR\tkeyspaces\"\x13\n" +
 	"\x11MemberListRequest\"\x93\x01\n" +
 	"\x12MemberListResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12-\n" +
@@ -6858,120 +6868,121 @@ var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	6,   // 60: meridian.v1.BarrierStatsResponse.header:type_name -> meridian.v1.Header
 	6,   // 61: meridian.v1.StatusResponse.header:type_name -> meridian.v1.Header
 	78,  // 62: meridian.v1.StatusResponse.members:type_name -> meridian.v1.Member
-	6,   // 63: meridian.v1.MemberListResponse.header:type_name -> meridian.v1.Header
-	78,  // 64: meridian.v1.MemberListResponse.members:type_name -> meridian.v1.Member
-	5,   // 65: meridian.v1.MemberChangeOp.type:type_name -> meridian.v1.MemberChangeType
-	78,  // 66: meridian.v1.MemberChangeOp.member:type_name -> meridian.v1.Member
-	82,  // 67: meridian.v1.MemberChangeRequest.changes:type_name -> meridian.v1.MemberChangeOp
-	6,   // 68: meridian.v1.LeaderPreferenceResponse.header:type_name -> meridian.v1.Header
-	6,   // 69: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
-	89,  // 70: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
-	89,  // 71: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
-	90,  // 72: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
-	91,  // 73: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
-	90,  // 74: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
-	90,  // 75: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
-	6,   // 76: meridian.v1.KeyspaceResponse.header:type_name -> meridian.v1.Header
-	94,  // 77: meridian.v1.KeyspaceResponse.keyspace:type_name -> meridian.v1.Keyspace
-	6,   // 78: meridian.v1.ListKeyspacesResponse.header:type_name -> meridian.v1.Header
-	94,  // 79: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.Keyspace
-	10,  // 80: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
-	12,  // 81: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	14,  // 82: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
-	16,  // 83: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
-	20,  // 84: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
-	23,  // 85: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
-	23,  // 86: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
-	23,  // 87: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
-	23,  // 88: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
-	28,  // 89: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
-	30,  // 90: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
-	32,  // 91: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
-	34,  // 92: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
-	36,  // 93: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
-	38,  // 94: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
-	40,  // 95: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
-	42,  // 96: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
-	44,  // 97: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
-	46,  // 98: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
-	47,  // 99: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
-	49,  // 100: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
-	58,  // 101: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
-	52,  // 102: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
-	54,  // 103: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
-	54,  // 104: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
-	60,  // 105: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
-	62,  // 106: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
-	64,  // 107: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
-	67,  // 108: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
-	67,  // 109: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
-	69,  // 110: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
-	71,  // 111: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
-	71,  // 112: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
-	73,  // 113: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
-	74,  // 114: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
-	74,  // 115: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
-	71,  // 116: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
-	77,  // 117: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
-	86,  // 118: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
-	84,  // 119: meridian.v1.Meridian.SetLeaderPreference:input_type -> meridian.v1.LeaderPreferenceRequest
-	88,  // 120: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
-	80,  // 121: meridian.v1.Meridian.MemberList:input_type -> meridian.v1.MemberListRequest
-	83,  // 122: meridian.v1.Meridian.MemberChange:input_type -> meridian.v1.MemberChangeRequest
-	93,  // 123: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.KeyspaceRequest
-	93,  // 124: meridian.v1.Meridian.RemoveKeyspace:input_type -> meridian.v1.KeyspaceRequest
-	96,  // 125: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
-	11,  // 126: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	13,  // 127: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	15,  // 128: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	17,  // 129: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	22,  // 130: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	24,  // 131: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	25,  // 132: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	26,  // 133: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	27,  // 134: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	29,  // 135: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	31,  // 136: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	33,  // 137: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	35,  // 138: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	37,  // 139: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	39,  // 140: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	41,  // 141: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	43,  // 142: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	45,  // 143: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	48,  // 144: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	48,  // 145: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	50,  // 146: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	59,  // 147: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	53,  // 148: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
-	55,  // 149: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
-	55,  // 150: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
-	61,  // 151: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
-	63,  // 152: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
-	66,  // 153: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
-	68,  // 154: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
-	68,  // 155: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
-	70,  // 156: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
-	72,  // 157: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
-	72,  // 158: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
-	72,  // 159: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
-	75,  // 160: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	75,  // 161: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	76,  // 162: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
-	79,  // 163: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	87,  // 164: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	85,  // 165: meridian.v1.Meridian.SetLeaderPreference:output_type -> meridian.v1.LeaderPreferenceResponse
-	92,  // 166: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
-	81,  // 167: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
-	81,  // 168: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
-	95,  // 169: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.KeyspaceResponse
-	95,  // 170: meridian.v1.Meridian.RemoveKeyspace:output_type -> meridian.v1.KeyspaceResponse
-	97,  // 171: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	126, // [126:172] is the sub-list for method output_type
-	80,  // [80:126] is the sub-list for method input_type
-	80,  // [80:80] is the sub-list for extension type_name
-	80,  // [80:80] is the sub-list for extension extendee
-	0,   // [0:80] is the sub-list for field type_name
+	94,  // 63: meridian.v1.StatusResponse.keyspaces:type_name -> meridian.v1.Keyspace
+	6,   // 64: meridian.v1.MemberListResponse.header:type_name -> meridian.v1.Header
+	78,  // 65: meridian.v1.MemberListResponse.members:type_name -> meridian.v1.Member
+	5,   // 66: meridian.v1.MemberChangeOp.type:type_name -> meridian.v1.MemberChangeType
+	78,  // 67: meridian.v1.MemberChangeOp.member:type_name -> meridian.v1.Member
+	82,  // 68: meridian.v1.MemberChangeRequest.changes:type_name -> meridian.v1.MemberChangeOp
+	6,   // 69: meridian.v1.LeaderPreferenceResponse.header:type_name -> meridian.v1.Header
+	6,   // 70: meridian.v1.TransferLeaderResponse.header:type_name -> meridian.v1.Header
+	89,  // 71: meridian.v1.LatencySeries.window:type_name -> meridian.v1.LatencyStats
+	89,  // 72: meridian.v1.LatencySeries.total:type_name -> meridian.v1.LatencyStats
+	90,  // 73: meridian.v1.PeerLatency.rtt:type_name -> meridian.v1.LatencySeries
+	91,  // 74: meridian.v1.LatencyResponse.peers:type_name -> meridian.v1.PeerLatency
+	90,  // 75: meridian.v1.LatencyResponse.quorum:type_name -> meridian.v1.LatencySeries
+	90,  // 76: meridian.v1.LatencyResponse.all:type_name -> meridian.v1.LatencySeries
+	6,   // 77: meridian.v1.KeyspaceResponse.header:type_name -> meridian.v1.Header
+	94,  // 78: meridian.v1.KeyspaceResponse.keyspace:type_name -> meridian.v1.Keyspace
+	6,   // 79: meridian.v1.ListKeyspacesResponse.header:type_name -> meridian.v1.Header
+	94,  // 80: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.Keyspace
+	10,  // 81: meridian.v1.Meridian.Create:input_type -> meridian.v1.CreateRequest
+	12,  // 82: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	14,  // 83: meridian.v1.Meridian.SetData:input_type -> meridian.v1.SetDataRequest
+	16,  // 84: meridian.v1.Meridian.SetACL:input_type -> meridian.v1.SetACLRequest
+	20,  // 85: meridian.v1.Meridian.Multi:input_type -> meridian.v1.MultiRequest
+	23,  // 86: meridian.v1.Meridian.GetData:input_type -> meridian.v1.ReadRequest
+	23,  // 87: meridian.v1.Meridian.Exists:input_type -> meridian.v1.ReadRequest
+	23,  // 88: meridian.v1.Meridian.GetChildren:input_type -> meridian.v1.ReadRequest
+	23,  // 89: meridian.v1.Meridian.GetACL:input_type -> meridian.v1.ReadRequest
+	28,  // 90: meridian.v1.Meridian.Sync:input_type -> meridian.v1.SyncRequest
+	30,  // 91: meridian.v1.Meridian.CreateSession:input_type -> meridian.v1.CreateSessionRequest
+	32,  // 92: meridian.v1.Meridian.KeepAlive:input_type -> meridian.v1.KeepAliveRequest
+	34,  // 93: meridian.v1.Meridian.CloseSession:input_type -> meridian.v1.CloseSessionRequest
+	36,  // 94: meridian.v1.Meridian.AttachSession:input_type -> meridian.v1.AttachSessionRequest
+	38,  // 95: meridian.v1.Meridian.Watch:input_type -> meridian.v1.WatchRequest
+	40,  // 96: meridian.v1.Meridian.AddWatch:input_type -> meridian.v1.AddWatchRequest
+	42,  // 97: meridian.v1.Meridian.RemoveWatches:input_type -> meridian.v1.RemoveWatchesRequest
+	44,  // 98: meridian.v1.Meridian.Lock:input_type -> meridian.v1.LockRequest
+	46,  // 99: meridian.v1.Meridian.Unlock:input_type -> meridian.v1.UnlockRequest
+	47,  // 100: meridian.v1.Meridian.ForceUnlock:input_type -> meridian.v1.ForceUnlockRequest
+	49,  // 101: meridian.v1.Meridian.CheckToken:input_type -> meridian.v1.CheckTokenRequest
+	58,  // 102: meridian.v1.Meridian.ListLocks:input_type -> meridian.v1.ListLocksRequest
+	52,  // 103: meridian.v1.Meridian.Proclaim:input_type -> meridian.v1.ProclaimRequest
+	54,  // 104: meridian.v1.Meridian.Leader:input_type -> meridian.v1.LeaderRequest
+	54,  // 105: meridian.v1.Meridian.Observe:input_type -> meridian.v1.LeaderRequest
+	60,  // 106: meridian.v1.Meridian.Add:input_type -> meridian.v1.AddRequest
+	62,  // 107: meridian.v1.Meridian.Push:input_type -> meridian.v1.PushRequest
+	64,  // 108: meridian.v1.Meridian.Pop:input_type -> meridian.v1.PopRequest
+	67,  // 109: meridian.v1.Meridian.Ack:input_type -> meridian.v1.AckRequest
+	67,  // 110: meridian.v1.Meridian.Nack:input_type -> meridian.v1.AckRequest
+	69,  // 111: meridian.v1.Meridian.QueueStats:input_type -> meridian.v1.QueueStatsRequest
+	71,  // 112: meridian.v1.Meridian.SetBarrier:input_type -> meridian.v1.BarrierRequest
+	71,  // 113: meridian.v1.Meridian.RemoveBarrier:input_type -> meridian.v1.BarrierRequest
+	73,  // 114: meridian.v1.Meridian.WaitBarrier:input_type -> meridian.v1.WaitBarrierRequest
+	74,  // 115: meridian.v1.Meridian.EnterBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	74,  // 116: meridian.v1.Meridian.LeaveBarrier:input_type -> meridian.v1.DoubleBarrierRequest
+	71,  // 117: meridian.v1.Meridian.BarrierStats:input_type -> meridian.v1.BarrierRequest
+	77,  // 118: meridian.v1.Meridian.Status:input_type -> meridian.v1.StatusRequest
+	86,  // 119: meridian.v1.Meridian.TransferLeader:input_type -> meridian.v1.TransferLeaderRequest
+	84,  // 120: meridian.v1.Meridian.SetLeaderPreference:input_type -> meridian.v1.LeaderPreferenceRequest
+	88,  // 121: meridian.v1.Meridian.Latency:input_type -> meridian.v1.LatencyRequest
+	80,  // 122: meridian.v1.Meridian.MemberList:input_type -> meridian.v1.MemberListRequest
+	83,  // 123: meridian.v1.Meridian.MemberChange:input_type -> meridian.v1.MemberChangeRequest
+	93,  // 124: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.KeyspaceRequest
+	93,  // 125: meridian.v1.Meridian.RemoveKeyspace:input_type -> meridian.v1.KeyspaceRequest
+	96,  // 126: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	11,  // 127: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	13,  // 128: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	15,  // 129: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	17,  // 130: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	22,  // 131: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	24,  // 132: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	25,  // 133: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	26,  // 134: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	27,  // 135: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	29,  // 136: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	31,  // 137: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	33,  // 138: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	35,  // 139: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	37,  // 140: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	39,  // 141: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	41,  // 142: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	43,  // 143: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	45,  // 144: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	48,  // 145: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	48,  // 146: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	50,  // 147: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	59,  // 148: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	53,  // 149: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	55,  // 150: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	55,  // 151: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	61,  // 152: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
+	63,  // 153: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
+	66,  // 154: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
+	68,  // 155: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
+	68,  // 156: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
+	70,  // 157: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
+	72,  // 158: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 159: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 160: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
+	75,  // 161: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	75,  // 162: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	76,  // 163: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
+	79,  // 164: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	87,  // 165: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	85,  // 166: meridian.v1.Meridian.SetLeaderPreference:output_type -> meridian.v1.LeaderPreferenceResponse
+	92,  // 167: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
+	81,  // 168: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
+	81,  // 169: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
+	95,  // 170: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.KeyspaceResponse
+	95,  // 171: meridian.v1.Meridian.RemoveKeyspace:output_type -> meridian.v1.KeyspaceResponse
+	97,  // 172: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	127, // [127:173] is the sub-list for method output_type
+	81,  // [81:127] is the sub-list for method input_type
+	81,  // [81:81] is the sub-list for extension type_name
+	81,  // [81:81] is the sub-list for extension extendee
+	0,   // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }

@@ -457,6 +457,10 @@ func statusAll() (err error) {
 				if s.GetTickMs() > 0 {
 					fmt.Printf("raft tick: %d ms (election timeout %d ms)\n", s.GetTickMs(), s.GetElectionTimeoutMs())
 				}
+				for _, ks := range s.GetKeyspaces() {
+					fmt.Printf("keyspace %s: home %s, %s survival, voters %s, leader %d\n", ks.GetPrefix(), ks.GetHome(),
+						ks.GetSurvival(), ids(ks.GetVoters()), ks.GetLeaderId())
+				}
 			}
 		}
 	})

@@ -403,6 +403,12 @@ func (a *api) status() *pb.StatusResponse {
 	for _, m := range a.s.members() {
 		out.Members = append(out.Members, toPBMember(m, st.Progress[m.ID]))
 	}
+	a.s.mu.RLock()
+	list := a.s.fsm.Keyspaces().List()
+	a.s.mu.RUnlock()
+	for _, ks := range list {
+		out.Keyspaces = append(out.Keyspaces, a.s.keyspaceInfo(ks))
+	}
 	return out
 }
 

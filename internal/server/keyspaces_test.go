@@ -50,6 +50,10 @@ func TestKeyspaceThroughZooKeeperPort(t *testing.T) {
 		t.Fatalf("a home region without members: %v", err)
 	}
 	tc.waitGroupOpen(ks.Group)
+	st := (&api{s: tc.servers[2]}).status()
+	if len(st.Keyspaces) != 1 || st.Keyspaces[0].GetPrefix() != "/eu" || st.Keyspaces[0].GetGroup() != ks.Group {
+		t.Fatalf("status keyspaces: %v", st.Keyspaces)
+	}
 
 	acl := gozk.WorldACL(gozk.PermAll)
 	zc, _ := zkConnect(t, tc.zkAddrs()[1:2])

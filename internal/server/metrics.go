@@ -35,6 +35,8 @@ type metrics struct {
 	sessions        prometheus.Gauge
 	watches         prometheus.Gauge
 	znodes          prometheus.Gauge
+	keyspaces       prometheus.Gauge
+	keyspaceLeader  *prometheus.GaugeVec
 	requests        *prometheus.CounterVec
 	requestDuration *prometheus.HistogramVec
 	buildInfo       *prometheus.GaugeVec
@@ -82,6 +84,10 @@ func newMetrics() *metrics {
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_sessions", Help: "Live sessions."}),
 		watches:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_watches", Help: "Watch registrations on this member."}),
 		znodes:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_znodes", Help: "Znodes in the tree."}),
+		keyspaces: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_keyspaces",
+			Help: "Regional keyspaces in the table (each its own raft group on every member)."}),
+		keyspaceLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meridian_keyspace_leader_id",
+			Help: "The leader of each regional keyspace's group as this member sees it (0: none known, or not running here)."}, []string{"keyspace"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_requests_total", Help: "Client requests by method (the native RPC, or zk:<opname> on the ZooKeeper port) and outcome code.",
 		}, []string{"method", "code"}),
@@ -97,7 +103,7 @@ func newMetrics() *metrics {
 	}
 	m.buildInfo.WithLabelValues(Version, runtime.Version(), ZooKeeperVersion).Set(1)
 	m.register(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.hasLeader,
-		m.leaderID, m.term, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.sessions, m.watches, m.znodes,
+		m.leaderID, m.term, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.sessions, m.watches, m.znodes, m.keyspaces, m.keyspaceLeader,
 		m.requests, m.requestDuration, m.buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -697,6 +697,18 @@ func (s *Server) updateGauges(st replica.Status) {
 	s.metrics.sessions.Set(float64(sessions))
 	s.metrics.watches.Set(float64(s.watches.Count()))
 	s.metrics.setRaftGauges(st)
+	s.mu.RLock()
+	list := s.fsm.Keyspaces().List()
+	s.mu.RUnlock()
+	s.metrics.keyspaces.Set(float64(len(list)))
+	s.metrics.keyspaceLeader.Reset() // removed keyspaces leave no series behind
+	for _, ks := range list {
+		var leader uint64
+		if g := s.keyspaceGroups.get(ks.Group); g != nil {
+			leader = g.rep.Leader()
+		}
+		s.metrics.keyspaceLeader.WithLabelValues(ks.Prefix).Set(float64(leader))
+	}
 }
 
 // peerTLS loads the peer port's mutual TLS material: this member's
