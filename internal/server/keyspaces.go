@@ -209,7 +209,27 @@ func (m *groupMachine) Apply(index, term uint64, data []byte) {
 
 func (m *groupMachine) Snapshot() ([]byte, error) { return m.fsm.Snapshot() }
 
-func (m *groupMachine) Restore(index uint64, data []byte) error { return m.fsm.Restore(index, data) }
+// Restore installs a snapshot of the group; observers, barrier waiters and
+// waiting requests whose grant was in the skipped range re-read the
+// state, as after the root's (stateMachine.Restore).
+func (m *groupMachine) Restore(index uint64, data []byte) error {
+	g := (*group)(m)
+	if err := g.fsm.Restore(index, data); err != nil {
+		return err
+	}
+	g.fsm.RLock()
+	c := g.fsm.Coord()
+	g.fsm.RUnlock()
+	g.s.obs.notifyAll()
+	g.s.barrierObs.notifyAll()
+	g.s.regrant(c, func(name string) bool { // the table is the root's: its lock is not held here
+		g.s.mu.RLock()
+		defer g.s.mu.RUnlock()
+		ks, ok := g.s.fsm.KeyspaceForName(name)
+		return ok && ks.Group == g.id
+	})
+	return nil
+}
 
 // afterApply is what this member does after a keyspace group applied an
 // entry: grants to waiting requests, observers, and the proposer's Future.
@@ -386,6 +406,17 @@ func (r wholeReader) treeFor(path string) *tree.Tree {
 }
 
 func (r wholeReader) At() int64 { return r.at }
+
+// ephemerals are session's ephemeral znodes under prefix in every group
+// (ZooKeeper's getEphemerals), sorted.
+func (r wholeReader) ephemerals(session int64, prefix string) []string {
+	out := r.s.fsm.Tree().Ephemerals(session, prefix)
+	for _, g := range r.groups {
+		out = append(out, g.fsm.Tree().Ephemerals(session, prefix)...)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // coordOf read-locks the group owning the coordination object name and
 // returns its state, its last zxid and the unlock.

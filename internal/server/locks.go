@@ -58,10 +58,15 @@ func (g *grantWaiters) remove(k grantKey) {
 // regrant answers, from a state just installed from a snapshot, every
 // waiting request whose grant was made in the skipped range of the log
 // (its apply never ran here). Called from the raft loop, so no apply races.
-func (s *Server) regrant(c *coord.State) {
+// owns says which names are the restored group's (the other groups'
+// waiters are not judged by its state).
+func (s *Server) regrant(c *coord.State, owns func(name string) bool) {
 	s.grants.mu.Lock()
 	defer s.grants.mu.Unlock()
 	for k, ch := range s.grants.m {
+		if !owns(k.lock) {
+			continue
+		}
 		g, ok := coord.Grant{Kind: k.kind, Lock: k.lock, Session: k.session, Waiter: k.waiter}, false
 		switch k.kind {
 		case coord.GrantLock:

@@ -467,7 +467,12 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 	// requests whose grant was in that range get it now.
 	s.obs.notifyAll()
 	s.barrierObs.notifyAll()
-	s.regrant(c)
+	s.regrant(c, func(name string) bool { // the root's names: none a keyspace owns
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		_, theirs := s.fsm.KeyspaceForName(name)
+		return !theirs
+	})
 	live := make(map[int64]time.Duration, len(sessions))
 	for _, si := range sessions {
 		live[si.ID] = time.Duration(si.TimeoutMs) * time.Millisecond

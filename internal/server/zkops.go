@@ -362,9 +362,9 @@ func (c *zkConn) serve(pkt []byte) bool {
 	case *zk.SetSASLRequest:
 		return c.saslStep(hdr, r, reply)
 	case *zk.GetEphemeralsRequest:
-		c.s.mu.RLock()
-		paths := c.s.mu.tree.Ephemerals(c.session, r.PrefixPath)
-		c.s.mu.RUnlock()
+		all, unlock := c.s.wholeTree()
+		paths := all.ephemerals(c.session, r.PrefixPath)
+		unlock()
 		reply(applied(), nil, &zk.GetEphemeralsResponse{Ephemerals: paths})
 	case *zk.GetAllChildrenNumberRequest:
 		res, err := read(readRequest{path: r.Path, kind: readChildCount}, nil)
