@@ -517,14 +517,38 @@ func (e *endedSessions) closed(id int64) bool {
 }
 
 // keyspaceDuties (every tick) has this member, for each keyspace group it
-// leads, end there the sessions the root no longer knows (a session's
+// leads, hand the leadership to a voter of the home region if this member
+// is not in it; and otherwise end there the sessions the root no longer knows (a session's
 // ephemerals, locks, leases and barrier entries in a keyspace go with it:
 // closes one by one, expiries in batches), and propose the group's own
 // coordination tick and reaping when due. A lost proposal is proposed
 // again on a later tick (at most every groupDutyEvery per group).
 func (s *Server) keyspaceDuties(now time.Time) {
+	region := map[uint64]string{}
+	for _, m := range s.members() {
+		region[m.ID] = m.Region
+	}
 	for _, g := range s.keyspaceGroups.all() {
 		if !g.rep.IsLeader() || now.Sub(g.dutyAt) < groupDutyEvery {
+			continue
+		}
+		if region[s.cfg.ID] != g.ks.Region {
+			// A region-survival keyspace's leader belongs in its home
+			// region (the voters there commit with the nearest other
+			// region): hand leadership to the first home voter.
+			for _, v := range g.ks.Voters {
+				if region[v] == g.ks.Region {
+					g.dutyAt = now
+					go func(rep *replica.Replica, to uint64) {
+						ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout())
+						defer cancel()
+						if err := rep.TransferLeadership(ctx, to); err != nil {
+							s.log.Debug("keyspace leader home", "keyspace", g.ks.Prefix, "to", to, "err", err)
+						}
+					}(g.rep, v)
+					break
+				}
+			}
 			continue
 		}
 		g.fsm.RLock()

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -277,6 +278,43 @@ func TestKeyspaceNativeWritesOrderedAcrossGroups(t *testing.T) {
 		}
 		if back.Mzxid <= flag.Mzxid {
 			t.Fatalf("round %d: the config's zxid %#x is not above the flag's %#x", i, back.Mzxid, flag.Mzxid)
+		}
+	}
+}
+
+// A region-survival keyspace spreads its voters over the regions and keeps
+// its leader in its home region.
+func TestKeyspaceRegionSurvivalLeaderAtHome(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		for i := range c.Members {
+			c.Members[i].Region = fmt.Sprintf("r%d", i+1)
+		}
+	})
+	tc.leader()
+	ks, _, err := tc.servers[0].createKeyspace(ctx(t), "/r", "r2", fsm.SurvivalRegion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ks.Voters, []uint64{1, 2, 3}) {
+		t.Fatalf("voters %v, want one in each region", ks.Voters)
+	}
+	tc.waitGroupOpen(ks.Group)
+	for round := 0; round < 2; round++ {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			g := tc.servers[1].keyspaceGroups.get(ks.Group)
+			if g.rep.IsLeader() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the keyspace's leader is %d, not its home region's member 2", round, g.rep.Leader())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Moved away, it comes back.
+		g := tc.servers[1].keyspaceGroups.get(ks.Group)
+		if err := g.rep.TransferLeadership(ctx(t), 3); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
