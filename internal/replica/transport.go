@@ -789,6 +789,13 @@ func (t *transport) reader(raw net.Conn) {
 		n := int64(binary.BigEndian.Uint32(hdr[:4]))
 		kind, from := hdr[4], binary.BigEndian.Uint64(hdr[5:])
 		var limit int64
+		if f, fixed := fixedFrames[kind]; fixed {
+			if n != f.size {
+				bad(f.what+" of the wrong size", "len", n)
+				return
+			}
+			limit = f.size
+		}
 		switch kind {
 		case kindRaft:
 			limit = int64(t.maxMsgFrame)
@@ -796,42 +803,14 @@ func (t *transport) reader(raw net.Conn) {
 			limit = maxSnapFrame
 		case kindSide:
 			limit = maxSidePayload + frameHeader
-		case kindProbe, kindProbeReply:
-			limit = probePayload + frameHeader
-			if n != limit {
-				bad("probe of the wrong size", "len", n)
-				return
-			}
-		case kindStepDown:
-			limit = stepDownPayload + frameHeader
-			if n != limit {
-				bad("step-down notice of the wrong size", "len", n)
-				return
-			}
 		case kindGroupRaft:
 			limit = int64(t.maxMsgFrame) + groupIDBytes
 		case kindGroupSnap:
 			limit = maxSnapFrame + groupIDBytes
-		case kindGroupStepDown:
-			limit = groupIDBytes + stepDownPayload + frameHeader
-			if n != limit {
-				bad("step-down notice of the wrong size", "len", n)
-				return
-			}
-		case kindGroupQuiesce:
-			limit = groupIDBytes + quiescePayload + frameHeader
-			if n != limit {
-				bad("quiesce notice of the wrong size", "len", n)
-				return
-			}
-		case kindGroupWake:
-			limit = groupIDBytes + frameHeader
-			if n != limit {
-				bad("wake request of the wrong size", "len", n)
-				return
-			}
 		case kindKeepalive:
 			limit = frameHeader
+		case kindProbe, kindProbeReply, kindStepDown, kindGroupStepDown, kindGroupQuiesce, kindGroupWake:
+			// fixedFrames: checked above
 		default:
 			bad("unknown kind", "kind", kind)
 			return
@@ -914,6 +893,20 @@ func (t *transport) reader(raw net.Conn) {
 			ev.deliver(m)
 		}
 	}
+}
+
+// fixedFrames are the kinds whose frames have exactly one length (the
+// header's 9 bytes included); any other length closes the connection.
+var fixedFrames = map[byte]struct {
+	size int64
+	what string
+}{
+	kindProbe:         {probePayload + frameHeader, "probe"},
+	kindProbeReply:    {probePayload + frameHeader, "probe reply"},
+	kindStepDown:      {stepDownPayload + frameHeader, "step-down notice"},
+	kindGroupStepDown: {groupIDBytes + stepDownPayload + frameHeader, "step-down notice"},
+	kindGroupQuiesce:  {groupIDBytes + quiescePayload + frameHeader, "quiesce notice"},
+	kindGroupWake:     {groupIDBytes + frameHeader, "wake request"},
 }
 
 // readBody reads a frame body of size bytes. Up to 64 KiB it allocates

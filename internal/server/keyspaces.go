@@ -16,6 +16,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -78,18 +79,8 @@ func (gs *groups) all() []*group {
 	for _, g := range gs.m {
 		out = append(out, g)
 	}
-	slices.SortFunc(out, func(a, b *group) int { return compareU64(a.id, b.id) })
+	slices.SortFunc(out, func(a, b *group) int { return cmp.Compare(a.id, b.id) })
 	return out
-}
-
-func compareU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // groupFor is the group that owns path: a keyspace's that runs here, else
@@ -98,12 +89,7 @@ func (s *Server) groupFor(path string) *group {
 	s.mu.RLock()
 	ks, ok := s.fsm.KeyspaceFor(path)
 	s.mu.RUnlock()
-	if ok {
-		if g := s.keyspaceGroups.get(ks.Group); g != nil {
-			return g
-		}
-	}
-	return s.root
+	return s.groupOf(ks, ok)
 }
 
 // groupForName is the group that owns a coordination object's name.
@@ -111,6 +97,12 @@ func (s *Server) groupForName(name string) *group {
 	s.mu.RLock()
 	ks, ok := s.fsm.KeyspaceForName(name)
 	s.mu.RUnlock()
+	return s.groupOf(ks, ok)
+}
+
+// groupOf is keyspace ks's group when found (ok) and running here, else
+// the root.
+func (s *Server) groupOf(ks fsm.Keyspace, ok bool) *group {
 	if ok {
 		if g := s.keyspaceGroups.get(ks.Group); g != nil {
 			return g

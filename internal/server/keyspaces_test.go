@@ -15,6 +15,18 @@ import (
 	"github.com/meridian-coord/meridian/internal/fsm"
 )
 
+// keyspace creates a keyspace through server 1 and waits until every
+// server runs its group.
+func (tc *testCluster) keyspace(prefix, home string, survival fsm.Survival) fsm.Keyspace {
+	tc.t.Helper()
+	ks, _, err := tc.servers[0].createKeyspace(context.Background(), prefix, home, survival)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.waitGroupOpen(ks.Group)
+	return ks
+}
+
 // waitGroupOpen waits until every running server runs the keyspace's group.
 func (tc *testCluster) waitGroupOpen(group uint64) {
 	tc.t.Helper()
@@ -177,11 +189,7 @@ func TestKeyspaceThroughZooKeeperPort(t *testing.T) {
 func TestKeyspaceSessionsEnd(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	tc.leader()
-	ks, _, err := tc.servers[0].createKeyspace(ctx(t), "/eu", "local", fsm.SurvivalZone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc.waitGroupOpen(ks.Group)
+	ks := tc.keyspace("/eu", "local", fsm.SurvivalZone)
 
 	acl := gozk.WorldACL(gozk.PermAll)
 	owner, _ := zkConnect(t, tc.zkAddrs()[:1])
@@ -248,11 +256,7 @@ func TestKeyspaceSessionsEnd(t *testing.T) {
 func TestKeyspaceNativeWritesOrderedAcrossGroups(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	tc.leader()
-	ks, _, err := tc.servers[0].createKeyspace(ctx(t), "/eu", "local", fsm.SurvivalZone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc.waitGroupOpen(ks.Group)
+	tc.keyspace("/eu", "local", fsm.SurvivalZone)
 	c := tc.client(tc.endpoints()[1])
 	if _, _, err := c.Create(ctx(t), "/eu/config", nil, client.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -291,14 +295,10 @@ func TestKeyspaceRegionSurvivalLeaderAtHome(t *testing.T) {
 		}
 	})
 	tc.leader()
-	ks, _, err := tc.servers[0].createKeyspace(ctx(t), "/r", "r2", fsm.SurvivalRegion)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ks := tc.keyspace("/r", "r2", fsm.SurvivalRegion)
 	if !slices.Equal(ks.Voters, []uint64{1, 2, 3}) {
 		t.Fatalf("voters %v, want one in each region", ks.Voters)
 	}
-	tc.waitGroupOpen(ks.Group)
 	for round := 0; round < 2; round++ {
 		deadline := time.Now().Add(15 * time.Second)
 		for {
