@@ -197,6 +197,9 @@ func TestKeyspaceSessionsEnd(t *testing.T) {
 	if _, err := owner.Create("/eu/e", []byte("mine"), gozk.FlagEphemeral, acl); err != nil {
 		t.Fatalf("ephemeral in a keyspace: %v", err)
 	}
+	if _, err := watcher.Sync("/eu"); err != nil { // another client's write: sync, as ZooKeeper asks
+		t.Fatal(err)
+	}
 	ok, _, ch, err := watcher.ExistsW("/eu/e")
 	if err != nil || !ok {
 		t.Fatalf("ephemeral seen from another member: %v %v", ok, err)
