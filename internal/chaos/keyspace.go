@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -447,7 +448,7 @@ func checkFlags(writes []flagWrite, reads []flagRead) []string {
 // the workload did, a write to the keyspace invoked after the fault took
 // hold must have been acknowledged within the bound.
 func checkKeyspaceAvailability(ws []writeTimes, faults []FaultRecord, end, electionTimeout time.Duration) []string {
-	slices.SortFunc(ws, func(a, b writeTimes) int { return int(a.Return - b.Return) })
+	slices.SortFunc(ws, func(a, b writeTimes) int { return cmp.Compare(a.Return, b.Return) })
 	var out []string
 	for _, f := range faults {
 		b := faultBound(f, electionTimeout)
