@@ -38,7 +38,7 @@ const diskMB = 64
 
 func needsDisk(kinds []string) bool { return slices.Contains(kinds, DiskFull) }
 
-// AllFaults lists every fault kind.
+// AllFaults lists every fault kind but the keyspace ones (KeyspaceFaults).
 var AllFaults = []string{KillFollower, KillLeader, PauseFollower, PauseLeader, KillAll, TransferLeader,
 	PartitionFollower, PartitionLeader, PartitionLeaderTx, PartitionLeaderRx, PauseHolder, SlowLinks, SlowLeader, DiskFull}
 
