@@ -71,7 +71,11 @@ func main() {
 	stats := chaos.NewAvailabilityStats()
 	for i := 0; i < *count && ctx.Err() == nil; i++ {
 		s := *seed + uint64(i)
-		fmt.Printf("scenario %d/%d seed %d (rerun: make chaos SEED=%d COUNT=1 DURATION=%v FAULTS=%s)\n", i+1, *count, s, s, *duration, *faults)
+		ks := ""
+		if *keyspace != "" {
+			ks = " KEYSPACE=" + *keyspace
+		}
+		fmt.Printf("scenario %d/%d seed %d (rerun: make chaos SEED=%d COUNT=1 DURATION=%v FAULTS=%s%s)\n", i+1, *count, s, s, *duration, *faults, ks)
 		res, err := chaos.Run(ctx, chaos.Options{Seed: s, Duration: *duration, Faults: kinds, Binary: *binary, OutDir: *out, Nodes: *nodes, Keyspace: *keyspace, Logf: logf})
 		if err != nil {
 			fmt.Printf("  harness error: %v\n", err)
