@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	gozk "github.com/go-zookeeper/zk"
 	"google.golang.org/grpc"
 
@@ -34,8 +35,9 @@ import (
 //   - ephemerals in the root and in the keyspace of sessions that are
 //     then closed: each must disappear (the lag after an acknowledged
 //     close is measured), and after healing none may be left;
-//   - keyspace availability: after each fault a write to the keyspace
-//     must be acknowledged within the fault's bound, as for the root.
+//   - keyspace availability: after each fault a write to the keyspace (any
+//     workload's) must be acknowledged within the fault's bound, as for
+//     the root.
 
 // Keyspace fault kinds: the leader of the keyspace's group, as the
 // members' ListKeyspaces report it.
@@ -211,18 +213,20 @@ func startKeyspaceWorkers(ctx context.Context, cl *Cluster, firstID int, ks stri
 	n := len(cl.Nodes)
 	id := firstID
 	for pi, p := range flagPairs(ks) {
+		// The pairs' writers start on different servers, each pair's
+		// readers on the two servers after its writer's.
 		wr := mk(id, fmt.Sprintf("fw%d", pi))
+		wr.eps = cl.Endpoints(pi % n)
 		id++
 		wg.Add(1)
 		go func() { defer wg.Done(); wr.flagWriter(ctx, stop, p) }()
-		// Readers start on the servers after the writer's.
 		nr := mk(id, fmt.Sprintf("fr%d", pi))
-		nr.eps = cl.Endpoints((id - 1) % n)
+		nr.eps = cl.Endpoints((pi + 1) % n)
 		id++
 		wg.Add(1)
 		go func() { defer wg.Done(); nr.flagReader(ctx, stop, p) }()
 		zr := mk(id, fmt.Sprintf("fz%d", pi))
-		servers := cl.ZKServers(id % n)
+		servers := cl.ZKServers((pi + 2) % n)
 		id++
 		wg.Add(1)
 		go func() { defer wg.Done(); zr.zkFlagReader(ctx, stop, servers, p) }()
@@ -476,6 +480,23 @@ func finalKeyspaceChecks(ctx context.Context, c *client.Client, ks string, rec *
 	fw, fr, ephs := kr.flagWrites, kr.flagReads, kr.ephs
 	ksw := append([]writeTimes(nil), kr.ksWrites...)
 	kr.mu.Unlock()
+	// Every acknowledged write to the keyspace counts: the flag writers',
+	// the register workers' on its keys, the lock workers' on its lock.
+	rec.mu.Lock()
+	var kv []porcupine.Operation
+	for _, op := range rec.kv {
+		if in, _ := op.Input.(kvInput); strings.HasPrefix(in.Key, ks+"/") {
+			kv = append(kv, op)
+		}
+	}
+	var locks []lockEvent
+	for _, e := range rec.locks {
+		if e.Lock == ksLockName(ks) {
+			locks = append(locks, e)
+		}
+	}
+	rec.mu.Unlock()
+	ksw = append(ksw, ackedWrites(kv, locks, nil)...)
 	res.Violations = append(res.Violations, checkFlags(fw, fr)...)
 	res.Violations = append(res.Violations, checkKeyspaceAvailability(ksw, faults, end, et)...)
 	res.FlagReads, res.KeyspaceWrites = len(fr), len(ksw)
