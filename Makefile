@@ -59,15 +59,18 @@ kazoo-test:
 
 # Fault injection against real server processes (docs/reliability.md):
 # COUNT scenarios with seeds SEED..SEED+COUNT-1, DURATION of load under
-# faults each, fault kinds from FAULTS (comma-separated, or all). A failing
+# faults each, fault kinds from FAULTS (comma-separated, all, or keyspace:
+# the *-ks-leader kinds); KEYSPACE=/eu adds a regional keyspace and its
+# workload to any kinds (docs/reliability.md, Keyspaces). A failing
 # scenario prints its seed; rerun it with SEED=that COUNT=1 and the same
 # DURATION and FAULTS (same schedule and workload choices, not the same timing).
 SEED ?= 1
 COUNT ?= 30
 DURATION ?= 20s
 FAULTS ?= all
+KEYSPACE ?=
 chaos:
-	$(GO) run ./cmd/meridian-chaos --seed $(SEED) --count $(COUNT) --duration $(DURATION) --faults $(FAULTS)
+	$(GO) run ./cmd/meridian-chaos --seed $(SEED) --count $(COUNT) --duration $(DURATION) --faults $(FAULTS) --keyspace "$(KEYSPACE)"
 
 # Every fuzz target (decoders of network and disk bytes) for FUZZTIME each;
 # a finding stops the run and stays in testdata/fuzz as a regression case.

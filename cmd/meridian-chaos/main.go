@@ -36,6 +36,7 @@ func main() {
 	binary := flag.String("binary", "", "meridian binary (default: build ./cmd/meridian without -race)")
 	out := flag.String("out", filepath.Join(os.TempDir(), "meridian-chaos"), "scenario directories (kept when a scenario fails)")
 	nodes := flag.Int("nodes", 3, "servers per cluster")
+	keyspace := flag.String("keyspace", "", "create this regional keyspace (e.g. /eu) and run the keyspace workload; --faults keyspace (or a *-ks-leader kind) implies /eu")
 	verbose := flag.Bool("v", false, "log every fault and process event")
 	merge := flag.Bool("merge", false, "merge the availability.json files given as arguments, print the distribution and exit")
 	merged := flag.String("merged", "", "with -merge: also write the merged JSON here")
@@ -70,8 +71,12 @@ func main() {
 	stats := chaos.NewAvailabilityStats()
 	for i := 0; i < *count && ctx.Err() == nil; i++ {
 		s := *seed + uint64(i)
-		fmt.Printf("scenario %d/%d seed %d (rerun: make chaos SEED=%d COUNT=1 DURATION=%v FAULTS=%s)\n", i+1, *count, s, s, *duration, *faults)
-		res, err := chaos.Run(ctx, chaos.Options{Seed: s, Duration: *duration, Faults: kinds, Binary: *binary, OutDir: *out, Nodes: *nodes, Logf: logf})
+		ks := ""
+		if *keyspace != "" {
+			ks = " KEYSPACE=" + *keyspace
+		}
+		fmt.Printf("scenario %d/%d seed %d (rerun: make chaos SEED=%d COUNT=1 DURATION=%v FAULTS=%s%s)\n", i+1, *count, s, s, *duration, *faults, ks)
+		res, err := chaos.Run(ctx, chaos.Options{Seed: s, Duration: *duration, Faults: kinds, Binary: *binary, OutDir: *out, Nodes: *nodes, Keyspace: *keyspace, Logf: logf})
 		if err != nil {
 			fmt.Printf("  harness error: %v\n", err)
 			failed++

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -95,4 +96,53 @@ func TestChaosBattery(t *testing.T) {
 	}
 	t.Log("\n" + stats.Table())
 	t.Logf("battery: %d scenarios, %d faults, %d violations, %v", perKind*len(AllFaults), faults, violations, time.Since(begin).Round(time.Second))
+}
+
+// TestChaosKeyspaces runs one short scenario with a regional keyspace (a
+// second raft group): the register and lock workloads over both groups,
+// write then flag across them, ephemerals of closed sessions in both, and
+// faults on the root's leader, a follower and the keyspace group's leader.
+func TestChaosKeyspaces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-process chaos scenario; not in -short")
+	}
+	bin, err := BuildServer(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	keep := os.Getenv("MERIDIAN_CHAOS_OUT")
+	if keep != "" {
+		out = keep
+	}
+	seed := batterySeed(t) + 500
+	kinds := append([]string{KillLeader, PartitionFollower}, KeyspaceFaults...)
+	const dur = 6 * time.Second
+	t.Logf("rerun: make chaos SEED=%d COUNT=1 DURATION=%v FAULTS=%s KEYSPACE=%s", seed, dur, strings.Join(kinds, ","), DefaultKeyspace)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{Seed: seed, Duration: dur, Faults: kinds, Binary: bin, Keyspace: DefaultKeyspace,
+		OutDir: out, CheckTimeout: 30 * time.Second, KVWorkers: 3, LockWorkers: 4, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	t.Log(res.Summary())
+	for _, f := range res.Faults {
+		t.Logf("fault %s: %s", f.Kind, f.Desc)
+	}
+	if len(res.Faults) == 0 {
+		t.Errorf("no fault was injected")
+	}
+	if res.KeyspaceWrites == 0 || res.FlagReads == 0 || res.Ephemerals == 0 {
+		t.Errorf("keyspace workload idle: %d keyspace writes, %d flag reads, %d ephemerals", res.KeyspaceWrites, res.FlagReads, res.Ephemerals)
+	}
+	if res.Failed() {
+		for _, v := range res.Violations {
+			t.Errorf("VIOLATION: %s", v)
+		}
+		if res.Lin.Result != "Ok" {
+			t.Errorf("linearizability %s; %s", res.Lin.Result, res.Lin.Viz)
+		}
+		t.Errorf("logs and report: %s (kept with MERIDIAN_CHAOS_OUT)", res.Dir)
+	}
 }

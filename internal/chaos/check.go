@@ -165,6 +165,29 @@ func checkLocks(evs []lockEvent) []string {
 	return out
 }
 
+// checkLocksEach runs checkLocks on each lock's events.
+func checkLocksEach(evs []lockEvent) []string {
+	byLock := map[string][]lockEvent{}
+	var names []string
+	for _, e := range evs {
+		if _, ok := byLock[e.Lock]; !ok {
+			names = append(names, e.Lock)
+		}
+		byLock[e.Lock] = append(byLock[e.Lock], e)
+	}
+	var out []string
+	for _, n := range names {
+		v := checkLocks(byLock[n])
+		if len(names) > 1 {
+			for i := range v {
+				v[i] = n + ": " + v[i]
+			}
+		}
+		out = append(out, v...)
+	}
+	return out
+}
+
 // checkDurable: every acknowledged create is present after everything.
 func checkDurable(creates []durableCreate, present map[string]bool) (acked int, out []string) {
 	for _, c := range creates {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 
@@ -110,5 +111,52 @@ func TestDurableChecker(t *testing.T) {
 	n, v := checkDurable(cs, map[string]bool{"/a": true})
 	if n != 2 || len(v) != 1 || !strings.Contains(v[0], "/c") {
 		t.Fatalf("lost write not caught: %d %v", n, v)
+	}
+}
+
+func TestFlagCheckerCatchesOldConfig(t *testing.T) {
+	writes := []flagWrite{{Pair: "ks→root", I: 1, CfgVersion: 1}, {Pair: "ks→root", I: 2, CfgVersion: 3}}
+	good := []flagRead{{Pair: "ks→root", Reader: "fr0", I: 1, CfgVersion: 1}, {Pair: "ks→root", Reader: "fz0", I: 2, CfgVersion: 4}}
+	if v := checkFlags(writes, good); len(v) != 0 {
+		t.Fatalf("good reads: %v", v)
+	}
+	bad := append(good, flagRead{Pair: "ks→root", Reader: "fz0", I: 2, CfgVersion: 2})
+	if v := checkFlags(writes, bad); len(v) != 1 || !strings.Contains(v[0], "older than version 3") {
+		t.Fatalf("old config after the flag not caught: %v", v)
+	}
+	if v := checkFlags(writes, []flagRead{{Pair: "root→ks", Reader: "fr1", I: 1, CfgVersion: 9}}); len(v) != 1 {
+		t.Fatalf("a flag never written not caught: %v", v)
+	}
+}
+
+func TestKeyspaceAvailabilityChecker(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	f := FaultRecord{Kind: KillKeyspaceLeader, Start: time.Second}
+	ws := []writeTimes{{Call: 900 * ms, Return: 1100 * ms}, {Call: 1200 * ms, Return: 1500 * ms}}
+	if v := checkKeyspaceAvailability(ws, []FaultRecord{f}, 10*time.Second, 500*time.Millisecond); len(v) != 0 {
+		t.Fatalf("a write 0.5 s after the fault: %v", v)
+	}
+	// Only a write invoked before the fault was acknowledged after it.
+	if v := checkKeyspaceAvailability(ws[:1], []FaultRecord{f}, 10*time.Second, 500*time.Millisecond); len(v) != 1 {
+		t.Fatalf("no keyspace write after the fault not caught: %v", v)
+	}
+	// The bound had not passed when the workload ended: not judged.
+	if v := checkKeyspaceAvailability(ws[:1], []FaultRecord{f}, 2*time.Second, 500*time.Millisecond); len(v) != 0 {
+		t.Fatalf("judged before its bound: %v", v)
+	}
+}
+
+func TestLockCheckerPerLock(t *testing.T) {
+	// The same token in two locks is no violation; in one it is.
+	evs := []lockEvent{
+		{Kind: evGrant, Worker: "lk0", Session: 1, Lock: lockName, Token: 5, Call: 0, Return: 10},
+		{Kind: evGrant, Worker: "lk1", Session: 2, Lock: "eu/chaos-lock", Token: 5, Call: 0, Return: 10},
+	}
+	if v := checkLocksEach(evs); len(v) != 0 {
+		t.Fatalf("two locks: %v", v)
+	}
+	evs[1].Lock = lockName
+	if v := checkLocksEach(evs); len(v) == 0 {
+		t.Fatal("a token granted twice in one lock not caught")
 	}
 }

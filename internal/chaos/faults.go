@@ -38,7 +38,7 @@ const diskMB = 64
 
 func needsDisk(kinds []string) bool { return slices.Contains(kinds, DiskFull) }
 
-// AllFaults lists every fault kind.
+// AllFaults lists every fault kind but the keyspace ones (KeyspaceFaults).
 var AllFaults = []string{KillFollower, KillLeader, PauseFollower, PauseLeader, KillAll, TransferLeader,
 	PartitionFollower, PartitionLeader, PartitionLeaderTx, PartitionLeaderRx, PauseHolder, SlowLinks, SlowLeader, DiskFull}
 
@@ -51,16 +51,20 @@ func needsProxies(kinds []string) bool {
 	return false
 }
 
-// ParseFaults parses a comma-separated list ("all" for every kind).
+// ParseFaults parses a comma-separated list ("all" for every kind of
+// AllFaults, "keyspace" for KeyspaceFaults).
 func ParseFaults(s string) ([]string, error) {
 	if s == "" || s == "all" {
 		return AllFaults, nil
 	}
+	if s == "keyspace" {
+		return KeyspaceFaults, nil
+	}
 	var out []string
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if !slices.Contains(AllFaults, f) {
-			return nil, fmt.Errorf("unknown fault %q (known: %s)", f, strings.Join(AllFaults, ","))
+		if !slices.Contains(AllFaults, f) && !slices.Contains(KeyspaceFaults, f) {
+			return nil, fmt.Errorf("unknown fault %q (known: %s)", f, strings.Join(append(slices.Clone(AllFaults), KeyspaceFaults...), ","))
 		}
 		out = append(out, f)
 	}
@@ -75,6 +79,8 @@ type faultEnv struct {
 	logf       func(string, ...any)
 	holderLog  io.Writer
 	violations *[]string
+	ks         string // the scenario's keyspace ("" none)
+	note       string // set by runFault: appended to the fault's description
 
 	// Set by runFault for the fault under way (history clock): when it
 	// took hold, when it was undone, and the planned down time of kills.
@@ -118,6 +124,15 @@ func runFault(ctx context.Context, e *faultEnv, kind string) (string, error) {
 			}
 		}
 		return ids[r1%uint64(len(ids))]
+	}
+	if base, ok := keyspaceFaultBase[kind]; ok {
+		// The same fault, on the keyspace group's leader.
+		kl, err := e.cl.KeyspaceLeader(ctx, e.ks, 15*time.Second)
+		if err != nil {
+			return "", fmt.Errorf("before %s: %w", kind, err)
+		}
+		e.note = fmt.Sprintf(" [%s leader %d, root leader %d]", e.ks, kl, leader)
+		kind, leader = base, kl
 	}
 	switch kind {
 	case KillFollower, KillLeader:

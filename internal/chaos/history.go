@@ -53,10 +53,12 @@ type Recorder struct {
 	durab  []durableCreate
 	faults []FaultRecord
 	notes  []string
+
+	ks *ksRecorder // the keyspace workload's history (keyspace.go)
 }
 
 // NewRecorder starts the history clock.
-func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+func NewRecorder() *Recorder { return &Recorder{start: time.Now(), ks: &ksRecorder{}} }
 
 // Now is the history clock.
 func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }

@@ -24,6 +24,10 @@ type Options struct {
 	Binary   string        // meridian server binary
 	OutDir   string        // scenario directories go here; kept on failure
 	Nodes    int           // default 3
+	// Keyspace, when set (e.g. "/eu"), creates that regional keyspace and
+	// runs the keyspace workload (keyspace.go) besides the usual one; a
+	// keyspace fault kind sets it to DefaultKeyspace.
+	Keyspace string
 	// Workload size.
 	KVWorkers, LockWorkers, Keys int // defaults 4, 3, 4
 	// CheckTimeout bounds porcupine (default 60s); past it the verdict is
@@ -46,6 +50,13 @@ type Result struct {
 	// a session's end (the watcher was told).
 	WatchEvents, WatchLost int
 	ZKOps                  int // register operations made through the ZooKeeper protocol
+	// The keyspace workload: flag-then-config reads checked, acknowledged
+	// keyspace writes, ephemerals of closed sessions and how long they
+	// stayed visible after the close was acknowledged.
+	FlagReads, KeyspaceWrites, Ephemerals int
+	// EphLag*: the keyspace's ephemerals (median, max) and the root's
+	// (max).
+	EphLagMedian, EphLagMax, EphLagRootMax time.Duration
 	// ElectionTimeout is the servers' configured election timeout (tick ×
 	// election ticks), the unit of the availability bound; LongestGap the
 	// longest window with no acknowledged write during the workload.
@@ -72,9 +83,14 @@ func (r *Result) Summary() string {
 		kinds = append(kinds, f.Kind)
 		nexts = append(nexts, nextText(f))
 	}
+	ks := ""
+	if r.KeyspaceWrites > 0 || r.FlagReads > 0 {
+		ks = fmt.Sprintf(" ks-writes=%d flag-reads=%d ephemerals=%d (gone after an acknowledged close: root max %v, keyspace median %v max %v)",
+			r.KeyspaceWrites, r.FlagReads, r.Ephemerals, r.EphLagRootMax.Round(time.Millisecond), r.EphLagMedian.Round(time.Millisecond), r.EphLagMax.Round(time.Millisecond))
+	}
 	return fmt.Sprintf("seed=%d faults=[%s] kv-ops=%d (zk %d, unknown %d) linearizable=%s seq-reads=%d grants=%d fenced=%d durable=%d watch-events=%d (ended %d) to-next-write=[%s] longest-gap=%s tick-moves=%d violations=%d elapsed=%v",
 		r.Seed, strings.Join(kinds, ","), r.Lin.Ops, r.ZKOps, r.Lin.Unknown, r.Lin.Result, r.SeqReads, r.LockGrants, r.Fenced, r.Durable,
-		r.WatchEvents, r.WatchLost, strings.Join(nexts, ","), r.LongestGap, len(r.TickMoves), len(r.Violations), r.Elapsed.Round(100*time.Millisecond))
+		r.WatchEvents, r.WatchLost, strings.Join(nexts, ","), r.LongestGap, len(r.TickMoves), len(r.Violations), r.Elapsed.Round(100*time.Millisecond)) + ks
 }
 
 // Run runs one scenario: cluster up, workload, faults, heal, final reads,
@@ -102,6 +118,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
+	if o.Keyspace == "" && needsKeyspace(o.Faults) {
+		o.Keyspace = DefaultKeyspace
+	}
 	res := &Result{Seed: o.Seed, Dir: filepath.Join(o.OutDir, fmt.Sprintf("seed-%d", o.Seed))}
 	os.RemoveAll(res.Dir)
 	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
@@ -115,27 +134,29 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	if err := setup(ctx, cl); err != nil {
+	if err := setup(ctx, cl, o.Keyspace); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
 	rec := NewRecorder()
-	wt := newWatchTracker()
+	wt := newWatchTracker(o.Keyspace)
 	watchers, stopWatchers := runWatchers(ctx, cl, o.Keys, o.KVWorkers+o.LockWorkers+1, wt)
 	defer stopWatchers()
-	stopWorkers := runWorkers(ctx, cl, rec, o.Seed, o.KVWorkers, o.LockWorkers, o.Keys)
+	stopWorkers := runWorkers(ctx, cl, rec, o.Seed, o.KVWorkers, o.LockWorkers, o.Keys, o.Keyspace)
 	holderLog, err := os.Create(filepath.Join(res.Dir, "holder.log"))
 	if err != nil {
 		stopWorkers()
 		return nil, err
 	}
 	defer holderLog.Close()
-	env := &faultEnv{cl: cl, rec: rec, rng: rand.New(rand.NewPCG(o.Seed, 0xfa175)), logf: logf, holderLog: holderLog, violations: &res.Violations}
+	env := &faultEnv{cl: cl, rec: rec, rng: rand.New(rand.NewPCG(o.Seed, 0xfa175)), logf: logf, holderLog: holderLog, violations: &res.Violations, ks: o.Keyspace}
 	var harnessErr error
 	sleepCtx(ctx, 700*time.Millisecond) // warm up before the first fault
 	for time.Since(begin) < o.Duration && ctx.Err() == nil {
 		kind := o.Faults[env.rng.IntN(len(o.Faults))]
 		env.at, env.undone, env.down = time.Duration(rec.Now()), -1, 0
+		env.note = ""
 		desc, err := runFault(ctx, env, kind)
+		desc += env.note
 		end := time.Duration(rec.Now())
 		if err != nil {
 			// No leader before a fault is itself an availability failure.
@@ -190,7 +211,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 	}
-	final, err := finalChecks(ctx, cl, rec, o, res)
+	final, err := finalChecks(ctx, cl, rec, o, res, faults, workEnd)
 	if err != nil {
 		res.Violations = append(res.Violations, "final: "+err.Error())
 	}
@@ -248,7 +269,7 @@ func retry(ctx context.Context, d time.Duration, fn func(ctx context.Context) er
 	}
 }
 
-func setup(ctx context.Context, cl *Cluster) error {
+func setup(ctx context.Context, cl *Cluster, ks string) error {
 	if _, err := cl.Leader(ctx, 30*time.Second); err != nil {
 		return err
 	}
@@ -271,6 +292,9 @@ func setup(ctx context.Context, cl *Cluster) error {
 			return fmt.Errorf("create %s: %w", p, err)
 		}
 	}
+	if ks != "" {
+		return setupKeyspace(ctx, c, ks)
+	}
 	return nil
 }
 
@@ -278,7 +302,7 @@ func setup(ctx context.Context, cl *Cluster) error {
 // and runs every checker.
 // It returns the final state of every register key (nil when it could
 // not read them).
-func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res *Result) (map[string]nodeState, error) {
+func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res *Result, faults []FaultRecord, workEnd time.Duration) (map[string]nodeState, error) {
 	if _, err := cl.Leader(ctx, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("no leader after healing: %w", err)
 	}
@@ -293,7 +317,7 @@ func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res
 	// Final linearizable reads join the history: they must see the
 	// outcome of everything acknowledged (durability of the register).
 	for k := 0; k < o.Keys; k++ {
-		key := keyPath(k)
+		key := keyPath(o.Keyspace, k)
 		err := retry(ctx, 20*time.Second, func(ctx context.Context) error {
 			call := rec.Now()
 			data, st, err := c.Get(ctx, key, client.WithConsistency(client.Linearizable))
@@ -337,7 +361,10 @@ func finalChecks(ctx context.Context, cl *Cluster, rec *Recorder, o Options, res
 	res.Durable = n
 	res.Violations = append(res.Violations, v...)
 	res.Violations = append(res.Violations, checkSequential(seq, acked)...)
-	res.Violations = append(res.Violations, checkLocks(locks)...)
+	res.Violations = append(res.Violations, checkLocksEach(locks)...)
+	if o.Keyspace != "" {
+		finalKeyspaceChecks(ctx, c, o.Keyspace, rec, faults, workEnd, res.ElectionTimeout, res)
+	}
 	res.SeqReads = len(seq)
 	for _, e := range locks {
 		switch e.Kind {

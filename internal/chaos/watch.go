@@ -56,6 +56,7 @@ type watchKey struct{ watcher, key string }
 // watchTracker holds the state every outstanding watch was set on and the
 // watchers' findings.
 type watchTracker struct {
+	ks         string // the keyspace holding every other register key ("" none)
 	mu         sync.Mutex
 	registered map[watchKey]nodeState // outstanding watches
 	events     int
@@ -63,8 +64,8 @@ type watchTracker struct {
 	violations []string
 }
 
-func newWatchTracker() *watchTracker {
-	return &watchTracker{registered: map[watchKey]nodeState{}}
+func newWatchTracker(ks string) *watchTracker {
+	return &watchTracker{ks: ks, registered: map[watchKey]nodeState{}}
 }
 
 func (t *watchTracker) set(k watchKey, s nodeState) {
@@ -143,7 +144,7 @@ func (t *watchTracker) awaitFinal(watchers []string, keys int, final map[string]
 		t.mu.Lock()
 		for _, w := range watchers {
 			for k := 0; k < keys; k++ {
-				key := keyPath(k)
+				key := keyPath(t.ks, k)
 				reg, ok := t.registered[watchKey{w, key}]
 				switch {
 				case !ok:
@@ -189,7 +190,7 @@ func (w *worker) nativeWatchLoop(ctx context.Context, stop <-chan struct{}, keys
 		rec, recLast = nil, 0
 		for k := range have {
 			have[k], last[k], after[k] = false, 0, nil
-			tr.unset(watchKey{w.name, keyPath(k)})
+			tr.unset(watchKey{w.name, keyPath(w.ks, k)})
 		}
 	}
 	defer func() {
@@ -198,7 +199,7 @@ func (w *worker) nativeWatchLoop(ctx context.Context, stop <-chan struct{}, keys
 		}
 	}()
 	register := func(k int) {
-		key := keyPath(k)
+		key := keyPath(w.ks, k)
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
 		var st nodeState
@@ -253,7 +254,7 @@ func (w *worker) nativeWatchLoop(ctx context.Context, stop <-chan struct{}, keys
 				newSession()
 				continue
 			}
-			key := keyPath(f.key)
+			key := keyPath(w.ks, f.key)
 			have[f.key] = false
 			tr.unset(watchKey{w.name, key})
 			tr.count(1, 0)
@@ -357,7 +358,7 @@ func (w *worker) zkWatchLoop(ctx context.Context, stop <-chan struct{}, servers 
 	have := make([]bool, keys)
 	after := make([]string, keys) // type of the event to check the next state against
 	register := func(k int) {
-		key := keyPath(k)
+		key := keyPath(w.ks, k)
 		var st nodeState
 		_, stat, ch, err := conn.GetW(key)
 		if errors.Is(err, gozk.ErrNoNode) {
@@ -394,7 +395,7 @@ func (w *worker) zkWatchLoop(ctx context.Context, stop <-chan struct{}, servers 
 		case <-stop:
 			return
 		case f := <-evc:
-			key := keyPath(f.key)
+			key := keyPath(w.ks, f.key)
 			have[f.key] = false
 			tr.unset(watchKey{w.name, key})
 			if f.ev.Type == gozk.EventNotWatching {
@@ -421,12 +422,12 @@ func runWatchers(ctx context.Context, cl *Cluster, keys, first int, tr *watchTra
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	n := len(cl.Nodes)
-	nw := &worker{id: first, name: "wn", eps: cl.Endpoints(first % n), tls: cl.ClientTLS()}
+	nw := &worker{id: first, name: "wn", eps: cl.Endpoints(first % n), tls: cl.ClientTLS(), ks: tr.ks}
 	wg.Add(2)
 	go func() { defer wg.Done(); nw.nativeWatchLoop(ctx, stop, keys, tr) }()
 	go func() {
 		defer wg.Done()
-		(&worker{name: "wz"}).zkWatchLoop(ctx, stop, cl.ZKServers((first+1)%n), keys, tr)
+		(&worker{name: "wz", ks: tr.ks}).zkWatchLoop(ctx, stop, cl.ZKServers((first+1)%n), keys, tr)
 	}()
 	var once sync.Once
 	return []string{"wn", "wz"}, func() {

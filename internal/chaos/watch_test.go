@@ -9,7 +9,7 @@ import (
 // TestWatchChecksFail feeds the watch checker each kind of violation it is
 // there to catch, and a clean sequence it must accept.
 func TestWatchChecksFail(t *testing.T) {
-	k := keyPath(0)
+	k := keyPath("", 0)
 	exists := nodeState{Exists: true, Mzxid: 10}
 	for _, tc := range []struct {
 		name string
@@ -28,7 +28,7 @@ func TestWatchChecksFail(t *testing.T) {
 			tr.checkEvent("w", k, exists, "changed", k, -1, 12)
 			tr.checkAfter("w", k, exists, nodeState{Exists: true, Mzxid: 14}, "changed", -1)
 		}, ""},
-		{"other path", func(tr *watchTracker) { tr.checkEvent("w", k, exists, "changed", keyPath(1), 12, 0) }, "got an event for"},
+		{"other path", func(tr *watchTracker) { tr.checkEvent("w", k, exists, "changed", keyPath("", 1), 12, 0) }, "got an event for"},
 		{"created on existing", func(tr *watchTracker) { tr.checkEvent("w", k, exists, "created", k, 12, 0) }, "watch on existing"},
 		{"changed on absent", func(tr *watchTracker) { tr.checkEvent("w", k, nodeState{}, "changed", k, 12, 0) }, "watch on absent"},
 		{"event not after the registered state", func(tr *watchTracker) { tr.checkEvent("w", k, exists, "changed", k, 10, 0) }, "not after the state"},
@@ -52,7 +52,7 @@ func TestWatchChecksFail(t *testing.T) {
 		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newWatchTracker()
+			tr := newWatchTracker("")
 			tc.run(tr)
 			got := strings.Join(tr.violations, "\n")
 			if tc.want == "" && got != "" {

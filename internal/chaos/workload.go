@@ -25,7 +25,14 @@ const (
 	clientSession = 2500 * time.Millisecond
 )
 
-func keyPath(k int) string { return fmt.Sprintf("%s/k%d", kvRoot, k) }
+// keyPath is register key k's path: in the root, or, with a keyspace ks,
+// every odd key in the keyspace.
+func keyPath(ks string, k int) string {
+	if ks != "" && k%2 == 1 {
+		return fmt.Sprintf("%s/kv/k%d", ks, k)
+	}
+	return fmt.Sprintf("%s/k%d", kvRoot, k)
+}
 
 // worker owns one client session and replaces it when it expires.
 type worker struct {
@@ -36,6 +43,19 @@ type worker struct {
 	rec  *Recorder
 	rng  *rand.Rand
 	c    *client.Client
+	// ks is the scenario's keyspace ("" none); lock and locked the lock
+	// this worker takes and the value it protects (lockName, lockedPath
+	// unless set).
+	ks, lock, locked string
+}
+
+func (w *worker) key(k int) string { return keyPath(w.ks, k) }
+
+func (w *worker) lockNames() (string, string) {
+	if w.lock == "" {
+		return lockName, lockedPath
+	}
+	return w.lock, w.locked
 }
 
 func (w *worker) connect(ctx context.Context) error {
@@ -85,7 +105,7 @@ func (w *worker) kvLoop(ctx context.Context, stop <-chan struct{}, keys int) {
 			}
 		}
 		k := w.rng.IntN(keys)
-		key := keyPath(k)
+		key := w.key(k)
 		val := fmt.Sprintf("%s-%d", w.name, n)
 		guessVersion := func() int32 {
 			if v, ok := versions[k]; ok && w.rng.IntN(4) > 0 {
@@ -192,6 +212,7 @@ func codeOf(err error) int {
 // lockLoop acquires the lock, writes the protected value under the fence a
 // few times, and releases it.
 func (w *worker) lockLoop(ctx context.Context, stop <-chan struct{}) {
+	lockName, lockedPath := w.lockNames()
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
@@ -256,6 +277,7 @@ func (w *worker) lockLoop(ctx context.Context, stop <-chan struct{}) {
 }
 
 func (w *worker) recordFenced(who string, sess int64, token uint64, val string, call, ret int64, st *client.Stat, err error) {
+	lockName, _ := w.lockNames()
 	e := lockEvent{Kind: evFenced, Worker: who, Session: sess, Lock: lockName, Token: token, Call: call, Return: ret, Err: err, Value: val}
 	if err == nil {
 		e.Version = st.GetVersion()
@@ -299,12 +321,12 @@ func (w *worker) durLoop(ctx context.Context, stop <-chan struct{}) {
 
 // runWorkers starts the workloads and returns a function that stops them
 // and waits (bounded) for them to finish.
-func runWorkers(ctx context.Context, cl *Cluster, rec *Recorder, seed uint64, kvWorkers, lockWorkers, keys int) func() {
+func runWorkers(ctx context.Context, cl *Cluster, rec *Recorder, seed uint64, kvWorkers, lockWorkers, keys int, ks string) func() {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var ws []*worker
 	mk := func(i int, name string) *worker {
-		w := &worker{id: i, name: name, eps: cl.Endpoints(i), tls: cl.ClientTLS(), rec: rec, rng: rand.New(rand.NewPCG(seed, uint64(i)+1))}
+		w := &worker{id: i, name: name, eps: cl.Endpoints(i), tls: cl.ClientTLS(), rec: rec, rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), ks: ks}
 		ws = append(ws, w)
 		return w
 	}
@@ -315,6 +337,10 @@ func runWorkers(ctx context.Context, cl *Cluster, rec *Recorder, seed uint64, kv
 	}
 	for i := 0; i < lockWorkers; i++ {
 		w := mk(kvWorkers+i, fmt.Sprintf("lk%d", i))
+		if ks != "" && i%2 == 1 {
+			// Every other lock worker contends for a lock of the keyspace.
+			w.lock, w.locked = ksLockName(ks), ks+"/locked"
+		}
 		wg.Add(1)
 		go func() { defer wg.Done(); w.lockLoop(ctx, stop) }()
 	}
@@ -328,6 +354,9 @@ func runWorkers(ctx context.Context, cl *Cluster, rec *Recorder, seed uint64, kv
 		defer wg.Done()
 		z.zkKVLoop(ctx, stop, cl.ZKServers((kvWorkers+lockWorkers+1)%len(cl.Nodes)), keys)
 	}()
+	if ks != "" {
+		startKeyspaceWorkers(ctx, cl, kvWorkers+lockWorkers+2, ks, stop, &wg, mk)
+	}
 	return func() {
 		close(stop)
 		done := make(chan struct{})

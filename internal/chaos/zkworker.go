@@ -35,7 +35,7 @@ func (w *worker) zkKVLoop(ctx context.Context, stop <-chan struct{}, servers []s
 		default:
 		}
 		k := w.rng.IntN(keys)
-		key := keyPath(k)
+		key := keyPath(w.ks, k)
 		val := fmt.Sprintf("%s-%d", w.name, n)
 		guessVersion := func() int32 {
 			if v, ok := versions[k]; ok && w.rng.IntN(4) > 0 {

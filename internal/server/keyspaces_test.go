@@ -321,3 +321,58 @@ func TestKeyspaceRegionSurvivalLeaderAtHome(t *testing.T) {
 		}
 	}
 }
+
+// Write then flag through the ZooKeeper port: a connection that read the
+// flag (root) reads the config (keyspace) from its member's copy only once
+// that copy's last zxid reaches what the connection has seen, and
+// otherwise after a ReadIndex round on the keyspace's group: the
+// connection's last zxid bounds its reads, not only its writes. Seen here
+// with the group's quorum gone: the member's copy, below the flag's zxid,
+// may not answer (before, it answered from the copy at once, and a member
+// whose copy lagged served a config older than the flag).
+func TestKeyspaceZooKeeperReadAfterFlag(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.RequestTimeoutMs = 1000 })
+	lead := tc.leader()
+	ks, _, err := tc.servers[lead].createKeyspace(ctx(t), "/eu", "local", fsm.SurvivalZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.waitGroupOpen(ks.Group)
+	acl := gozk.WorldACL(gozk.PermAll)
+	r := (lead + 1) % 3
+	zw, _ := zkConnect(t, tc.zkAddrs()[lead:lead+1])
+	zr, _ := zkConnect(t, tc.zkAddrs()[r:r+1])
+	if _, err := zw.Create("/eu/config", []byte("v1"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Create("/flag", []byte("1"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	// Read before the flag: the member's copy of the keyspace is as fresh
+	// as anything this connection has seen, so it answers locally.
+	if _, err := zr.Sync("/eu"); err != nil {
+		t.Fatal(err)
+	}
+	if data, _, err := zr.Get("/eu/config"); err != nil || string(data) != "v1" {
+		t.Fatalf("config: %q %v", data, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _, err := zr.Get("/flag")
+		if err == nil && string(data) == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("flag on member %d: %q %v", r+1, data, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range tc.servers {
+		if i != r {
+			tc.stop(i)
+		}
+	}
+	if data, _, err := zr.Get("/eu/config"); err == nil {
+		t.Fatalf("member %d answered a keyspace read from its copy (%q), below the flag's zxid the connection had seen, with no ReadIndex round", r+1, data)
+	}
+}

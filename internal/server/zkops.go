@@ -277,6 +277,14 @@ func (c *zkConn) serve(pkt []byte) bool {
 	// under the tree's read lock (see Server.read).
 	read := func(r readRequest, respond func(res readResult, zxid int64, err error)) (readResult, error) {
 		r.auth, r.watcher = c.auth, c
+		if !c.readOnly {
+			// Never older than what this connection has seen: with
+			// keyspaces the zxid seen may be another group's (write then
+			// flag), and this member's copy of the group read may be
+			// behind it (readBarrier). A read-only session reads what
+			// its member has.
+			r.minZxid = c.seen.Load()
+		}
 		res, _, err := c.s.read(ctx, &r, respond)
 		return res, err
 	}
