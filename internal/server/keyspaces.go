@@ -40,7 +40,12 @@ type group struct {
 	rep     *replica.Replica
 	fsm     *fsm.FSM
 	waiters *waiters
-	dutyAt  time.Time // the last duty proposed (keyspaceDuties' goroutine only)
+	dutyAt  time.Time // the last tick or reap proposed (keyspaceDuties' goroutine only)
+	// endsAt: when each session's end was last proposed here (ditto),
+	// so that one in flight is not proposed again every tick.
+	endsAt map[int64]time.Time
+	// ledSince: since when this member leads the group (zero: it does not).
+	ledSince time.Time
 }
 
 func (g *group) root() bool { return g.id == 0 }
@@ -521,10 +526,17 @@ func (s *Server) keyspaceDuties(now time.Time) {
 		region[m.ID] = m.Region
 	}
 	for _, g := range s.keyspaceGroups.all() {
-		if !g.rep.IsLeader() || now.Sub(g.dutyAt) < groupDutyEvery {
+		if !g.rep.IsLeader() {
+			g.endsAt, g.ledSince = nil, time.Time{}
 			continue
 		}
-		if region[s.cfg.ID] != g.ks.Region {
+		if g.ledSince.IsZero() {
+			g.ledSince = now
+		}
+		// Not at once: a leader that just took over away from home (an
+		// operator's move, the home voters' trouble) leads a while first,
+		// and a hand-off is not repeated while one is under way.
+		if region[s.cfg.ID] != g.ks.Region && now.Sub(g.ledSince) >= groupDutyEvery && now.Sub(g.dutyAt) >= groupDutyEvery {
 			// A region-survival keyspace's leader belongs in its home
 			// region (the voters there commit with the nearest other
 			// region): hand leadership to the first home voter.
@@ -550,11 +562,23 @@ func (s *Server) keyspaceDuties(now time.Time) {
 		g.fsm.RUnlock()
 		var expire []int64
 		var closed []int64
+		if g.endsAt == nil {
+			g.endsAt = map[int64]time.Time{}
+		}
+		for id, at := range g.endsAt {
+			if now.Sub(at) >= groupDutyEvery {
+				delete(g.endsAt, id)
+			}
+		}
 		s.mu.RLock()
 		for _, id := range participants {
 			if _, live := s.mu.tree.Session(id); live {
 				continue
 			}
+			if _, inFlight := g.endsAt[id]; inFlight {
+				continue
+			}
+			g.endsAt[id] = now
 			if s.ended.closed(id) {
 				closed = append(closed, id)
 			} else if len(expire) < tree.MaxExpireBatch {
@@ -563,7 +587,6 @@ func (s *Server) keyspaceDuties(now time.Time) {
 		}
 		s.mu.RUnlock()
 		duty := func(p proposal) {
-			g.dutyAt = now
 			if _, err := s.Submit(context.Background(), leaderDuty(inGroup{p, g})).Wait(); err != nil {
 				s.log.Debug("keyspace duty", "keyspace", g.ks.Prefix, "err", err)
 			}
@@ -574,15 +597,19 @@ func (s *Server) keyspaceDuties(now time.Time) {
 		if len(expire) > 0 {
 			duty(treeCommand(&tree.Command{Op: tree.Op{Type: tree.OpExpire}, Sessions: expire}))
 		}
-		if needTick {
-			duty(coordCommand(&coord.Command{Op: coord.OpTick}))
-		}
-		if needReap {
-			duty(treeCommand(&tree.Command{Op: tree.Op{Type: tree.OpReap}}))
+		if (needTick || needReap) && now.Sub(g.dutyAt) >= groupDutyEvery {
+			g.dutyAt = now
+			if needTick {
+				duty(coordCommand(&coord.Command{Op: coord.OpTick}))
+			}
+			if needReap {
+				duty(treeCommand(&tree.Command{Op: tree.Op{Type: tree.OpReap}}))
+			}
 		}
 	}
 }
 
-// groupDutyEvery spaces a keyspace group's duty proposals, so that one
-// still in flight is not proposed again every tick.
+// groupDutyEvery spaces a keyspace group's duty proposals (a session's
+// end, its tick, its reaping), so that one still in flight is not
+// proposed again every tick.
 const groupDutyEvery = 500 * time.Millisecond

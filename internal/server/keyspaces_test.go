@@ -214,6 +214,23 @@ func TestKeyspaceSessionsEnd(t *testing.T) {
 		t.Fatal("the closed session's ephemeral in the keyspace was not deleted")
 	}
 
+	// ZooKeeper deletes a session's ephemerals before its close returns:
+	// so here, in the keyspace, on the member the session used.
+	closer := tc.client(tc.endpoints()[1])
+	if _, _, err := closer.Create(ctx(t), "/eu/n", nil, client.CreateOptions{Mode: client.Ephemeral}); err != nil {
+		t.Fatal(err)
+	}
+	if err := closer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g := tc.servers[1].keyspaceGroups.get(ks.Group)
+	g.fsm.RLock()
+	_, _, err = g.fsm.Tree().Get("/eu/n")
+	g.fsm.RUnlock()
+	if !errors.Is(err, errs.ErrNoNode) {
+		t.Fatalf("the ephemeral outlived its session's close: %v", err)
+	}
+
 	// A lock in the keyspace (named eu/...), held by a native session.
 	holder := tc.client(tc.endpoints()[1])
 	lease, err := holder.Lock(ctx(t), "eu/job", client.LockOptions{})

@@ -333,9 +333,33 @@ func (s *Server) resumeSession(ctx context.Context, id int64, password []byte, l
 
 // closeSession ends a session (its ephemerals, watches and locks go with
 // it); auth are the caller's identities, carried as any write's.
+//
+// ZooKeeper deletes a session's ephemerals before its close returns, so
+// the close is also proposed to every keyspace group where this member
+// knows the session acted (its writes through this member applied here
+// before they were answered); a group's leader ends it elsewhere as well
+// (keyspaceDuties), which covers a session that acted through another
+// member and an expiry.
 func (s *Server) closeSession(ctx context.Context, id int64, auth []tree.ID) (uint64, error) {
-	_, idx, err := s.write(ctx, &writeRequest{session: id, auth: auth, op: tree.Op{Type: tree.OpCloseSession}})
-	return idx, err
+	_, zxid, err := s.write(ctx, &writeRequest{session: id, auth: auth, op: tree.Op{Type: tree.OpCloseSession}})
+	if err != nil {
+		return zxid, err
+	}
+	for _, g := range s.keyspaceGroups.all() {
+		g.fsm.RLock()
+		_, acted := g.fsm.Tree().Session(id)
+		g.fsm.RUnlock()
+		if !acted {
+			continue
+		}
+		cmd := &tree.Command{Session: id, Auth: auth, Op: tree.Op{Type: tree.OpCloseSession}}
+		out, err := s.Submit(withSeen(ctx, int64(zxid)), inGroup{treeCommand(cmd), g}).Wait()
+		if err != nil {
+			return zxid, err // the root closed it: the group's leader ends it there too
+		}
+		zxid = max(zxid, out.zxid)
+	}
+	return zxid, nil
 }
 
 // ---- helpers ----

@@ -68,6 +68,7 @@ type Server struct {
 	keyspaceGroups groups
 	keyspaceMu     sync.Mutex // serialises opening and closing groups
 	ended          endedSessions
+	dutyKick       chan struct{} // wakes duties early (a session ended)
 	ready          atomic.Bool
 
 	// failed closes when a group this member runs stopped by itself
@@ -126,6 +127,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		stop:    make(chan struct{}),
 		failed:  make(chan struct{}),
 	}
+	s.dutyKick = make(chan struct{}, 1)
 	s.keyspaceGroups.m = map[uint64]*group{}
 	if cfg.JAASConfig != "" {
 		users, err := LoadJAASUsers(cfg.JAASConfig)
@@ -421,6 +423,10 @@ func (s *Server) afterApply(r *fsm.Result) {
 		s.endSession(e.ID, e.Expired)
 		if s.keyspaceGroups.count() > 0 {
 			s.ended.add(e.ID, e.Expired)
+			select { // keyspace leaders end it there now, not at the next tick
+			case s.dutyKick <- struct{}{}:
+			default:
+			}
 		}
 	}
 	s.afterCoord(r)
@@ -590,6 +596,9 @@ func (s *Server) duties() {
 		select {
 		case <-s.stop:
 			return
+		case <-s.dutyKick:
+			s.keyspaceDuties(time.Now())
+			continue
 		case <-t.C:
 		}
 		if ids := s.touches.Flush(); len(ids) > 0 {
