@@ -324,6 +324,24 @@ func (r *Report) Markdown(plotDir string) string {
 			r.xyMarkdown(&b, plotDir, g.workload, g.topology)
 			continue
 		}
+		if g.workload == "keyspaces" {
+			b.WriteString("| system, region, series | region | n | avg | p50 | p99 | max | floor | p50 / floor | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+			for _, res := range g.results {
+				s := res.Summary
+				floor, ratio := "—", "—"
+				if res.FloorMs > 0 {
+					floor = fmtMs(res.FloorMs)
+					if s.Count > 0 {
+						ratio = fmt.Sprintf("%.2f×", s.P50/res.FloorMs)
+					}
+				}
+				fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %d | %s |\n", res.Flavor, res.Region, s.Count,
+					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P99), fmtMs(s.Max), floor, ratio, res.Errors, res.Leader)
+			}
+			b.WriteString("\n")
+			firstErrors(&b, g.results)
+			continue
+		}
 		if g.workload == "seed000" {
 			b.WriteString("| system | strategy | mean hold ms | mean inter-arrival ms | acquires | avg | p50 | p99 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, res := range g.results {
@@ -642,6 +660,7 @@ func workloadTitle(w string) string {
 		"seed004-mixed-pair": "Tail Latency in ZooKeeper, task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
 		"throughput-write":   "Throughput: 1000 B writes to random keys, closed-loop clients (latency ms)",
 		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
+		"keyspaces":          "Regional keyspaces: a client in every region writes 100 B and takes a lock in its own region's keyspace, all at once, then reads every keyspace; against one raft group (ms; floor: client↔server and intra-region quorum round trips plus one fsync)",
 		"followsun":          "Follow the sun: 100 B writes while the write load moves between regions with a voter (ms)",
 		"localfirst":         "Local-first lock hand-off vs FIFO: 2 clients per client region on one lock, hold 2 ms (acquire wait ms; ops/s = hand-offs/s)",
 		"seed000":            "Cost of Consensus: lock strategies, random arrivals, time from a request's arrival to its acquisition (ms)",

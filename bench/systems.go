@@ -120,6 +120,9 @@ type MeridianOptions struct {
 	// LearnerRegion adds a fourth server there, a non-voting replica
 	// (learner): Native[r][3] and ZK[r][3] reach it.
 	LearnerRegion string
+	// SuperDigest is super_digest (ZooKeeper's superDigest), for the
+	// admin calls a workload makes (creating keyspaces). "": none.
+	SuperDigest string
 	// Pprof serves Go's profiles on each server's HTTP port (enable_pprof),
 	// listed in Cluster.HTTP, to profile a server under a workload.
 	Pprof bool
@@ -137,9 +140,27 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 	if err != nil {
 		return nil, err
 	}
+	// Round trips between members and from clients: zone-aware among the
+	// topology's servers; the learner (LearnerRegion) by region.
+	serverRTT := func(i, j int) time.Duration {
+		if i < len(t.Servers) && j < len(t.Servers) {
+			return t.ServerRTT(i, j)
+		}
+		return t.RTT(regions[i], regions[j])
+	}
+	clientRTT := func(r string, i int) time.Duration {
+		if i < len(t.Servers) {
+			return t.ClientServerRTT(r, i)
+		}
+		return t.RTT(r, regions[i])
+	}
 	real := make([]server.Member, n)
 	for i := range real {
-		real[i] = server.Member{ID: uint64(i + 1), Region: regions[i], Zone: fmt.Sprint(i),
+		zone := fmt.Sprint(i)
+		if i < len(t.Servers) && t.HasZones() {
+			zone = t.Zones[i]
+		}
+		real[i] = server.Member{ID: uint64(i + 1), Region: regions[i], Zone: zone,
 			Peer: fmt.Sprintf("127.0.0.1:%d", p[3*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", p[3*i+1]),
 			ZK: fmt.Sprintf("127.0.0.1:%d", p[3*i+2])}
 	}
@@ -152,7 +173,7 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 		members := slices.Clone(real)
 		for j := range members {
 			if j != i {
-				if members[j].Peer, err = e.Link(regions[i], regions[j], real[j].Peer, ""); err != nil {
+				if members[j].Peer, err = e.linkRTT(serverRTT(i, j), real[j].Peer, ""); err != nil {
 					return nil, err
 				}
 			}
@@ -163,7 +184,7 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 			// Plaintext, as the ZooKeeper, etcd and Redis it is compared with;
 			// no per-address cap, as ZooKeeper's maxClientCnxns=0 below (every
 			// bench client connects from 127.0.0.1).
-			Insecure: true, MaxClientCnxns: new(int)}
+			Insecure: true, MaxClientCnxns: new(int), SuperDigest: o.SuperDigest}
 		if o.Pprof {
 			hp, err := e.Ports(1)
 			if err != nil {
@@ -183,11 +204,11 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 	}
 	for _, r := range clientRegions(t) {
 		for i := 0; i < n; i++ {
-			nat, err := e.Link(r, regions[i], real[i].GRPC, "")
+			nat, err := e.linkRTT(clientRTT(r, i), real[i].GRPC, "")
 			if err != nil {
 				return nil, err
 			}
-			z, err := e.Link(r, regions[i], real[i].ZK, "")
+			z, err := e.linkRTT(clientRTT(r, i), real[i].ZK, "")
 			if err != nil {
 				return nil, err
 			}
@@ -198,8 +219,8 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 	if err := waitZK(direct[:3], 60*time.Second); err != nil {
 		return nil, fmt.Errorf("meridian: %w (logs in %s)", err, e.Dir)
 	}
-	c.Leader = leaderBySrvr(direct[:3])
-	for i := 0; i < 3; i++ {
+	c.Leader = leaderBySrvr(direct[:len(t.Servers)])
+	for i := 0; i < len(t.Servers); i++ {
 		c.GRPC = append(c.GRPC, real[i].GRPC)
 	}
 	c.Notes = "fsync on (one synced Pebble batch per raft Ready); placement: auto with a 5 s minimum interval between moves (default 30 s) so the 10 s warm-up lets the leader settle where the workload is; raft tick from measured round trips (max_tick_ms 1000)"
@@ -233,6 +254,9 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 		return nil, fmt.Errorf("ZooKeeper is not installed: run make bench-deps")
 	}
 	t := e.Topo
+	if len(t.Servers) != 3 {
+		return nil, fmt.Errorf("zookeeper: the harness runs 3 servers, topology %s has %d", t.Name, len(t.Servers))
+	}
 	p, err := e.Ports(9)
 	if err != nil {
 		return nil, err
@@ -357,6 +381,9 @@ func StartEtcd(e *Env) (*Cluster, error) {
 		return nil, fmt.Errorf("etcd is not installed: run make bench-deps")
 	}
 	t := e.Topo
+	if len(t.Servers) != 3 {
+		return nil, fmt.Errorf("etcd: the harness runs 3 servers, topology %s has %d", t.Name, len(t.Servers))
+	}
 	c := &Cluster{System: "etcd", Etcd: map[string][]string{}}
 	useNetns := true
 	var nsErr error

@@ -43,6 +43,9 @@ type Result struct {
 	// measured). On a machine the two share, they show where its cores went.
 	ServerCPUUs  float64 `json:",omitempty"`
 	HarnessCPUUs float64 `json:",omitempty"`
+	// FloorMs: keyspaces, the region's floor (client↔server and
+	// intra-region quorum round trips as measured, plus one fsync).
+	FloorMs float64 `json:",omitempty"`
 	// TotalSec: DIDA-GSTORE, the time from the common start to the last write.
 	TotalSec float64 `json:",omitempty"`
 	// Cost of Consensus: the mean critical-section time and the mean time between

@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (Key-value stores for locking), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (Key-value stores for locking), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison), keyspaces (Meridian on a topology whose servers name zones: a keyspace per region against one raft group; not in the default list)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -113,6 +113,7 @@ func main() {
 	gr := bench.GeoReadParams{Reads: 500}
 	lf := bench.LocalFirstParams{PerRegion: 2, Iters: 30, Hold: 2 * time.Millisecond, K: []int{0, 3}}
 	fs := bench.FollowSunParams{Phase: 30 * time.Second, Writers: 2}
+	ks := bench.KeyspacesParams{Phase: 20 * time.Second, Warmup: 5 * time.Second, Value: 100}
 	s0grid := bench.Seed000Params{Interarrival: 500 * time.Millisecond, Service: []time.Duration{time.Millisecond}, Duration: 20 * time.Second, Sessions: 6, Poll: 5 * time.Millisecond}
 	s0cont := bench.Seed000Params{Interarrival: 200 * time.Millisecond, Service: []time.Duration{time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}, Duration: 20 * time.Second, Sessions: 6, Poll: 5 * time.Millisecond}
 	s2 := bench.Seed002Params{Same: 10, Writes: 25, Clients: []int{1, 5, 10, 20, 30, 50}, Total: 1000, RandomAtRTT: 30 * time.Millisecond}
@@ -126,6 +127,7 @@ func main() {
 		gr.Reads = 20
 		lf.Iters = 3
 		fs.Phase = 10 * time.Second
+		ks.Phase, ks.Warmup = 3*time.Second, 2*time.Second
 		s2 = bench.Seed002Params{Same: 10, Writes: 3, Clients: []int{1, 10}, Total: 40, RandomAtRTT: 30 * time.Millisecond}
 		s0grid.Duration, s0cont.Duration = 3*time.Second, 3*time.Second
 		s0cont.Service = []time.Duration{time.Millisecond, 150 * time.Millisecond}
@@ -191,8 +193,20 @@ func main() {
 			}
 			env.Close(*keep)
 		}
-		if *workloads == "georead" {
-			continue // georead has its own cluster (above)
+		if slices.Contains(want, "meridian") && slices.Contains(strings.Split(*workloads, ","), "keyspaces") {
+			if !topo.HasZones() {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("keyspaces on %s: the topology's servers name no zones", topo.Name))
+			} else {
+				newEnv := func() (*bench.Env, error) { return bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1)) }
+				res, failures := bench.RunKeyspaces(newEnv, *bin, ks, checks, rep.Fsync, progress)
+				rep.Results = append(rep.Results, res...)
+				rep.Failures = append(rep.Failures, failures...)
+				rep.Notes["meridian (keyspaces)"] = fmt.Sprintf("%d servers (%s); keyspaces: one per region, zone survival, created by the super digest; one group: the same servers, placement: auto; %v warm-up, %v of writes and locks, %v of reads",
+					len(topo.Servers), strings.Join(serverNames(topo), ", "), ks.Warmup, ks.Phase, ks.Phase)
+			}
+		}
+		if rest := slices.DeleteFunc(strings.Split(*workloads, ","), func(w string) bool { return w == "georead" || w == "keyspaces" }); len(rest) == 0 {
+			continue // georead and keyspaces have their own clusters (above)
 		}
 		for _, run := range systemRuns(want, strings.Split(*workloads, ","), topo, *zkLeader) {
 			sys := run.sys
@@ -263,7 +277,7 @@ func main() {
 						if f.CanKV() {
 							rep.Results = append(rep.Results, bench.RunThroughput(c, topo, f, tp, progress)...)
 						}
-					case "georead": // its own cluster, above
+					case "georead", "keyspaces": // their own clusters, above
 					case "followsun":
 						if f.Name == "Meridian (native)" || f.System == "zookeeper" {
 							rep.Results = append(rep.Results, bench.RunFollowSun(c, topo, f, fs, progress)...)
@@ -524,4 +538,16 @@ func writeReport(path, section, md string) error {
 		s = md
 	}
 	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// serverNames lists a topology's servers as region/zone (or region).
+func serverNames(t *bench.Topology) []string {
+	var out []string
+	for i, s := range t.Servers {
+		if t.HasZones() {
+			s += "/" + t.Zones[i]
+		}
+		out = append(out, s)
+	}
+	return out
 }
