@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,11 @@ type KeyspacesParams struct {
 	Phase  time.Duration // writes and locks, all regions at once; then reads as long
 	Warmup time.Duration // writes from every region before measuring (leaders settle)
 	Value  int           // bytes per write
+	// Regions: the client regions that write, lock and read (nil: every
+	// one); a region alone shows its latency without the others' load.
+	Regions []string
+	// Variants: which of KeyspacesVariants to run (nil: both).
+	Variants []string
 }
 
 // KeyspacesVariants are the clusters the workload runs, in report order.
@@ -68,6 +74,9 @@ func RunKeyspaces(newEnv func() (*Env, error), bin string, p KeyspacesParams, li
 	var out []Result
 	var failures []string
 	for _, variant := range KeyspacesVariants {
+		if p.Variants != nil && !slices.Contains(p.Variants, variant) {
+			continue
+		}
 		e, err := newEnv()
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("keyspaces %s: %v", variant, err))
@@ -95,7 +104,7 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 	}
 	sum := sha1.Sum([]byte(ksSuperUser + ":" + ksSuperPassword))
 	keyspaces := variant == KeyspacesVariants[0]
-	c, err := StartMeridianWith(e, bin, MeridianOptions{SuperDigest: ksSuperUser + ":" + base64.StdEncoding.EncodeToString(sum[:])})
+	c, err := StartMeridianWith(e, bin, MeridianOptions{Metrics: true, SuperDigest: ksSuperUser + ":" + base64.StdEncoding.EncodeToString(sum[:])})
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +173,9 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 		}
 	}
 	progress(fmt.Sprintf("keyspaces %s on %s: started, root leader %s", variant, t.Name, leaderRegion(c, t)))
+	if p.Regions != nil {
+		regions = slices.DeleteFunc(regions, func(r string) bool { return !slices.Contains(p.Regions, r) })
+	}
 
 	type hists struct {
 		write, lock *hdrhistogram.Histogram
@@ -255,7 +267,31 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 	phase(p.Warmup, false, true, true, false)
 	leaders := keyspaceLeaders(adm, t, keyspaces)
 	rootLeader := leaderRegion(c, t)
+	// The fsyncs each region's servers made during the writes and locks.
+	regionHTTP := func(r string) []string {
+		var out []string
+		for _, i := range t.RegionServers(r) {
+			out = append(out, c.HTTP[i])
+		}
+		return out
+	}
+	fsyncBefore := map[string]fsyncBuckets{}
+	for _, r := range regions {
+		if fsyncBefore[r], err = scrapeFsync(regionHTTP(r)); err != nil {
+			progress(fmt.Sprintf("keyspaces %s: reading fsync metrics: %v", variant, err))
+		}
+	}
 	phase(p.Phase, true, true, true, false)
+	fsyncRun := map[string]time.Duration{}
+	for _, r := range regions {
+		after, err := scrapeFsync(regionHTTP(r))
+		if err != nil || fsyncBefore[r] == nil {
+			continue
+		}
+		if d, ok := after.minus(fsyncBefore[r]).quantile(0.5); ok {
+			fsyncRun[r] = d
+		}
+	}
 	phase(p.Phase, true, false, false, true)
 
 	var out []Result
@@ -270,12 +306,19 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 				Clients: 1, Hist: hist, Leader: leader, Errors: h[r].errs, FirstError: h[r].firstErr, Region: r, Series: series}
 			if ok {
 				res.FloorMs = ms(floor)
+				if d, ok := fsyncRun[r]; ok {
+					res.FsyncMs = ms(d)
+					res.RunFloorMs = ms(floor - fsync + d)
+				}
 			}
 			res.Summary = summarize(hist)
 			out = append(out, res)
 			ratio := ""
-			if ok && res.Summary.P50 > 0 {
-				ratio = fmt.Sprintf(", floor %.2f ms, p50 %.2f× floor", res.FloorMs, res.Summary.P50/res.FloorMs)
+			if ok && res.Summary.P50 > 0 && (series == "write" || series == "lock acquire") {
+				ratio = fmt.Sprintf(", floor %.2f ms (p50 %.2f×)", res.FloorMs, res.Summary.P50/res.FloorMs)
+				if res.RunFloorMs > 0 {
+					ratio += fmt.Sprintf(", with the servers' fsync in the run (%.2f ms) %.2f ms (p50 %.2f×)", res.FsyncMs, res.RunFloorMs, res.Summary.P50/res.RunFloorMs)
+				}
 			}
 			progress(fmt.Sprintf("keyspaces %s: p50 %.2f ms p99 %.2f ms (%d)%s", res.Flavor, res.Summary.P50, res.Summary.P99, res.Summary.Count, ratio))
 		}

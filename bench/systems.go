@@ -31,7 +31,7 @@ type Cluster struct {
 	GRPC   []string          // Meridian: each server's own gRPC address (no emulated link), for operator calls
 	// Leader returns the index of the leading server (-1: unknown).
 	Leader func() int
-	// HTTP: Meridian with MeridianOptions.Pprof, each server's HTTP
+	// HTTP: Meridian with MeridianOptions.Pprof or Metrics, each server's HTTP
 	// address (no emulated link).
 	HTTP []string
 	// Notes describes the durability and emulation settings.
@@ -123,6 +123,9 @@ type MeridianOptions struct {
 	// SuperDigest is super_digest (ZooKeeper's superDigest), for the
 	// admin calls a workload makes (creating keyspaces). "": none.
 	SuperDigest string
+	// Metrics serves /metrics on each server's HTTP port (listed in
+	// Cluster.HTTP), for figures a workload reads from the servers.
+	Metrics bool
 	// Pprof serves Go's profiles on each server's HTTP port (enable_pprof),
 	// listed in Cluster.HTTP, to profile a server under a workload.
 	Pprof bool
@@ -185,12 +188,12 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 			// no per-address cap, as ZooKeeper's maxClientCnxns=0 below (every
 			// bench client connects from 127.0.0.1).
 			Insecure: true, MaxClientCnxns: new(int), SuperDigest: o.SuperDigest}
-		if o.Pprof {
+		if o.Pprof || o.Metrics {
 			hp, err := e.Ports(1)
 			if err != nil {
 				return nil, err
 			}
-			cfg.ListenHTTP, cfg.EnablePprof = fmt.Sprintf("127.0.0.1:%d", hp[0]), true
+			cfg.ListenHTTP, cfg.EnablePprof = fmt.Sprintf("127.0.0.1:%d", hp[0]), o.Pprof
 			c.HTTP = append(c.HTTP, cfg.ListenHTTP)
 		}
 		path := filepath.Join(e.Dir, fmt.Sprintf("meridian%d.yaml", i+1))

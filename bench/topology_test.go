@@ -156,3 +156,42 @@ func TestKeyspaceFloor(t *testing.T) {
 		t.Errorf("prefix %q", keyspacePrefix("CA"))
 	}
 }
+
+// Meridian's fsync histogram: parsed from /metrics text, differenced,
+// and its p50 interpolated within a bucket.
+func TestFsyncBuckets(t *testing.T) {
+	text := func(counts ...int) string {
+		var b strings.Builder
+		b.WriteString("# TYPE meridian_raft_fsync_duration_seconds histogram\n")
+		for i, le := range []string{"0.001", "0.002", "0.004", "+Inf"} {
+			fmt.Fprintf(&b, "meridian_raft_fsync_duration_seconds_bucket{le=%q} %d\n", le, counts[i])
+		}
+		b.WriteString("meridian_raft_fsync_duration_seconds_sum 1.5\nmeridian_apply_duration_seconds_bucket{le=\"0.001\"} 99\n")
+		return b.String()
+	}
+	before, err := parseFsyncBuckets(strings.NewReader(text(10, 10, 10, 10)))
+	if err != nil || len(before) != 4 || before[0.001] != 10 {
+		t.Fatalf("%v %v", before, err)
+	}
+	after, _ := parseFsyncBuckets(strings.NewReader(text(10, 30, 50, 50)))
+	d := after.minus(before) // 0 below 1 ms, 20 in 1-2 ms, 20 in 2-4 ms
+	if got, ok := d.quantile(0.5); !ok || got != 2*time.Millisecond {
+		t.Errorf("p50 %v %v, want 2ms", got, ok)
+	}
+	if got, _ := d.quantile(0.25); got != 1500*time.Microsecond {
+		t.Errorf("p25 %v, want 1.5ms", got)
+	}
+	over, _ := parseFsyncBuckets(strings.NewReader(text(0, 0, 0, 5)))
+	if got, ok := over.quantile(0.5); !ok || got != 4*time.Millisecond {
+		t.Errorf("all above the last bound: %v %v, want 4ms", got, ok)
+	}
+	if _, ok := (fsyncBuckets{}).quantile(0.5); ok {
+		t.Error("no observations: no quantile")
+	}
+	two := fsyncBuckets{}
+	two.add(before)
+	two.add(before)
+	if two[0.002] != 20 {
+		t.Errorf("sum of two servers %v", two)
+	}
+}

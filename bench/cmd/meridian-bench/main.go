@@ -43,6 +43,9 @@ func main() {
 	zkLeader := flag.String("zk-leader", "", "place ZooKeeper's first leader in this server region for every workload but followsun (default: where its election puts it; ZooKeeper's best case for a client region is its nearest server)")
 	pprof := flag.Bool("meridian-pprof", false, "serve Go's profiles on each Meridian server's HTTP port (printed), to profile it under a workload")
 	tpClients := flag.String("throughput-clients", "", "comma-separated client counts of the throughput workload (default 1,8,32,128,256; quick 1,8)")
+	ksRegions := flag.String("keyspaces-regions", "", "keyspaces: comma-separated client regions that run (default: every one; one alone shows its latency without the others' load)")
+	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group (default: both)")
+	ksPhase := flag.Duration("keyspaces-phase", 0, "keyspaces: length of the write-and-lock phase and of the read phase (default 20s; quick 3s)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
 	if *replot != "" {
@@ -136,6 +139,23 @@ func main() {
 	if *ops > 0 {
 		s4.Ops = *ops
 	}
+	if *ksPhase > 0 {
+		ks.Phase = *ksPhase
+	}
+	if *ksRegions != "" {
+		ks.Regions = strings.Split(*ksRegions, ",")
+	}
+	for _, v := range strings.Split(*ksVariants, ",") {
+		switch v {
+		case "":
+		case "keyspaces":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[0])
+		case "one-group":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[1])
+		default:
+			fail(fmt.Errorf("--keyspaces-variants: %q is neither keyspaces nor one-group", v))
+		}
+	}
 	if *tpClients != "" {
 		tp.Clients = nil
 		for _, f := range strings.Split(*tpClients, ",") {
@@ -203,6 +223,9 @@ func main() {
 				rep.Failures = append(rep.Failures, failures...)
 				rep.Notes["meridian (keyspaces)"] = fmt.Sprintf("%d servers (%s); keyspaces: one per region, zone survival, created by the super digest; one group: the same servers, placement: auto; %v warm-up, %v of writes and locks, %v of reads",
 					len(topo.Servers), strings.Join(serverNames(topo), ", "), ks.Warmup, ks.Phase, ks.Phase)
+				if ks.Regions != nil {
+					rep.Notes["meridian (keyspaces)"] += "; clients only in " + strings.Join(ks.Regions, ", ")
+				}
 			}
 		}
 		if rest := slices.DeleteFunc(strings.Split(*workloads, ","), func(w string) bool { return w == "georead" || w == "keyspaces" }); len(rest) == 0 {
