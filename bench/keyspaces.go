@@ -37,7 +37,7 @@ type KeyspacesParams struct {
 }
 
 // KeyspacesVariants are the clusters the workload runs, in report order.
-var KeyspacesVariants = []string{"Meridian, keyspaces", "Meridian, one group"}
+var KeyspacesVariants = []string{"Meridian, keyspaces", "Meridian, one group", "ZooKeeper 3.8, a voter a region"}
 
 const ksSuperUser, ksSuperPassword = "super", "bench"
 
@@ -102,66 +102,75 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 	if !t.HasZones() {
 		return nil, fmt.Errorf("topology %s names no zones (servers as region/zone)", t.Name)
 	}
-	sum := sha1.Sum([]byte(ksSuperUser + ":" + ksSuperPassword))
 	keyspaces := variant == KeyspacesVariants[0]
-	c, err := StartMeridianWith(e, bin, MeridianOptions{Metrics: true, SuperDigest: ksSuperUser + ":" + base64.StdEncoding.EncodeToString(sum[:])})
+	leadersOf := func() map[string]string { return map[string]string{} }
+	var c *Cluster
+	var err error
+	f := Flavors[0] // Meridian (native)
+	if variant == KeyspacesVariants[2] {
+		f = Flavors[2] // ZooKeeper 3.8
+		c, err = StartZooKeeperWith(e, ZKOptions{Observers: true})
+	} else {
+		sum := sha1.Sum([]byte(ksSuperUser + ":" + ksSuperPassword))
+		c, err = StartMeridianWith(e, bin, MeridianOptions{Metrics: true, SuperDigest: ksSuperUser + ":" + base64.StdEncoding.EncodeToString(sum[:])})
+	}
 	if err != nil {
 		return nil, err
 	}
 	regions := clientRegions(t)
 	ctx := context.Background()
-	dial := func(r string, admin bool) (*client.Client, error) {
+	if keyspaces {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		cfg := client.Config{Endpoints: []string{c.Native[r][t.NearestServer(r)]}, KeepEndpointOrder: true, SessionTimeout: 10 * time.Second}
-		if admin {
-			cfg.Digest = []string{ksSuperUser + ":" + ksSuperPassword}
+		adm, err := client.New(cctx, client.Config{Endpoints: []string{c.Native[regions[0]][t.NearestServer(regions[0])]}, KeepEndpointOrder: true,
+			SessionTimeout: 10 * time.Second, Digest: []string{ksSuperUser + ":" + ksSuperPassword}})
+		cancel()
+		if err != nil {
+			return nil, err
 		}
-		return client.New(cctx, cfg)
-	}
-	adm, err := dial(regions[0], true)
-	if err != nil {
-		return nil, err
-	}
-	defer adm.Close()
-	for _, r := range regions {
-		if keyspaces {
+		for _, r := range regions {
 			if _, err := adm.CreateKeyspace(ctx, keyspacePrefix(r), r, "zone"); err != nil {
+				adm.Close()
 				return nil, fmt.Errorf("creating keyspace %s: %w", keyspacePrefix(r), err)
 			}
-		} else if _, _, err := adm.Create(ctx, keyspacePrefix(r), nil, client.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("creating %s: %w", keyspacePrefix(r), err)
 		}
+		leadersOf = func() map[string]string { return keyspaceLeaders(adm, t) }
+		defer adm.Close()
 	}
 	val := make([]byte, p.Value)
 	key := func(r string) string { return keyspacePrefix(r) + "/w-" + r }
 	// One writer, one locker and one reader per region, each its own
 	// session on the region's server.
-	writers := map[string]*client.Client{}
-	lockers := map[string]*client.Client{}
-	readers := map[string]*client.Client{}
+	writers := map[string]KV{}
+	lockers := map[string]Locker{}
+	readers := map[string]KV{}
 	defer func() {
-		for _, m := range []map[string]*client.Client{writers, lockers, readers} {
-			for _, cl := range m {
-				cl.Close()
+		for _, m := range []map[string]KV{writers, readers} {
+			for _, kv := range m {
+				kv.Close()
 			}
+		}
+		for _, l := range lockers {
+			l.Close()
 		}
 	}()
 	for _, r := range regions {
-		if writers[r], err = dial(r, false); err != nil {
+		s := t.NearestServer(r)
+		if writers[r], err = f.kv(c, r, s); err != nil {
 			return nil, err
 		}
-		if lockers[r], err = dial(r, false); err != nil {
+		if lockers[r], err = f.lock(c, r, s); err != nil {
 			return nil, err
 		}
-		if readers[r], err = dial(r, false); err != nil {
+		if readers[r], err = f.kv(c, r, s); err != nil {
 			return nil, err
 		}
 		// The first write in a new group waits for its election: retry.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, _, err = writers[r].Create(cctx, key(r), val, client.CreateOptions{})
+			if err = writers[r].Create(cctx, keyspacePrefix(r), nil); err == nil || keyspaces {
+				err = writers[r].Create(cctx, key(r), val)
+			}
 			cancel()
 			if err == nil || time.Now().After(deadline) {
 				break
@@ -172,7 +181,7 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 			return nil, fmt.Errorf("creating %s: %w", key(r), err)
 		}
 	}
-	progress(fmt.Sprintf("keyspaces %s on %s: started, root leader %s", variant, t.Name, leaderRegion(c, t)))
+	progress(fmt.Sprintf("keyspaces %s on %s: started, leader (Meridian: the root group's) %s", variant, t.Name, leaderRegion(c, t)))
 	if p.Regions != nil {
 		regions = slices.DeleteFunc(regions, func(r string) bool { return !slices.Contains(p.Regions, r) })
 	}
@@ -215,7 +224,7 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 					for time.Now().Before(end) {
 						cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 						s := time.Now()
-						_, err := writers[r].Set(cctx, key(r), val, -1)
+						err := writers[r].Put(cctx, key(r), val)
 						el := time.Since(s)
 						cancel()
 						if measure {
@@ -232,10 +241,10 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 						name := fmt.Sprintf("%s/job-%d", strings.ToLower(r), n%16)
 						cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 						s := time.Now()
-						l, err := lockers[r].Lock(cctx, name, client.LockOptions{})
+						release, err := lockers[r].Lock(cctx, name)
 						el := time.Since(s)
 						if err == nil {
-							err = l.Unlock(cctx)
+							err = release()
 						}
 						cancel()
 						if measure {
@@ -252,7 +261,7 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 						k := regions[n%len(regions)]
 						cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 						s := time.Now()
-						_, _, err := readers[r].Get(cctx, key(k), client.WithConsistency(client.Sequential))
+						_, err := readers[r].Get(cctx, key(k))
 						el := time.Since(s)
 						cancel()
 						if measure {
@@ -265,13 +274,15 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 		wg.Wait()
 	}
 	phase(p.Warmup, false, true, true, false)
-	leaders := keyspaceLeaders(adm, t, keyspaces)
+	leaders := leadersOf()
 	rootLeader := leaderRegion(c, t)
 	// The fsyncs each region's servers made during the writes and locks.
 	regionHTTP := func(r string) []string {
 		var out []string
 		for _, i := range t.RegionServers(r) {
-			out = append(out, c.HTTP[i])
+			if i < len(c.HTTP) { // Meridian only
+				out = append(out, c.HTTP[i])
+			}
 		}
 		return out
 	}
@@ -333,11 +344,8 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 
 // keyspaceLeaders names each keyspace's leader as the admin's server sees
 // it ("region/zone (server N)"); with one group, nothing.
-func keyspaceLeaders(adm *client.Client, t *Topology, keyspaces bool) map[string]string {
+func keyspaceLeaders(adm *client.Client, t *Topology) map[string]string {
 	out := map[string]string{}
-	if !keyspaces {
-		return out
-	}
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	kss, err := adm.Keyspaces(cctx)

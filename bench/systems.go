@@ -249,6 +249,10 @@ type ZKOptions struct {
 	// it. ZooKeeper has no leader priority or transfer; this is how an
 	// operator would have to arrange it. "": myids in order, started together.
 	LeaderRegion string
+	// Observers: on a topology of more servers in three regions, the first
+	// server of each region votes and every other one is an observer
+	// (ZooKeeper's non-voting replica, serving reads and forwarding writes).
+	Observers bool
 }
 
 // StartZooKeeperWith starts 3 ZooKeeper servers as StartZooKeeper does.
@@ -257,16 +261,30 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 		return nil, fmt.Errorf("ZooKeeper is not installed: run make bench-deps")
 	}
 	t := e.Topo
-	if len(t.Servers) != 3 {
-		return nil, fmt.Errorf("zookeeper: the harness runs 3 servers, topology %s has %d", t.Name, len(t.Servers))
+	n := len(t.Servers)
+	observer := make([]bool, n)
+	if o.Observers {
+		// The first server of each region votes, the others observe.
+		seen := map[string]bool{}
+		for i, r := range t.Servers {
+			observer[i] = seen[r]
+			seen[r] = true
+		}
+		if len(seen) != 3 || o.LeaderRegion != "" {
+			return nil, fmt.Errorf("zookeeper: observers need servers in exactly 3 regions and no leader region (topology %s)", t.Name)
+		}
+	} else if n != 3 {
+		return nil, fmt.Errorf("zookeeper: the harness runs 3 servers (or observers), topology %s has %d", t.Name, n)
 	}
-	p, err := e.Ports(9)
+	p, err := e.Ports(3 * n)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{System: "zookeeper", ZK: map[string][]string{}}
-	sid := []int{1, 2, 3}
-	order := []int{0, 1, 2}
+	var sid, order []int
+	for i := 0; i < n; i++ {
+		sid, order = append(sid, i+1), append(order, i)
+	}
 	if o.LeaderRegion != "" {
 		first := slices.Index(t.Servers, o.LeaderRegion)
 		if first < 0 {
@@ -277,24 +295,31 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 			sid[i] = 3 - rank
 		}
 	}
-	direct := make([]string, 3)
+	direct := make([]string, n)
 	for _, i := range order {
 		data := filepath.Join(e.Dir, fmt.Sprint(i+1))
 		os.MkdirAll(data, 0o755)
 		os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprint(sid[i])), 0o644)
 		var lines []string
-		for j := 0; j < 3; j++ {
+		for j := 0; j < n; j++ {
 			quorum, election := fmt.Sprintf("127.0.0.1:%d", p[3*j]), fmt.Sprintf("127.0.0.1:%d", p[3*j+1])
 			if j != i {
-				if quorum, err = e.Link(t.Servers[i], t.Servers[j], quorum, ""); err != nil {
+				if quorum, err = e.linkRTT(t.ServerRTT(i, j), quorum, ""); err != nil {
 					return nil, err
 				}
-				if election, err = e.Link(t.Servers[i], t.Servers[j], election, ""); err != nil {
+				if election, err = e.linkRTT(t.ServerRTT(i, j), election, ""); err != nil {
 					return nil, err
 				}
 			}
 			// One host for both ports: every link listens on 127.0.0.1.
-			lines = append(lines, fmt.Sprintf("server.%d=%s:%s", sid[j], quorum, election[strings.LastIndex(election, ":")+1:]))
+			line := fmt.Sprintf("server.%d=%s:%s", sid[j], quorum, election[strings.LastIndex(election, ":")+1:])
+			if observer[j] {
+				line += ":observer"
+			}
+			lines = append(lines, line)
+		}
+		if observer[i] {
+			lines = append(lines, "peerType=observer")
 		}
 		cfg := fmt.Sprintf("tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
 			"admin.enableServer=false\n4lw.commands.whitelist=*\nmaxClientCnxns=0\n%s\n", data, p[3*i+2], strings.Join(lines, "\n"))
@@ -315,8 +340,8 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 		}
 	}
 	for _, r := range clientRegions(t) {
-		for i := 0; i < 3; i++ {
-			z, err := e.Link(r, t.Servers[i], direct[i], "")
+		for i := 0; i < n; i++ {
+			z, err := e.linkRTT(t.ClientServerRTT(r, i), direct[i], "")
 			if err != nil {
 				return nil, err
 			}
@@ -328,6 +353,9 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 	}
 	c.Leader = leaderBySrvr(direct)
 	c.Notes = "fsync on (forceSync=yes, the default)"
+	if o.Observers {
+		c.Notes += fmt.Sprintf("; %d servers: the first of each region votes, the others observe", n)
+	}
 	if o.LeaderRegion != "" {
 		c.Notes += "; first leader placed in " + o.LeaderRegion + " (highest myid, started first; if the election still chose another, that one was restarted)"
 		// Fast leader election prefers the highest id only among votes it

@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (Key-value stores for locking), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison), keyspaces (Meridian on a topology whose servers name zones: a keyspace per region against one raft group; not in the default list)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (Key-value stores for locking), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison), keyspaces (on a topology whose servers name zones: Meridian with a keyspace per region against one raft group, ZooKeeper with a voter a region; not in the default list)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -44,7 +44,7 @@ func main() {
 	pprof := flag.Bool("meridian-pprof", false, "serve Go's profiles on each Meridian server's HTTP port (printed), to profile it under a workload")
 	tpClients := flag.String("throughput-clients", "", "comma-separated client counts of the throughput workload (default 1,8,32,128,256; quick 1,8)")
 	ksRegions := flag.String("keyspaces-regions", "", "keyspaces: comma-separated client regions that run (default: every one; one alone shows its latency without the others' load)")
-	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group (default: both)")
+	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group (Meridian), zookeeper (a voter a region, observers elsewhere) (default: those of --systems)")
 	ksPhase := flag.Duration("keyspaces-phase", 0, "keyspaces: length of the write-and-lock phase and of the read phase (default 20s; quick 3s)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
@@ -152,8 +152,18 @@ func main() {
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[0])
 		case "one-group":
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[1])
+		case "zookeeper":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[2])
 		default:
-			fail(fmt.Errorf("--keyspaces-variants: %q is neither keyspaces nor one-group", v))
+			fail(fmt.Errorf("--keyspaces-variants: %q is not keyspaces, one-group or zookeeper", v))
+		}
+	}
+	if ks.Variants == nil { // by --systems
+		if slices.Contains(want, "meridian") {
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[:2]...)
+		}
+		if slices.Contains(want, "zookeeper") {
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[2])
 		}
 	}
 	if *tpClients != "" {
@@ -213,7 +223,7 @@ func main() {
 			}
 			env.Close(*keep)
 		}
-		if slices.Contains(want, "meridian") && slices.Contains(strings.Split(*workloads, ","), "keyspaces") {
+		if len(ks.Variants) > 0 && slices.Contains(strings.Split(*workloads, ","), "keyspaces") {
 			if !topo.HasZones() {
 				rep.Failures = append(rep.Failures, fmt.Sprintf("keyspaces on %s: the topology's servers name no zones", topo.Name))
 			} else {
@@ -223,6 +233,9 @@ func main() {
 				rep.Failures = append(rep.Failures, failures...)
 				rep.Notes["meridian (keyspaces)"] = fmt.Sprintf("%d servers (%s); keyspaces: one per region, zone survival, created by the super digest; one group: the same servers, placement: auto; %v warm-up, %v of writes and locks, %v of reads",
 					len(topo.Servers), strings.Join(serverNames(topo), ", "), ks.Warmup, ks.Phase, ks.Phase)
+				if slices.Contains(ks.Variants, bench.KeyspacesVariants[2]) {
+					rep.Notes["zookeeper (keyspaces)"] = "the same servers; the first of each region votes, the others observe; fsync on; locks: go-zookeeper's lock recipe"
+				}
 				if ks.Regions != nil {
 					rep.Notes["meridian (keyspaces)"] += "; clients only in " + strings.Join(ks.Regions, ", ")
 				}
