@@ -181,7 +181,11 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 			return nil, fmt.Errorf("creating %s: %w", key(r), err)
 		}
 	}
-	progress(fmt.Sprintf("keyspaces %s on %s: started, leader (Meridian: the root group's) %s", variant, t.Name, leaderRegion(c, t)))
+	which := "leader"
+	if c.System == "meridian" {
+		which = "root group's leader"
+	}
+	progress(fmt.Sprintf("keyspaces %s on %s: started, %s %s", variant, t.Name, which, leaderRegion(c, t)))
 	if p.Regions != nil {
 		regions = slices.DeleteFunc(regions, func(r string) bool { return !slices.Contains(p.Regions, r) })
 	}
