@@ -32,8 +32,10 @@ type KeyspacesParams struct {
 	// Regions: the client regions that write, lock and read (nil: every
 	// one); a region alone shows its latency without the others' load.
 	Regions []string
-	// Variants: which of KeyspacesVariants to run (nil: both).
+	// Variants: which of KeyspacesVariants to run (nil: every one).
 	Variants []string
+	// Keep leaves each run's directory (logs, data).
+	Keep bool
 }
 
 // KeyspacesVariants are the clusters the workload runs, in report order.
@@ -91,7 +93,7 @@ func RunKeyspaces(newEnv func() (*Env, error), bin string, p KeyspacesParams, li
 		if ex := e.Exited(); len(ex) > 0 {
 			failures = append(failures, fmt.Sprintf("keyspaces %s on %s: processes exited during the run: %v", variant, e.Topo.Name, ex))
 		}
-		e.Close(false)
+		e.Close(p.Keep)
 	}
 	return out, failures
 }

@@ -139,6 +139,7 @@ func main() {
 	if *ops > 0 {
 		s4.Ops = *ops
 	}
+	ks.Keep = *keep
 	if *ksPhase > 0 {
 		ks.Phase = *ksPhase
 	}
