@@ -39,7 +39,22 @@ type KeyspacesParams struct {
 }
 
 // KeyspacesVariants are the clusters the workload runs, in report order.
-var KeyspacesVariants = []string{"Meridian, keyspaces", "Meridian, one group", "ZooKeeper 3.8, a voter a region"}
+var KeyspacesVariants = []string{"Meridian, keyspaces", "Meridian, one group", "ZooKeeper 3.8, a voter a region", "etcd 3.4, a member a region"}
+
+// firstOfEachRegion is t with only the first server of each region: the
+// three-member cluster of a system that runs no non-voting replicas here
+// (etcd 3.4 allows one learner).
+func firstOfEachRegion(t *Topology) *Topology {
+	c := *t
+	c.Servers, c.Zones = nil, nil
+	for i, r := range t.Servers {
+		if !slices.Contains(c.Servers, r) {
+			c.Servers = append(c.Servers, r)
+			c.Zones = append(c.Zones, t.Zones[i])
+		}
+	}
+	return &c
+}
 
 const ksSuperUser, ksSuperPassword = "super", "bench"
 
@@ -71,8 +86,9 @@ func keyspaceFloor(links []LinkCheck, r string, fsync time.Duration) (time.Durat
 // RunKeyspaces starts each variant's cluster in turn (newEnv gives each
 // its own), runs the workload on it and returns its rows: per variant and
 // region the writes, the lock acquires and the reads of each keyspace.
+// note receives each variant's cluster notes (durability, emulation).
 func RunKeyspaces(newEnv func() (*Env, error), bin string, p KeyspacesParams, links []LinkCheck, fsync time.Duration,
-	progress func(string)) ([]Result, []string) {
+	progress func(string), note func(variant, notes string)) ([]Result, []string) {
 	var out []Result
 	var failures []string
 	for _, variant := range KeyspacesVariants {
@@ -84,7 +100,7 @@ func RunKeyspaces(newEnv func() (*Env, error), bin string, p KeyspacesParams, li
 			failures = append(failures, fmt.Sprintf("keyspaces %s: %v", variant, err))
 			continue
 		}
-		res, err := runKeyspacesVariant(e, bin, variant, p, links, fsync, progress)
+		res, err := runKeyspacesVariant(e, bin, variant, p, links, fsync, progress, note)
 		out = append(out, res...)
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("keyspaces %s on %s: %v", variant, e.Topo.Name, err))
@@ -99,7 +115,7 @@ func RunKeyspaces(newEnv func() (*Env, error), bin string, p KeyspacesParams, li
 }
 
 func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links []LinkCheck, fsync time.Duration,
-	progress func(string)) ([]Result, error) {
+	progress func(string), note func(variant, notes string)) ([]Result, error) {
 	t := e.Topo
 	if !t.HasZones() {
 		return nil, fmt.Errorf("topology %s names no zones (servers as region/zone)", t.Name)
@@ -109,16 +125,23 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 	var c *Cluster
 	var err error
 	f := Flavors[0] // Meridian (native)
-	if variant == KeyspacesVariants[2] {
+	switch variant {
+	case KeyspacesVariants[2]:
 		f = Flavors[2] // ZooKeeper 3.8
 		c, err = StartZooKeeperWith(e, ZKOptions{Observers: true})
-	} else {
+	case KeyspacesVariants[3]:
+		f = Flavors[3] // etcd 3.4
+		e.Topo = firstOfEachRegion(t)
+		t = e.Topo
+		c, err = StartEtcd(e)
+	default:
 		sum := sha1.Sum([]byte(ksSuperUser + ":" + ksSuperPassword))
 		c, err = StartMeridianWith(e, bin, MeridianOptions{Metrics: true, SuperDigest: ksSuperUser + ":" + base64.StdEncoding.EncodeToString(sum[:])})
 	}
 	if err != nil {
 		return nil, err
 	}
+	note(variant, c.Notes)
 	regions := clientRegions(t)
 	ctx := context.Background()
 	if keyspaces {

@@ -195,3 +195,15 @@ func TestFsyncBuckets(t *testing.T) {
 		t.Errorf("sum of two servers %v", two)
 	}
 }
+
+// A three-member cluster on a zoned topology: the first server of each region.
+func TestFirstOfEachRegion(t *testing.T) {
+	nine, _ := LoadTopology("topologies/3region-9.yaml")
+	three := firstOfEachRegion(nine)
+	if !slices.Equal(three.Servers, []string{"CA", "OR", "VA"}) || !slices.Equal(three.Zones, []string{"a", "a", "a"}) || len(nine.Servers) != 9 {
+		t.Errorf("servers %v zones %v (original %d)", three.Servers, three.Zones, len(nine.Servers))
+	}
+	if three.ServerRTT(0, 1) != 21*time.Millisecond || three.NearestServer("VA") != 2 {
+		t.Errorf("CA–OR %v, nearest to VA %d", three.ServerRTT(0, 1), three.NearestServer("VA"))
+	}
+}

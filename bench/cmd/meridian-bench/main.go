@@ -44,7 +44,7 @@ func main() {
 	pprof := flag.Bool("meridian-pprof", false, "serve Go's profiles on each Meridian server's HTTP port (printed), to profile it under a workload")
 	tpClients := flag.String("throughput-clients", "", "comma-separated client counts of the throughput workload (default 1,8,32,128,256; quick 1,8)")
 	ksRegions := flag.String("keyspaces-regions", "", "keyspaces: comma-separated client regions that run (default: every one; one alone shows its latency without the others' load)")
-	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group (Meridian), zookeeper (a voter a region, observers elsewhere) (default: those of --systems)")
+	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group (Meridian), zookeeper (a voter a region, observers elsewhere), etcd (a member a region) (default: those of --systems)")
 	ksPhase := flag.Duration("keyspaces-phase", 0, "keyspaces: length of the write-and-lock phase and of the read phase (default 20s; quick 3s)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
@@ -155,8 +155,10 @@ func main() {
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[1])
 		case "zookeeper":
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[2])
+		case "etcd":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[3])
 		default:
-			fail(fmt.Errorf("--keyspaces-variants: %q is not keyspaces, one-group or zookeeper", v))
+			fail(fmt.Errorf("--keyspaces-variants: %q is not keyspaces, one-group, zookeeper or etcd", v))
 		}
 	}
 	if ks.Variants == nil { // by --systems
@@ -165,6 +167,9 @@ func main() {
 		}
 		if slices.Contains(want, "zookeeper") {
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[2])
+		}
+		if slices.Contains(want, "etcd") {
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[3])
 		}
 	}
 	if *tpClients != "" {
@@ -229,16 +234,20 @@ func main() {
 				rep.Failures = append(rep.Failures, fmt.Sprintf("keyspaces on %s: the topology's servers name no zones", topo.Name))
 			} else {
 				newEnv := func() (*bench.Env, error) { return bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1)) }
-				res, failures := bench.RunKeyspaces(newEnv, *bin, ks, checks, rep.Fsync, progress)
+				note := func(variant, notes string) { rep.Notes["keyspaces: "+variant] = notes }
+				res, failures := bench.RunKeyspaces(newEnv, *bin, ks, checks, rep.Fsync, progress, note)
 				rep.Results = append(rep.Results, res...)
 				rep.Failures = append(rep.Failures, failures...)
-				rep.Notes["meridian (keyspaces)"] = fmt.Sprintf("%d servers (%s); keyspaces: one per region, zone survival, created by the super digest; one group: the same servers, placement: auto; %v warm-up, %v of writes and locks, %v of reads",
+				rep.Notes["keyspaces"] = fmt.Sprintf("%d servers (%s); Meridian with keyspaces: one per region, zone survival, created by the super digest; Meridian with one group: the same servers, placement: auto; every variant: %v warm-up, %v of writes and locks, %v of reads",
 					len(topo.Servers), strings.Join(serverNames(topo), ", "), ks.Warmup, ks.Phase, ks.Phase)
 				if slices.Contains(ks.Variants, bench.KeyspacesVariants[2]) {
 					rep.Notes["zookeeper (keyspaces)"] = "the same servers; the first of each region votes, the others observe; fsync on; locks: go-zookeeper's lock recipe"
 				}
+				if slices.Contains(ks.Variants, bench.KeyspacesVariants[3]) {
+					rep.Notes["etcd (keyspaces)"] = "three members, the first server of each region (etcd 3.4 allows one learner); fsync on; reads linearizable (etcd's default, through the leader); locks: clientv3's concurrency mutex"
+				}
 				if ks.Regions != nil {
-					rep.Notes["meridian (keyspaces)"] += "; clients only in " + strings.Join(ks.Regions, ", ")
+					rep.Notes["keyspaces"] += "; clients only in " + strings.Join(ks.Regions, ", ")
 				}
 			}
 		}
