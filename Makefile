@@ -141,6 +141,7 @@ bench-quick:
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems $(BENCH_SYSTEMS) --topologies topologies/3dc.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian --workloads georead,localfirst,followsun --topologies topologies/5region.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper --workloads followsun --topologies topologies/3region.yaml
+	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian --workloads keyspaces --topologies topologies/3region-9.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper,etcd --workloads seed002 --topologies topologies/seed002-rtt0.yaml,topologies/seed002-rtt30.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper --workloads seed000-grid --topologies topologies/seed000-u0-s0.yaml
 

@@ -255,33 +255,63 @@ func VerifyLinks(topo *Topology, samples int) ([]LinkCheck, error) {
 			if err != nil {
 				return nil, err
 			}
-			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			lc, err := pingLink(addr, samples)
 			if err != nil {
 				return nil, err
 			}
-			var rtts []time.Duration
-			buf := []byte{0}
-			for k := 0; k < samples; k++ {
-				start := time.Now()
-				if _, err := c.Write(buf); err != nil {
-					c.Close()
-					return nil, err
-				}
-				c.SetReadDeadline(time.Now().Add(10 * time.Second))
-				if _, err := io.ReadFull(c, buf); err != nil {
-					c.Close()
-					return nil, err
-				}
-				rtts = append(rtts, time.Since(start))
+			lc.From, lc.To, lc.Configured, lc.JitterPct = a, b, topo.RTT(a, b), topo.JitterPct
+			out = append(out, lc)
+		}
+	}
+	// Two zones of each region, where the servers name zones: the
+	// intra-region quorum's round trip (From and To are region/zone).
+	if topo.HasZones() {
+		seen := map[string]bool{}
+		for _, r := range topo.Servers {
+			in := topo.RegionServers(r)
+			if seen[r] || len(in) < 2 {
+				continue
 			}
-			c.Close()
-			slices.Sort(rtts)
-			out = append(out, LinkCheck{From: a, To: b, Configured: topo.RTT(a, b), Min: rtts[0],
-				P50: rtts[len(rtts)/2], P99: rtts[(len(rtts)*99)/100], Max: rtts[len(rtts)-1],
-				Samples: len(rtts), JitterPct: topo.JitterPct})
+			seen[r] = true
+			i, j := in[0], in[1]
+			addr, err := env.linkRTT(topo.ServerRTT(i, j), ln.Addr().String(), "")
+			if err != nil {
+				return nil, err
+			}
+			lc, err := pingLink(addr, samples)
+			if err != nil {
+				return nil, err
+			}
+			lc.From, lc.To, lc.Configured, lc.JitterPct = r+"/"+topo.Zones[i], r+"/"+topo.Zones[j], topo.ServerRTT(i, j), topo.JitterPct
+			out = append(out, lc)
 		}
 	}
 	return out, nil
+}
+
+// pingLink sends samples one-byte pings through the link at addr to an
+// echo server and returns their round trips.
+func pingLink(addr string, samples int) (LinkCheck, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return LinkCheck{}, err
+	}
+	defer c.Close()
+	var rtts []time.Duration
+	buf := []byte{0}
+	for k := 0; k < samples; k++ {
+		start := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			return LinkCheck{}, err
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return LinkCheck{}, err
+		}
+		rtts = append(rtts, time.Since(start))
+	}
+	slices.Sort(rtts)
+	return LinkCheck{Min: rtts[0], P50: rtts[len(rtts)/2], P99: rtts[(len(rtts)*99)/100], Max: rtts[len(rtts)-1], Samples: len(rtts)}, nil
 }
 
 // Network namespaces, for systems that advertise one peer address to all

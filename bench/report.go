@@ -324,6 +324,31 @@ func (r *Report) Markdown(plotDir string) string {
 			r.xyMarkdown(&b, plotDir, g.workload, g.topology)
 			continue
 		}
+		if g.workload == "keyspaces" {
+			b.WriteString("| system, region, series | region | n | avg | p50 | p99 | max | floor | p50 / floor | servers' fsync p50 in the run | floor with it | p50 / that | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			for _, res := range g.results {
+				s := res.Summary
+				floor, ratio, fsync, runFloor, runRatio := "—", "—", "—", "—", "—"
+				if res.FloorMs > 0 && (res.Series == "write" || res.Series == "lock acquire") {
+					floor = fmtMs(res.FloorMs)
+					if s.Count > 0 {
+						ratio = fmt.Sprintf("%.2f×", s.P50/res.FloorMs)
+					}
+					if res.RunFloorMs > 0 {
+						fsync, runFloor = fmtMs(res.FsyncMs), fmtMs(res.RunFloorMs)
+						if s.Count > 0 {
+							runRatio = fmt.Sprintf("%.2f×", s.P50/res.RunFloorMs)
+						}
+					}
+				}
+				fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", res.Flavor, res.Region, s.Count,
+					fmtMs(s.Avg), fmtMs(s.P50), fmtMs(s.P99), fmtMs(s.Max), floor, ratio, fsync, runFloor, runRatio, res.Errors, res.Leader)
+			}
+			b.WriteString("\n")
+			r.keyspaceFloors(&b, g)
+			firstErrors(&b, g.results)
+			continue
+		}
 		if g.workload == "seed000" {
 			b.WriteString("| system | strategy | mean hold ms | mean inter-arrival ms | acquires | avg | p50 | p99 | max | errors | leader |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, res := range g.results {
@@ -642,6 +667,7 @@ func workloadTitle(w string) string {
 		"seed004-mixed-pair": "Tail Latency in ZooKeeper, task 3: mixed conflicting task, per read+write pair of client 0 (ms)",
 		"throughput-write":   "Throughput: 1000 B writes to random keys, closed-loop clients (latency ms)",
 		"throughput-read":    "Throughput: reads of random keys, closed-loop clients (latency ms)",
+		"keyspaces":          "Regional keyspaces: a client in every region writes 100 B and takes a lock in its own region's keyspace, all at once, then reads every keyspace; against one raft group (ms; floor: client↔server and intra-region quorum round trips plus one fsync)",
 		"followsun":          "Follow the sun: 100 B writes while the write load moves between regions with a voter (ms)",
 		"localfirst":         "Local-first lock hand-off vs FIFO: 2 clients per client region on one lock, hold 2 ms (acquire wait ms; ops/s = hand-offs/s)",
 		"seed000":            "Cost of Consensus: lock strategies, random arrivals, time from a request's arrival to its acquisition (ms)",
@@ -990,4 +1016,39 @@ func lockTargets(b *strings.Builder, g group) {
 	if header {
 		b.WriteString("\n")
 	}
+}
+
+// keyspaceFloors lists each region's floor and its parts, as measured in
+// the run, with each variant's writes and lock acquires against it.
+func (r *Report) keyspaceFloors(b *strings.Builder, g group) {
+	links := r.Links[g.topology]
+	var regions []string
+	for _, res := range g.results {
+		if !slices.Contains(regions, res.Region) {
+			regions = append(regions, res.Region)
+		}
+	}
+	for _, region := range regions {
+		floor, ok := keyspaceFloor(links, region, r.Fsync)
+		if !ok {
+			continue
+		}
+		var local, zone time.Duration
+		for _, l := range links {
+			if l.From == region && l.To == region {
+				local = l.P50
+			} else if strings.HasPrefix(l.From, region+"/") && strings.HasPrefix(l.To, region+"/") {
+				zone = l.P50
+			}
+		}
+		fmt.Fprintf(b, "- %s floor %s ms = client↔server %s + two zones %s + fsync %s (p50s);", region, fmtMs(ms(floor)),
+			fmtMs(ms(local)), fmtMs(ms(zone)), fmtMs(ms(r.Fsync)))
+		for _, res := range g.results {
+			if res.Region == region && (res.Series == "write" || res.Series == "lock acquire") && res.Summary.Count > 0 {
+				fmt.Fprintf(b, " %s %.2f×;", strings.TrimSuffix(res.Flavor, ", client in "+region+", "+res.Series)+" "+res.Series, res.Summary.P50/ms(floor))
+			}
+		}
+		b.WriteString(" target: writes and lock acquires within 1.3× at p50.\n")
+	}
+	b.WriteString("\n")
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The lock target table: p99 ratios peer/Meridian for own locks,
@@ -267,5 +268,28 @@ func TestJSONGzipRoundTrip(t *testing.T) {
 	}
 	if got.Started != r.Started || len(got.Results) != 1 || got.Results[0].Hist.TotalCount() != 1 {
 		t.Errorf("read back %+v", got)
+	}
+}
+
+// The keyspaces floors: each region's parts and each variant's p50 ratio,
+// for writes and lock acquires only.
+func TestKeyspaceFloors(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	r := &Report{Fsync: ms(0.5), Links: map[string][]LinkCheck{"3region-9": {
+		{From: "CA", To: "CA", P50: ms(0.25)}, {From: "CA/a", To: "CA/b", P50: ms(0.75)}}}}
+	res := func(variant, series string, p50 float64) Result {
+		return Result{Workload: "keyspaces", Flavor: variant + ", client in CA, " + series, Region: "CA", Series: series,
+			FloorMs: 1.5, Summary: Summary{Count: 10, P50: p50}}
+	}
+	g := group{workload: "keyspaces", topology: "3region-9", results: []Result{
+		res("Meridian, keyspaces", "write", 1.8), res("Meridian, keyspaces", "lock acquire", 3),
+		res("Meridian, keyspaces", "read /or/w-OR", 0.5), res("Meridian, one group", "write", 30),
+	}}
+	var b strings.Builder
+	r.keyspaceFloors(&b, g)
+	wantAll(t, b.String(), "CA floor 1.50 ms = client↔server 0.25 + two zones 0.75 + fsync 0.50",
+		"Meridian, keyspaces write 1.20×;", "Meridian, keyspaces lock acquire 2.00×;", "Meridian, one group write 20.00×;")
+	if strings.Contains(b.String(), "read") {
+		t.Errorf("a read against the floor:\n%s", b.String())
 	}
 }

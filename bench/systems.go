@@ -31,7 +31,7 @@ type Cluster struct {
 	GRPC   []string          // Meridian: each server's own gRPC address (no emulated link), for operator calls
 	// Leader returns the index of the leading server (-1: unknown).
 	Leader func() int
-	// HTTP: Meridian with MeridianOptions.Pprof, each server's HTTP
+	// HTTP: Meridian with MeridianOptions.Pprof or Metrics, each server's HTTP
 	// address (no emulated link).
 	HTTP []string
 	// Notes describes the durability and emulation settings.
@@ -120,6 +120,12 @@ type MeridianOptions struct {
 	// LearnerRegion adds a fourth server there, a non-voting replica
 	// (learner): Native[r][3] and ZK[r][3] reach it.
 	LearnerRegion string
+	// SuperDigest is super_digest (ZooKeeper's superDigest), for the
+	// admin calls a workload makes (creating keyspaces). "": none.
+	SuperDigest string
+	// Metrics serves /metrics on each server's HTTP port (listed in
+	// Cluster.HTTP), for figures a workload reads from the servers.
+	Metrics bool
 	// Pprof serves Go's profiles on each server's HTTP port (enable_pprof),
 	// listed in Cluster.HTTP, to profile a server under a workload.
 	Pprof bool
@@ -137,9 +143,27 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 	if err != nil {
 		return nil, err
 	}
+	// Round trips between members and from clients: zone-aware among the
+	// topology's servers; the learner (LearnerRegion) by region.
+	serverRTT := func(i, j int) time.Duration {
+		if i < len(t.Servers) && j < len(t.Servers) {
+			return t.ServerRTT(i, j)
+		}
+		return t.RTT(regions[i], regions[j])
+	}
+	clientRTT := func(r string, i int) time.Duration {
+		if i < len(t.Servers) {
+			return t.ClientServerRTT(r, i)
+		}
+		return t.RTT(r, regions[i])
+	}
 	real := make([]server.Member, n)
 	for i := range real {
-		real[i] = server.Member{ID: uint64(i + 1), Region: regions[i], Zone: fmt.Sprint(i),
+		zone := fmt.Sprint(i)
+		if i < len(t.Servers) && t.HasZones() {
+			zone = t.Zones[i]
+		}
+		real[i] = server.Member{ID: uint64(i + 1), Region: regions[i], Zone: zone,
 			Peer: fmt.Sprintf("127.0.0.1:%d", p[3*i]), GRPC: fmt.Sprintf("127.0.0.1:%d", p[3*i+1]),
 			ZK: fmt.Sprintf("127.0.0.1:%d", p[3*i+2])}
 	}
@@ -152,7 +176,7 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 		members := slices.Clone(real)
 		for j := range members {
 			if j != i {
-				if members[j].Peer, err = e.Link(regions[i], regions[j], real[j].Peer, ""); err != nil {
+				if members[j].Peer, err = e.linkRTT(serverRTT(i, j), real[j].Peer, ""); err != nil {
 					return nil, err
 				}
 			}
@@ -163,13 +187,13 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 			// Plaintext, as the ZooKeeper, etcd and Redis it is compared with;
 			// no per-address cap, as ZooKeeper's maxClientCnxns=0 below (every
 			// bench client connects from 127.0.0.1).
-			Insecure: true, MaxClientCnxns: new(int)}
-		if o.Pprof {
+			Insecure: true, MaxClientCnxns: new(int), SuperDigest: o.SuperDigest}
+		if o.Pprof || o.Metrics {
 			hp, err := e.Ports(1)
 			if err != nil {
 				return nil, err
 			}
-			cfg.ListenHTTP, cfg.EnablePprof = fmt.Sprintf("127.0.0.1:%d", hp[0]), true
+			cfg.ListenHTTP, cfg.EnablePprof = fmt.Sprintf("127.0.0.1:%d", hp[0]), o.Pprof
 			c.HTTP = append(c.HTTP, cfg.ListenHTTP)
 		}
 		path := filepath.Join(e.Dir, fmt.Sprintf("meridian%d.yaml", i+1))
@@ -183,11 +207,11 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 	}
 	for _, r := range clientRegions(t) {
 		for i := 0; i < n; i++ {
-			nat, err := e.Link(r, regions[i], real[i].GRPC, "")
+			nat, err := e.linkRTT(clientRTT(r, i), real[i].GRPC, "")
 			if err != nil {
 				return nil, err
 			}
-			z, err := e.Link(r, regions[i], real[i].ZK, "")
+			z, err := e.linkRTT(clientRTT(r, i), real[i].ZK, "")
 			if err != nil {
 				return nil, err
 			}
@@ -198,8 +222,8 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 	if err := waitZK(direct[:3], 60*time.Second); err != nil {
 		return nil, fmt.Errorf("meridian: %w (logs in %s)", err, e.Dir)
 	}
-	c.Leader = leaderBySrvr(direct[:3])
-	for i := 0; i < 3; i++ {
+	c.Leader = leaderBySrvr(direct[:len(t.Servers)])
+	for i := 0; i < len(t.Servers); i++ {
 		c.GRPC = append(c.GRPC, real[i].GRPC)
 	}
 	c.Notes = "fsync on (one synced Pebble batch per raft Ready); placement: auto with a 5 s minimum interval between moves (default 30 s) so the 10 s warm-up lets the leader settle where the workload is; raft tick from measured round trips (max_tick_ms 1000)"
@@ -225,6 +249,10 @@ type ZKOptions struct {
 	// it. ZooKeeper has no leader priority or transfer; this is how an
 	// operator would have to arrange it. "": myids in order, started together.
 	LeaderRegion string
+	// Observers: on a topology of more servers in three regions, the first
+	// server of each region votes and every other one is an observer
+	// (ZooKeeper's non-voting replica, serving reads and forwarding writes).
+	Observers bool
 }
 
 // StartZooKeeperWith starts 3 ZooKeeper servers as StartZooKeeper does.
@@ -233,13 +261,30 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 		return nil, fmt.Errorf("ZooKeeper is not installed: run make bench-deps")
 	}
 	t := e.Topo
-	p, err := e.Ports(9)
+	n := len(t.Servers)
+	observer := make([]bool, n)
+	if o.Observers {
+		// The first server of each region votes, the others observe.
+		seen := map[string]bool{}
+		for i, r := range t.Servers {
+			observer[i] = seen[r]
+			seen[r] = true
+		}
+		if len(seen) != 3 || o.LeaderRegion != "" {
+			return nil, fmt.Errorf("zookeeper: observers need servers in exactly 3 regions and no leader region (topology %s)", t.Name)
+		}
+	} else if n != 3 {
+		return nil, fmt.Errorf("zookeeper: the harness runs 3 servers (or observers), topology %s has %d", t.Name, n)
+	}
+	p, err := e.Ports(3 * n)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{System: "zookeeper", ZK: map[string][]string{}}
-	sid := []int{1, 2, 3}
-	order := []int{0, 1, 2}
+	var sid, order []int
+	for i := 0; i < n; i++ {
+		sid, order = append(sid, i+1), append(order, i)
+	}
 	if o.LeaderRegion != "" {
 		first := slices.Index(t.Servers, o.LeaderRegion)
 		if first < 0 {
@@ -250,24 +295,31 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 			sid[i] = 3 - rank
 		}
 	}
-	direct := make([]string, 3)
+	direct := make([]string, n)
 	for _, i := range order {
 		data := filepath.Join(e.Dir, fmt.Sprint(i+1))
 		os.MkdirAll(data, 0o755)
 		os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprint(sid[i])), 0o644)
 		var lines []string
-		for j := 0; j < 3; j++ {
+		for j := 0; j < n; j++ {
 			quorum, election := fmt.Sprintf("127.0.0.1:%d", p[3*j]), fmt.Sprintf("127.0.0.1:%d", p[3*j+1])
 			if j != i {
-				if quorum, err = e.Link(t.Servers[i], t.Servers[j], quorum, ""); err != nil {
+				if quorum, err = e.linkRTT(t.ServerRTT(i, j), quorum, ""); err != nil {
 					return nil, err
 				}
-				if election, err = e.Link(t.Servers[i], t.Servers[j], election, ""); err != nil {
+				if election, err = e.linkRTT(t.ServerRTT(i, j), election, ""); err != nil {
 					return nil, err
 				}
 			}
 			// One host for both ports: every link listens on 127.0.0.1.
-			lines = append(lines, fmt.Sprintf("server.%d=%s:%s", sid[j], quorum, election[strings.LastIndex(election, ":")+1:]))
+			line := fmt.Sprintf("server.%d=%s:%s", sid[j], quorum, election[strings.LastIndex(election, ":")+1:])
+			if observer[j] {
+				line += ":observer"
+			}
+			lines = append(lines, line)
+		}
+		if observer[i] {
+			lines = append(lines, "peerType=observer")
 		}
 		cfg := fmt.Sprintf("tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
 			"admin.enableServer=false\n4lw.commands.whitelist=*\nmaxClientCnxns=0\n%s\n", data, p[3*i+2], strings.Join(lines, "\n"))
@@ -288,8 +340,8 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 		}
 	}
 	for _, r := range clientRegions(t) {
-		for i := 0; i < 3; i++ {
-			z, err := e.Link(r, t.Servers[i], direct[i], "")
+		for i := 0; i < n; i++ {
+			z, err := e.linkRTT(t.ClientServerRTT(r, i), direct[i], "")
 			if err != nil {
 				return nil, err
 			}
@@ -301,6 +353,9 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 	}
 	c.Leader = leaderBySrvr(direct)
 	c.Notes = "fsync on (forceSync=yes, the default)"
+	if o.Observers {
+		c.Notes += fmt.Sprintf("; %d servers: the first of each region votes, the others observe", n)
+	}
 	if o.LeaderRegion != "" {
 		c.Notes += "; first leader placed in " + o.LeaderRegion + " (highest myid, started first; if the election still chose another, that one was restarted)"
 		// Fast leader election prefers the highest id only among votes it
@@ -357,6 +412,9 @@ func StartEtcd(e *Env) (*Cluster, error) {
 		return nil, fmt.Errorf("etcd is not installed: run make bench-deps")
 	}
 	t := e.Topo
+	if len(t.Servers) != 3 {
+		return nil, fmt.Errorf("etcd: the harness runs 3 servers, topology %s has %d", t.Name, len(t.Servers))
+	}
 	c := &Cluster{System: "etcd", Etcd: map[string][]string{}}
 	useNetns := true
 	var nsErr error

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -32,9 +33,19 @@ type Topology struct {
 	SameRegionRTTms float64 `yaml:"same_region_rtt_ms"`
 	// JitterPct: each direction's delay varies with a normal distribution
 	// whose standard deviation is this percentage of the one-way delay.
-	JitterPct float64  `yaml:"jitter_pct"`
-	Servers   []string `yaml:"servers"` // region of each of the 3 servers
-	Clients   []string `yaml:"clients"` // regions clients run in, round-robin
+	JitterPct float64 `yaml:"jitter_pct"`
+	// Servers: the region of each server, or "region/zone" to name its
+	// availability zone too (then every server names one). Three servers
+	// for every system; Meridian alone runs more (the keyspaces workload).
+	Servers []string `yaml:"servers"`
+	Clients []string `yaml:"clients"` // regions clients run in, round-robin
+	// ZoneRTTms is the round trip between two zones of one region; with
+	// zones named, SameRegionRTTms is the round trip within one zone. A
+	// client sits in the zone of the first server of its region.
+	ZoneRTTms float64 `yaml:"zone_rtt_ms"`
+	// Zones is each server's zone, split off Servers when the file names
+	// them ("" each where it does not).
+	Zones []string `yaml:"-"`
 }
 
 // LoadTopology reads and checks a topology file.
@@ -59,8 +70,11 @@ func (t *Topology) check() error {
 	if t.Name == "" {
 		return fmt.Errorf("no name")
 	}
-	if len(t.Servers) != 3 {
-		return fmt.Errorf("want 3 servers, have %d", len(t.Servers))
+	if err := t.splitZones(); err != nil {
+		return err
+	}
+	if len(t.Servers) < 3 {
+		return fmt.Errorf("want at least 3 servers, have %d", len(t.Servers))
 	}
 	if len(t.Clients) == 0 {
 		return fmt.Errorf("no client regions")
@@ -76,6 +90,76 @@ func (t *Topology) check() error {
 		}
 	}
 	return nil
+}
+
+// splitZones splits "region/zone" server entries into Servers and Zones.
+// Either every server names its zone or none does; a zone is named once.
+func (t *Topology) splitZones() error {
+	if len(t.Zones) == len(t.Servers) && len(t.Zones) > 0 {
+		return nil // already split
+	}
+	t.Zones = make([]string, len(t.Servers))
+	named, seen := 0, map[string]bool{}
+	for i, s := range t.Servers {
+		region, zone, ok := strings.Cut(s, "/")
+		if !ok {
+			continue
+		}
+		if region == "" || zone == "" || strings.Contains(zone, "/") {
+			return fmt.Errorf("server %q: want region or region/zone", s)
+		}
+		if seen[s] {
+			return fmt.Errorf("server %q: zone named twice", s)
+		}
+		seen[s] = true
+		named++
+		t.Servers[i], t.Zones[i] = region, zone
+	}
+	if named != 0 && named != len(t.Servers) {
+		return fmt.Errorf("%d of %d servers name a zone: name one for every server or none", named, len(t.Servers))
+	}
+	if named == 0 && t.ZoneRTTms != 0 {
+		return fmt.Errorf("zone_rtt_ms without zones (servers as region/zone)")
+	}
+	if named > 0 && t.ZoneRTTms <= 0 {
+		return fmt.Errorf("servers name zones: zone_rtt_ms is required")
+	}
+	return nil
+}
+
+// HasZones reports whether the servers name their zones.
+func (t *Topology) HasZones() bool { return len(t.Zones) > 0 && t.Zones[0] != "" }
+
+// ServerRTT is the round trip between servers i and j: across regions the
+// regions' round trip; within a region, the zones' when both are named
+// and differ.
+func (t *Topology) ServerRTT(i, j int) time.Duration {
+	if t.HasZones() && t.Servers[i] == t.Servers[j] && t.Zones[i] != t.Zones[j] {
+		return time.Duration(t.ZoneRTTms * float64(time.Millisecond))
+	}
+	return t.RTT(t.Servers[i], t.Servers[j])
+}
+
+// ClientServerRTT is the round trip from a client in region r to server
+// i: the client sits in the zone of its region's first server.
+func (t *Topology) ClientServerRTT(r string, i int) time.Duration {
+	if t.HasZones() && t.Servers[i] == r {
+		if home := slices.Index(t.Servers, r); t.Zones[home] != t.Zones[i] {
+			return time.Duration(t.ZoneRTTms * float64(time.Millisecond))
+		}
+	}
+	return t.RTT(r, t.Servers[i])
+}
+
+// RegionServers returns the indexes of the servers in region r.
+func (t *Topology) RegionServers(r string) []int {
+	var out []int
+	for i, s := range t.Servers {
+		if s == r {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 func (t *Topology) rtt(a, b string) (float64, bool) {

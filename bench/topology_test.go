@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,125 @@ func TestSeed002Summary(t *testing.T) {
 	r.seed002Summary(&b)
 	if !strings.Contains(b.String(), "| X | 1.00 | 3.00 |") || !strings.Contains(b.String(), "10ms | 30ms") {
 		t.Fatalf("summary:\n%s", b.String())
+	}
+}
+
+// Servers may name their zones; round trips then depend on them.
+func TestTopologyZones(t *testing.T) {
+	nine, err := LoadTopology("topologies/3region-9.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nine.Servers) != 9 || !nine.HasZones() || nine.Servers[4] != "OR" || nine.Zones[4] != "b" {
+		t.Fatalf("servers %v zones %v", nine.Servers, nine.Zones)
+	}
+	if got := nine.ServerRTT(0, 1); got != 750*time.Microsecond {
+		t.Errorf("CA/a–CA/b %v, want 0.75ms", got)
+	}
+	if got := nine.ServerRTT(0, 0); got != 200*time.Microsecond {
+		t.Errorf("CA/a–CA/a %v, want 0.2ms (same zone)", got)
+	}
+	if got := nine.ServerRTT(2, 3); got != 21*time.Millisecond {
+		t.Errorf("CA/c–OR/a %v, want 21ms", got)
+	}
+	// A client sits in its region's first server's zone.
+	if got, got2 := nine.ClientServerRTT("OR", 3), nine.ClientServerRTT("OR", 5); got != 200*time.Microsecond || got2 != 750*time.Microsecond {
+		t.Errorf("OR client to OR/a %v, to OR/c %v", got, got2)
+	}
+	if nine.NearestServer("VA") != 6 || !slices.Equal(nine.RegionServers("VA"), []int{6, 7, 8}) {
+		t.Errorf("VA: nearest %d, servers %v", nine.NearestServer("VA"), nine.RegionServers("VA"))
+	}
+	// Without zones nothing changes.
+	three, _ := LoadTopology("topologies/3region.yaml")
+	if three.HasZones() || three.ServerRTT(0, 1) != 21*time.Millisecond || three.ClientServerRTT("CA", 0) != 500*time.Microsecond {
+		t.Errorf("3region: zones %v, CA–OR %v", three.Zones, three.ServerRTT(0, 1))
+	}
+	for _, bad := range []string{
+		"servers: [CA/a, CA/b, OR]\nzone_rtt_ms: 1",     // some zones named
+		"servers: [CA/a, CA/a, OR/a]\nzone_rtt_ms: 1",   // a zone twice
+		"servers: [CA/a, CA/b, OR/a]",                   // no zone round trip
+		"servers: [CA, OR, VA]\nzone_rtt_ms: 1",         // zone round trip, no zones
+		"servers: [CA/a/x, CA/b, OR/a]\nzone_rtt_ms: 1", // not region/zone
+		"servers: [CA/a, CA/b]\nzone_rtt_ms: 1",         // too few
+	} {
+		path := filepath.Join(t.TempDir(), "t.yaml")
+		os.WriteFile(path, []byte("name: x\nrtt_ms: {CA: {OR: 21}}\nclients: [CA]\n"+bad+"\n"), 0o644)
+		if _, err := LoadTopology(path); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
+// A region's keyspace floor: client↔server, two zones, one fsync.
+func TestKeyspaceFloor(t *testing.T) {
+	links := []LinkCheck{
+		{From: "CA", To: "CA", P50: 300 * time.Microsecond},
+		{From: "CA", To: "OR", P50: 21 * time.Millisecond},
+		{From: "OR", To: "OR", P50: 250 * time.Microsecond},
+		{From: "CA/a", To: "CA/b", P50: 800 * time.Microsecond},
+	}
+	got, ok := keyspaceFloor(links, "CA", 400*time.Microsecond)
+	if !ok || got != 1500*time.Microsecond {
+		t.Errorf("CA floor %v %v, want 1.5ms", got, ok)
+	}
+	if _, ok := keyspaceFloor(links, "OR", time.Millisecond); ok {
+		t.Error("OR has no zone pair measured: no floor")
+	}
+	if _, ok := keyspaceFloor(links, "VA", time.Millisecond); ok {
+		t.Error("VA measured nothing: no floor")
+	}
+	if keyspacePrefix("CA") != "/ca" {
+		t.Errorf("prefix %q", keyspacePrefix("CA"))
+	}
+}
+
+// Meridian's fsync histogram: parsed from /metrics text, differenced,
+// and its p50 interpolated within a bucket.
+func TestFsyncBuckets(t *testing.T) {
+	text := func(counts ...int) string {
+		var b strings.Builder
+		b.WriteString("# TYPE meridian_raft_fsync_duration_seconds histogram\n")
+		for i, le := range []string{"0.001", "0.002", "0.004", "+Inf"} {
+			fmt.Fprintf(&b, "meridian_raft_fsync_duration_seconds_bucket{le=%q} %d\n", le, counts[i])
+		}
+		b.WriteString("meridian_raft_fsync_duration_seconds_sum 1.5\nmeridian_apply_duration_seconds_bucket{le=\"0.001\"} 99\n")
+		return b.String()
+	}
+	before, err := parseFsyncBuckets(strings.NewReader(text(10, 10, 10, 10)))
+	if err != nil || len(before) != 4 || before[0.001] != 10 {
+		t.Fatalf("%v %v", before, err)
+	}
+	after, _ := parseFsyncBuckets(strings.NewReader(text(10, 30, 50, 50)))
+	d := after.minus(before) // 0 below 1 ms, 20 in 1-2 ms, 20 in 2-4 ms
+	if got, ok := d.quantile(0.5); !ok || got != 2*time.Millisecond {
+		t.Errorf("p50 %v %v, want 2ms", got, ok)
+	}
+	if got, _ := d.quantile(0.25); got != 1500*time.Microsecond {
+		t.Errorf("p25 %v, want 1.5ms", got)
+	}
+	over, _ := parseFsyncBuckets(strings.NewReader(text(0, 0, 0, 5)))
+	if got, ok := over.quantile(0.5); !ok || got != 4*time.Millisecond {
+		t.Errorf("all above the last bound: %v %v, want 4ms", got, ok)
+	}
+	if _, ok := (fsyncBuckets{}).quantile(0.5); ok {
+		t.Error("no observations: no quantile")
+	}
+	two := fsyncBuckets{}
+	two.add(before)
+	two.add(before)
+	if two[0.002] != 20 {
+		t.Errorf("sum of two servers %v", two)
+	}
+}
+
+// A three-member cluster on a zoned topology: the first server of each region.
+func TestFirstOfEachRegion(t *testing.T) {
+	nine, _ := LoadTopology("topologies/3region-9.yaml")
+	three := firstOfEachRegion(nine)
+	if !slices.Equal(three.Servers, []string{"CA", "OR", "VA"}) || !slices.Equal(three.Zones, []string{"a", "a", "a"}) || len(nine.Servers) != 9 {
+		t.Errorf("servers %v zones %v (original %d)", three.Servers, three.Zones, len(nine.Servers))
+	}
+	if three.ServerRTT(0, 1) != 21*time.Millisecond || three.NearestServer("VA") != 2 {
+		t.Errorf("CA–OR %v, nearest to VA %d", three.ServerRTT(0, 1), three.NearestServer("VA"))
 	}
 }

@@ -43,6 +43,14 @@ type Result struct {
 	// measured). On a machine the two share, they show where its cores went.
 	ServerCPUUs  float64 `json:",omitempty"`
 	HarnessCPUUs float64 `json:",omitempty"`
+	// FloorMs: keyspaces, the region's floor (client↔server and
+	// intra-region quorum round trips as measured, plus one fsync).
+	FloorMs float64 `json:",omitempty"`
+	// FsyncMs: keyspaces, the p50 of the region's servers' fsyncs during
+	// the writes and locks (Meridian's own histogram); RunFloorMs the floor
+	// with it in place of the fdatasync measured before the run.
+	FsyncMs    float64 `json:",omitempty"`
+	RunFloorMs float64 `json:",omitempty"`
 	// TotalSec: DIDA-GSTORE, the time from the common start to the last write.
 	TotalSec float64 `json:",omitempty"`
 	// Cost of Consensus: the mean critical-section time and the mean time between

@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (Key-value stores for locking), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison)")
+	workloads := flag.String("workloads", "locks,seed004,throughput,georead,localfirst,followsun", "comma-separated: locks (Key-value stores for locking), seed004, seed000-grid (the lock strategies at low contention; run on the seed000-u*-s* topologies), seed000-contention (inter-arrival 200 ms, holds 1-150 ms), seed002 (uniform-RTT topologies: 10 clients x 25 writes to one object; random objects with 1-50 clients at 30 ms), throughput, georead (Meridian: far-region reads via a local learner, hedged reads), localfirst (Meridian: local-first lock hand-off vs FIFO), followsun (Meridian: the leader follows the write load; ZooKeeper with its leader in the farthest region for comparison), keyspaces (on a topology whose servers name zones: Meridian with a keyspace per region against one raft group, ZooKeeper with a voter a region; not in the default list)")
 	systems := flag.String("systems", "meridian,zookeeper,etcd,redis", "comma-separated systems to run")
 	topos := flag.String("topologies", "topologies/1dc.yaml", "comma-separated topology files")
 	quick := flag.Bool("quick", false, "every workload in small form (a smoke run, not figures)")
@@ -43,6 +43,9 @@ func main() {
 	zkLeader := flag.String("zk-leader", "", "place ZooKeeper's first leader in this server region for every workload but followsun (default: where its election puts it; ZooKeeper's best case for a client region is its nearest server)")
 	pprof := flag.Bool("meridian-pprof", false, "serve Go's profiles on each Meridian server's HTTP port (printed), to profile it under a workload")
 	tpClients := flag.String("throughput-clients", "", "comma-separated client counts of the throughput workload (default 1,8,32,128,256; quick 1,8)")
+	ksRegions := flag.String("keyspaces-regions", "", "keyspaces: comma-separated client regions that run (default: every one; one alone shows its latency without the others' load)")
+	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group (Meridian), zookeeper (a voter a region, observers elsewhere), etcd (a member a region) (default: those of --systems)")
+	ksPhase := flag.Duration("keyspaces-phase", 0, "keyspaces: length of the write-and-lock phase and of the read phase (default 20s; quick 3s)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
 	if *replot != "" {
@@ -113,6 +116,7 @@ func main() {
 	gr := bench.GeoReadParams{Reads: 500}
 	lf := bench.LocalFirstParams{PerRegion: 2, Iters: 30, Hold: 2 * time.Millisecond, K: []int{0, 3}}
 	fs := bench.FollowSunParams{Phase: 30 * time.Second, Writers: 2}
+	ks := bench.KeyspacesParams{Phase: 20 * time.Second, Warmup: 5 * time.Second, Value: 100}
 	s0grid := bench.Seed000Params{Interarrival: 500 * time.Millisecond, Service: []time.Duration{time.Millisecond}, Duration: 20 * time.Second, Sessions: 6, Poll: 5 * time.Millisecond}
 	s0cont := bench.Seed000Params{Interarrival: 200 * time.Millisecond, Service: []time.Duration{time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}, Duration: 20 * time.Second, Sessions: 6, Poll: 5 * time.Millisecond}
 	s2 := bench.Seed002Params{Same: 10, Writes: 25, Clients: []int{1, 5, 10, 20, 30, 50}, Total: 1000, RandomAtRTT: 30 * time.Millisecond}
@@ -126,6 +130,7 @@ func main() {
 		gr.Reads = 20
 		lf.Iters = 3
 		fs.Phase = 10 * time.Second
+		ks.Phase, ks.Warmup = 3*time.Second, 2*time.Second
 		s2 = bench.Seed002Params{Same: 10, Writes: 3, Clients: []int{1, 10}, Total: 40, RandomAtRTT: 30 * time.Millisecond}
 		s0grid.Duration, s0cont.Duration = 3*time.Second, 3*time.Second
 		s0cont.Service = []time.Duration{time.Millisecond, 150 * time.Millisecond}
@@ -133,6 +138,39 @@ func main() {
 	}
 	if *ops > 0 {
 		s4.Ops = *ops
+	}
+	ks.Keep = *keep
+	if *ksPhase > 0 {
+		ks.Phase = *ksPhase
+	}
+	if *ksRegions != "" {
+		ks.Regions = strings.Split(*ksRegions, ",")
+	}
+	for _, v := range strings.Split(*ksVariants, ",") {
+		switch v {
+		case "":
+		case "keyspaces":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[0])
+		case "one-group":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[1])
+		case "zookeeper":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[2])
+		case "etcd":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[3])
+		default:
+			fail(fmt.Errorf("--keyspaces-variants: %q is not keyspaces, one-group, zookeeper or etcd", v))
+		}
+	}
+	if ks.Variants == nil { // by --systems
+		if slices.Contains(want, "meridian") {
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[:2]...)
+		}
+		if slices.Contains(want, "zookeeper") {
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[2])
+		}
+		if slices.Contains(want, "etcd") {
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[3])
+		}
 	}
 	if *tpClients != "" {
 		tp.Clients = nil
@@ -191,8 +229,30 @@ func main() {
 			}
 			env.Close(*keep)
 		}
-		if *workloads == "georead" {
-			continue // georead has its own cluster (above)
+		if len(ks.Variants) > 0 && slices.Contains(strings.Split(*workloads, ","), "keyspaces") {
+			if !topo.HasZones() {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("keyspaces on %s: the topology's servers name no zones", topo.Name))
+			} else {
+				newEnv := func() (*bench.Env, error) { return bench.NewEnv(topo, tmp, uint64(len(rep.Results)+1)) }
+				note := func(variant, notes string) { rep.Notes["keyspaces: "+variant] = notes }
+				res, failures := bench.RunKeyspaces(newEnv, *bin, ks, checks, rep.Fsync, progress, note)
+				rep.Results = append(rep.Results, res...)
+				rep.Failures = append(rep.Failures, failures...)
+				rep.Notes["keyspaces"] = fmt.Sprintf("%d servers (%s); Meridian with keyspaces: one per region, zone survival, created by the super digest; Meridian with one group: the same servers, placement: auto; every variant: %v warm-up, %v of writes and locks, %v of reads",
+					len(topo.Servers), strings.Join(serverNames(topo), ", "), ks.Warmup, ks.Phase, ks.Phase)
+				if slices.Contains(ks.Variants, bench.KeyspacesVariants[2]) {
+					rep.Notes["zookeeper (keyspaces)"] = "the same servers; the first of each region votes, the others observe; fsync on; locks: go-zookeeper's lock recipe"
+				}
+				if slices.Contains(ks.Variants, bench.KeyspacesVariants[3]) {
+					rep.Notes["etcd (keyspaces)"] = "three members, the first server of each region (etcd 3.4 allows one learner); fsync on; reads linearizable (etcd's default, through the leader); locks: clientv3's concurrency mutex"
+				}
+				if ks.Regions != nil {
+					rep.Notes["keyspaces"] += "; clients only in " + strings.Join(ks.Regions, ", ")
+				}
+			}
+		}
+		if rest := slices.DeleteFunc(strings.Split(*workloads, ","), func(w string) bool { return w == "georead" || w == "keyspaces" }); len(rest) == 0 {
+			continue // georead and keyspaces have their own clusters (above)
 		}
 		for _, run := range systemRuns(want, strings.Split(*workloads, ","), topo, *zkLeader) {
 			sys := run.sys
@@ -263,7 +323,7 @@ func main() {
 						if f.CanKV() {
 							rep.Results = append(rep.Results, bench.RunThroughput(c, topo, f, tp, progress)...)
 						}
-					case "georead": // its own cluster, above
+					case "georead", "keyspaces": // their own clusters, above
 					case "followsun":
 						if f.Name == "Meridian (native)" || f.System == "zookeeper" {
 							rep.Results = append(rep.Results, bench.RunFollowSun(c, topo, f, fs, progress)...)
@@ -524,4 +584,16 @@ func writeReport(path, section, md string) error {
 		s = md
 	}
 	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// serverNames lists a topology's servers as region/zone (or region).
+func serverNames(t *bench.Topology) []string {
+	var out []string
+	for i, s := range t.Servers {
+		if t.HasZones() {
+			s += "/" + t.Zones[i]
+		}
+		out = append(out, s)
+	}
+	return out
 }
