@@ -404,6 +404,27 @@ func (r wholeReader) treeFor(path string) *tree.Tree {
 
 func (r wholeReader) At() int64 { return r.at }
 
+// locks are the locks named with prefix in every group, by name, at most
+// limit.
+func (r wholeReader) locks(prefix string, limit int) []coord.LockInfo {
+	out := r.s.fsm.Coord().List(prefix, limit)
+	for _, g := range r.groups {
+		out = append(out, g.fsm.Coord().List(prefix, limit)...)
+	}
+	slices.SortFunc(out, func(a, b coord.LockInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out[:min(len(out), limit)]
+}
+
+// lock is the lock name as its group has it.
+func (r wholeReader) lock(name string) (coord.LockInfo, bool) {
+	if ks, ok := r.s.fsm.KeyspaceForName(name); ok {
+		if g := r.groups[ks.Group]; g != nil {
+			return g.fsm.Coord().Get(name)
+		}
+	}
+	return r.s.fsm.Coord().Get(name)
+}
+
 // ephemerals are session's ephemeral znodes under prefix in every group
 // (ZooKeeper's getEphemerals), sorted.
 func (r wholeReader) ephemerals(session int64, prefix string) []string {

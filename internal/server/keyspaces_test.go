@@ -10,6 +10,7 @@ import (
 
 	gozk "github.com/go-zookeeper/zk"
 
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/fsm"
@@ -236,6 +237,11 @@ func TestKeyspaceSessionsEnd(t *testing.T) {
 	lease, err := holder.Lock(ctx(t), "eu/job", client.LockOptions{})
 	if err != nil {
 		t.Fatalf("lock in the keyspace: %v", err)
+	}
+	// Listed with the root's locks, from any member.
+	ll, err := (&api{s: tc.servers[0]}).ListLocks(ctx(t), &pb.ListLocksRequest{})
+	if err != nil || len(ll.GetLocks()) != 1 || ll.GetLocks()[0].GetName() != "eu/job" || len(ll.GetLocks()[0].GetHolders()) != 1 {
+		t.Fatalf("ListLocks: %v %v", ll.GetLocks(), err)
 	}
 	next := tc.client(tc.endpoints()[2])
 	got := make(chan *client.Lease, 1)

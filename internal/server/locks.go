@@ -226,19 +226,24 @@ func (a *api) CheckToken(ctx context.Context, r *pb.CheckTokenRequest) (*pb.Chec
 }
 
 func (a *api) ListLocks(ctx context.Context, r *pb.ListLocksRequest) (*pb.ListLocksResponse, error) {
-	// The root group's locks (a keyspace's are listed by its group: not
-	// yet here).
+	// Every group's locks (a keyspace's live in its own group), each
+	// group read linearizably.
 	if err := a.s.readBarrier(ctx, a.s.root, true, 0); err != nil {
 		return nil, a.done("ListLocks", err)
+	}
+	for _, g := range a.s.keyspaceGroups.all() {
+		if err := a.s.readBarrier(ctx, g, true, 0); err != nil {
+			return nil, a.done("ListLocks", err)
+		}
 	}
 	limit := int(r.GetLimit())
 	if limit <= 0 || limit > 10000 {
 		limit = 10000
 	}
-	a.s.mu.RLock()
-	locks := a.s.mu.coord.List(r.GetPrefix(), limit)
-	idx := uint64(a.s.fsm.LastZxid())
-	a.s.mu.RUnlock()
+	all, unlock := a.s.wholeTree()
+	locks := all.locks(r.GetPrefix(), limit)
+	idx := uint64(all.At())
+	unlock()
 	out := &pb.ListLocksResponse{Header: a.header(idx)}
 	for _, l := range locks {
 		li := &pb.LockInfo{Name: l.Name, DelayUntilMs: l.DelayUntilMs, Permits: l.Permits}

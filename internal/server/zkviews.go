@@ -107,13 +107,13 @@ func (c *zkConn) serveConfigRead(hdr zk.RequestHeader, req any, reply func(int64
 // lockView renders the reserved subtree.
 func (s *Server) lockView(path string) (children []string, data []byte, err error) {
 	const locksDir = tree.ReservedRoot + "/locks"
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	all, unlock := s.wholeTree()
+	defer unlock()
 	switch {
 	case path == tree.ReservedRoot:
 		return []string{"locks"}, nil, nil
 	case path == locksDir:
-		for _, l := range s.mu.coord.List("", 10000) {
+		for _, l := range all.locks("", 10000) {
 			children = append(children, url.PathEscape(l.Name))
 		}
 		return children, nil, nil
@@ -122,7 +122,7 @@ func (s *Server) lockView(path string) (children []string, data []byte, err erro
 		if uerr != nil {
 			return nil, nil, errs.ErrNoNode
 		}
-		info, ok := s.mu.coord.Get(name)
+		info, ok := all.lock(name)
 		if !ok {
 			return nil, nil, errs.ErrNoNode
 		}
