@@ -68,13 +68,9 @@ for local reads. ZooKeeper clients still see one tree.`}
 }
 
 func printKeyspaces(list []*pb.Keyspace) error {
-	rows := make([]map[string]any, 0, len(list))
-	for _, ks := range list {
-		rows = append(rows, map[string]any{"prefix": ks.GetPrefix(), "home": ks.GetHome(), "survival": ks.GetSurvival(),
-			"group": ks.GetGroup(), "voters": nonNilIDs(ks.GetVoters()), "learners": nonNilIDs(ks.GetLearners()),
-			"leader_id": ks.GetLeaderId(), "last_zxid": ks.GetLastZxid()})
-	}
-	return output(rows, func() {
+	// JSON: each Keyspace message in the CLI's stable form (every field,
+	// [] for empty lists; docs/compatibility.md).
+	return output(list, func() {
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "PREFIX\tHOME\tSURVIVE\tGROUP\tVOTERS\tLEADER\tLEARNERS")
 		for _, ks := range list {
@@ -91,11 +87,4 @@ func ids(v []uint64) string {
 		s[i] = fmt.Sprint(id)
 	}
 	return strings.Join(s, ",")
-}
-
-func nonNilIDs(v []uint64) []uint64 {
-	if v == nil {
-		return []uint64{}
-	}
-	return v
 }

@@ -33,19 +33,7 @@ func batterySeed(t *testing.T) uint64 {
 // linearizability verdict other than Ok. Each prints the command that
 // re-runs it.
 func TestChaosBattery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real-process chaos battery; not in -short")
-	}
-	binDir := t.TempDir()
-	bin, err := BuildServer(context.Background(), binDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	keep := os.Getenv("MERIDIAN_CHAOS_OUT")
-	if keep != "" {
-		out = keep
-	}
+	bin, out := chaosSetup(t)
 	base := batterySeed(t)
 	const perKind = 2
 	const dur = 5 * time.Second
@@ -86,7 +74,7 @@ func TestChaosBattery(t *testing.T) {
 				} else if res.Lin.Result != "Ok" {
 					t.Errorf("linearizability check inconclusive (%s)", res.Lin.Result)
 				}
-				if keep == "" {
+				if os.Getenv("MERIDIAN_CHAOS_OUT") == "" {
 					t.Errorf("set MERIDIAN_CHAOS_OUT=dir to keep the logs, or rerun with make chaos")
 				} else {
 					t.Errorf("logs and report: %s", res.Dir)
@@ -103,18 +91,7 @@ func TestChaosBattery(t *testing.T) {
 // write then flag across them, ephemerals of closed sessions in both, and
 // faults on the root's leader, a follower and the keyspace group's leader.
 func TestChaosKeyspaces(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real-process chaos scenario; not in -short")
-	}
-	bin, err := BuildServer(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	keep := os.Getenv("MERIDIAN_CHAOS_OUT")
-	if keep != "" {
-		out = keep
-	}
+	bin, out := chaosSetup(t)
 	seed := batterySeed(t) + 500
 	kinds := append([]string{KillLeader, PartitionFollower}, KeyspaceFaults...)
 	const dur = 6 * time.Second
@@ -145,4 +122,22 @@ func TestChaosKeyspaces(t *testing.T) {
 		}
 		t.Errorf("logs and report: %s (kept with MERIDIAN_CHAOS_OUT)", res.Dir)
 	}
+}
+
+// chaosSetup skips in -short (real processes) and otherwise builds the
+// server binary and picks the output directory (MERIDIAN_CHAOS_OUT keeps
+// the scenarios' logs and data).
+func chaosSetup(t *testing.T) (bin, out string) {
+	if testing.Short() {
+		t.Skip("real-process chaos scenarios; not in -short")
+	}
+	bin, err := BuildServer(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = t.TempDir()
+	if keep := os.Getenv("MERIDIAN_CHAOS_OUT"); keep != "" {
+		out = keep
+	}
+	return bin, out
 }

@@ -73,6 +73,13 @@ type Node struct {
 	paused bool
 }
 
+// up reports whether the node's process runs and is not paused.
+func (nd *Node) up() bool {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.cmd != nil && !nd.paused
+}
+
 // Cluster is a set of real meridian server processes on loopback.
 type Cluster struct {
 	cfg   ClusterConfig
@@ -382,10 +389,7 @@ func (c *Cluster) Leader(ctx context.Context, timeout time.Duration) (uint64, er
 		var best uint64
 		var term uint64
 		for _, nd := range c.Nodes {
-			nd.mu.Lock()
-			up := nd.cmd != nil && !nd.paused
-			nd.mu.Unlock()
-			if !up {
+			if !nd.up() {
 				continue
 			}
 			st, err := c.Status(ctx, nd.ID)

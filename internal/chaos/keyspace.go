@@ -132,10 +132,7 @@ func (c *Cluster) KeyspaceLeader(ctx context.Context, ks string, timeout time.Du
 	deadline := time.Now().Add(timeout)
 	for {
 		for _, nd := range c.Nodes {
-			nd.mu.Lock()
-			up := nd.cmd != nil && !nd.paused
-			nd.mu.Unlock()
-			if !up {
+			if !nd.up() {
 				continue
 			}
 			if l, err := c.keyspaceLeaderSeenBy(ctx, nd.ID, ks); err == nil && l == nd.ID {
@@ -335,16 +332,12 @@ func (w *worker) flagReader(ctx context.Context, stop <-chan struct{}, p flagPai
 // zkFlagReader is flagReader through the ZooKeeper protocol.
 func (w *worker) zkFlagReader(ctx context.Context, stop <-chan struct{}, servers []string, p flagPair) {
 	kr := w.rec.ks
-	conn, sess, err := gozk.Connect(servers, clientSession, gozk.WithLogInfo(false), gozk.WithLogger(quietZKLogger{}))
+	conn, err := zkConnect(servers)
 	if err != nil {
 		w.rec.Note(fmt.Sprintf("%s: connect: %v", w.name, err))
 		return
 	}
 	defer conn.Close()
-	go func() {
-		for range sess {
-		}
-	}()
 	for !stopped(stop) && ctx.Err() == nil {
 		call := w.rec.Now()
 		data, _, err := conn.Get(p.flag)

@@ -339,16 +339,12 @@ func (quietZKLogger) Printf(string, ...any) {}
 // last zxid it saw, and starts a new session when one expires (ending every
 // watch with EventNotWatching).
 func (w *worker) zkWatchLoop(ctx context.Context, stop <-chan struct{}, servers []string, keys int, tr *watchTracker) {
-	conn, sess, err := gozk.Connect(servers, clientSession, gozk.WithLogInfo(false), gozk.WithLogger(quietZKLogger{}))
+	conn, err := zkConnect(servers)
 	if err != nil {
 		tr.violate("%s: connect: %v", w.name, err)
 		return
 	}
 	defer conn.Close()
-	go func() {
-		for range sess {
-		}
-	}()
 	type fired struct {
 		key int
 		ev  gozk.Event

@@ -9,6 +9,21 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 )
 
+// zkConnect opens a go-zookeeper connection to servers (quiet, the
+// scenario's session timeout), draining its session events: the workers
+// watch the connection's state through their own calls.
+func zkConnect(servers []string) (*gozk.Conn, error) {
+	conn, sess, err := gozk.Connect(servers, clientSession, gozk.WithLogInfo(false), gozk.WithLogger(quietZKLogger{}))
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for range sess {
+		}
+	}()
+	return conn, nil
+}
+
 // zkKVLoop runs the register workload through the ZooKeeper protocol with
 // go-zookeeper, on the same keys as the native workers, so both APIs share
 // one history. Reads are sync + getData (Meridian's sync is a linearizable
@@ -16,16 +31,12 @@ import (
 // linearizable); writes are setData with and without a version, create,
 // delete, and multi(check, setData).
 func (w *worker) zkKVLoop(ctx context.Context, stop <-chan struct{}, servers []string, keys int) {
-	conn, sess, err := gozk.Connect(servers, clientSession, gozk.WithLogInfo(false), gozk.WithLogger(quietZKLogger{}))
+	conn, err := zkConnect(servers)
 	if err != nil {
 		w.rec.Note(fmt.Sprintf("%s: connect: %v", w.name, err))
 		return
 	}
 	defer conn.Close()
-	go func() {
-		for range sess {
-		}
-	}()
 	acl := gozk.WorldACL(gozk.PermAll)
 	versions := map[int]int32{}
 	for n := 0; ; n++ {
