@@ -36,14 +36,7 @@ func startCLICluster(t *testing.T, dir string) string {
 	for i := 0; i < 3; i++ {
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members,
 			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500, ListenHTTP: members[i].HTTP}
-		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
-		if err := cfg.WriteFile(p); err != nil {
-			t.Fatal(err)
-		}
-		startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)))
+		startMember(t, dir, cfg)
 		eps = append(eps, members[i].GRPC)
 	}
 	// The CLI fails at once while nothing listens: wait for a leader.

@@ -49,6 +49,21 @@ type proc struct {
 	done chan struct{}
 }
 
+// startMember secures cfg with the dev certificates under dir/tls, writes
+// it as dir/n<ID>.yaml and starts a server process on it (log
+// dir/n<ID>.log); it returns the process and the config file.
+func startMember(t *testing.T, dir string, cfg server.Config, extra ...string) (*proc, string) {
+	t.Helper()
+	if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", cfg.ID))
+	if err := cfg.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", cfg.ID)), extra...), p
+}
+
 func startServer(t *testing.T, cfgPath, logPath string, extra ...string) *proc {
 	t.Helper()
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -101,16 +116,10 @@ func TestKillLeaderProcess(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members,
 			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500, SnapshotEntries: 200}
-		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
-		if err := cfg.WriteFile(p); err != nil {
-			t.Fatal(err)
-		}
+		var p string
+		procs[i], p = startMember(t, dir, cfg)
 		cfgPaths = append(cfgPaths, p)
 		eps = append(eps, members[i].GRPC)
-		procs[i] = startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

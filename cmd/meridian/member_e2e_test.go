@@ -33,26 +33,13 @@ func TestMemberAddPromoteRemove(t *testing.T) {
 		m.ID = id
 		cfg := server.Config{ID: id, DataDir: filepath.Join(dir, fmt.Sprintf("n%d", id)), Members: append(members[:3:3], m),
 			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500}
-		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", id))
-		if err := cfg.WriteFile(p); err != nil {
-			t.Fatal(err)
-		}
-		return startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", id)), "--join")
+		p, _ := startMember(t, dir, cfg, "--join")
+		return p
 	}
 	for i := 0; i < 3; i++ {
 		cfg := server.Config{ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Members: members[:3],
 			TickMs: 50, ElectionTicks: 10, SessionTickMs: 500}
-		if err := cfg.UseDevTLS(filepath.Join(dir, "tls")); err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, fmt.Sprintf("n%d.yaml", i+1))
-		if err := cfg.WriteFile(p); err != nil {
-			t.Fatal(err)
-		}
-		startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)))
+		startMember(t, dir, cfg)
 	}
 	p4 := newcomer(4)
 	eps := members[0].GRPC + "," + members[1].GRPC + "," + members[2].GRPC

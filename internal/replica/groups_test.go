@@ -251,15 +251,7 @@ func TestGroupFrames(t *testing.T) {
 			Term: new(uint64(1))})),
 	}
 	for name, payload := range closing {
-		conn := peerConnect(t, c.peers[lead].Addr, other, ClusterID(""), nil)
-		conn.Write(payload)
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err := conn.Read(make([]byte, 1))
-		var ne net.Error
-		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
-			t.Fatalf("%s: connection not closed (%v)", name, err)
-		}
-		conn.Close()
+		expectClosed(t, c.peers[lead].Addr, other, name, payload, false)
 	}
 	conn := peerConnect(t, c.peers[lead].Addr, other, ClusterID(""), nil)
 	defer conn.Close()

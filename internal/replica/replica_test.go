@@ -623,23 +623,31 @@ func TestGarbageFramesCloseOnlyThatConnection(t *testing.T) {
 	for name, payload := range cases {
 		// Authenticated as member other (plaintext cluster: the hello
 		// only), so each case reaches the frame decoder.
-		conn := peerConnect(t, c.peers[lead].Addr, other, ClusterID(""), nil)
-		conn.Write(payload)
-		if name == "truncated frame" {
-			conn.(*net.TCPConn).CloseWrite()
-		}
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err := conn.Read(make([]byte, 1))
-		var ne net.Error
-		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
-			t.Fatalf("%s: connection not closed (%v)", name, err)
-		}
-		conn.Close()
+		expectClosed(t, c.peers[lead].Addr, other, name, payload, name == "truncated frame")
 	}
 	if l := c.reps[lead].Leader(); l != me {
 		t.Fatalf("leadership moved to %d", l)
 	}
 	c.put(lead, "still", "works")
+}
+
+// expectClosed sends payload on a connection authenticated as member from
+// (closing its write side after, when halfClose) and fails unless the
+// receiver closes the connection.
+func expectClosed(t *testing.T, addr string, from uint64, name string, payload []byte, halfClose bool) {
+	t.Helper()
+	conn := peerConnect(t, addr, from, ClusterID(""), nil)
+	defer conn.Close()
+	conn.Write(payload)
+	if halfClose {
+		conn.(*net.TCPConn).CloseWrite()
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := conn.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("%s: connection not closed (%v)", name, err)
+	}
 }
 
 func TestSendToLeader(t *testing.T) {
