@@ -332,7 +332,7 @@ func (w *worker) flagReader(ctx context.Context, stop <-chan struct{}, p flagPai
 // zkFlagReader is flagReader through the ZooKeeper protocol.
 func (w *worker) zkFlagReader(ctx context.Context, stop <-chan struct{}, servers []string, p flagPair) {
 	kr := w.rec.ks
-	conn, err := zkConnect(servers)
+	conn, _, err := zkConnect(servers)
 	if err != nil {
 		w.rec.Note(fmt.Sprintf("%s: connect: %v", w.name, err))
 		return

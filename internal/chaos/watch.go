@@ -339,7 +339,7 @@ func (quietZKLogger) Printf(string, ...any) {}
 // last zxid it saw, and starts a new session when one expires (ending every
 // watch with EventNotWatching).
 func (w *worker) zkWatchLoop(ctx context.Context, stop <-chan struct{}, servers []string, keys int, tr *watchTracker) {
-	conn, err := zkConnect(servers)
+	conn, settled, err := zkConnect(servers)
 	if err != nil {
 		tr.violate("%s: connect: %v", w.name, err)
 		return
@@ -354,6 +354,9 @@ func (w *worker) zkWatchLoop(ctx context.Context, stop <-chan struct{}, servers 
 	have := make([]bool, keys)
 	after := make([]string, keys) // type of the event to check the next state against
 	register := func(k int) {
+		if !settled() {
+			return // retried on the next tick (see zkSettle)
+		}
 		key := keyPath(w.ks, k)
 		var st nodeState
 		_, stat, ch, err := conn.GetW(key)
