@@ -48,7 +48,7 @@ func DevTLS(dir string) (*tls.Config, error) {
 // dialOptions are the options of every connection the client opens:
 // transport security and the credentials sent with each call.
 func (c *Client) dialOptions(extra ...grpc.DialOption) []grpc.DialOption {
-	return append(dialOptions(c.cfg, c.sessionPassword), extra...)
+	return append(append(dialOptions(c.cfg, c.sessionPassword), grpc.WithChainUnaryInterceptor(c.carryView)), extra...)
 }
 
 // dialOptions for cfg; password, when set, returns the session password to

@@ -131,6 +131,9 @@ type Client struct {
 		password []byte
 		timeout  time.Duration
 		lastZxid int64
+		// groups is the client's view: every group's highest index seen
+		// (view.go).
+		groups map[uint64]uint64
 		// watchZxid: every change up to it has been notified to this
 		// client's watches (the last stream's Ready and events); watches are
 		// re-registered relative to it.

@@ -71,7 +71,7 @@ const (
 // wrapped inner entry, a clock beyond MaxPhysicalMs, a minZxid of MaxZxid
 // or more.
 func WrapClock(physicalMs, minZxid uint64, inner []byte) ([]byte, error) {
-	if len(inner) == 0 || inner[0] == ClockTag || physicalMs > MaxPhysicalMs || minZxid >= MaxZxid {
+	if len(inner) == 0 || inner[0] == ClockTag || inner[0] == DepsTag || physicalMs > MaxPhysicalMs || minZxid >= MaxZxid {
 		return nil, errs.ErrBadArguments
 	}
 	b := make([]byte, 0, MaxClockEnvelopeBytes+len(inner))
@@ -91,15 +91,17 @@ func ZxidPhysicalMs(zxid int64) uint64 { return uint64(zxid) >> LogicalBits }
 type clockStamp struct {
 	physicalMs uint64
 	minZxid    uint64
+	deps       []Dep // a DepsTag envelope's dependencies (deps.go)
 }
 
 // unwrapClock returns the entry inside data's clock envelope and its
 // stamp, or data itself and no stamp when data is not wrapped. A malformed
 // envelope is an error (the entry is skipped).
 func unwrapClock(data []byte) ([]byte, clockStamp, error) {
-	if len(data) == 0 || data[0] != ClockTag {
+	if len(data) == 0 || (data[0] != ClockTag && data[0] != DepsTag) {
 		return data, clockStamp{}, nil
 	}
+	withDeps := data[0] == DepsTag
 	bad := func(what string) ([]byte, clockStamp, error) {
 		return nil, clockStamp{}, fmt.Errorf("clock envelope: %w: %s", errs.ErrMarshalling, what)
 	}
@@ -114,6 +116,13 @@ func unwrapClock(data []byte) ([]byte, clockStamp, error) {
 		return bad("truncated min zxid")
 	}
 	b = b[n:]
+	var deps []Dep
+	if withDeps {
+		var err error
+		if deps, b, err = decodeDeps(b); err != nil {
+			return nil, clockStamp{}, fmt.Errorf("clock envelope: %w", err)
+		}
+	}
 	switch {
 	case physical > MaxPhysicalMs:
 		return bad("physical time out of range")
@@ -121,10 +130,10 @@ func unwrapClock(data []byte) ([]byte, clockStamp, error) {
 		return bad("min zxid out of range")
 	case len(b) == 0:
 		return bad("no inner entry")
-	case b[0] == ClockTag:
+	case b[0] == ClockTag || b[0] == DepsTag:
 		return bad("nested envelope")
 	}
-	return b, clockStamp{physicalMs: physical, minZxid: minZxid}, nil
+	return b, clockStamp{physicalMs: physical, minZxid: minZxid, deps: deps}, nil
 }
 
 // nextZxid is the zxid rule (see the comment at the top of this file). It

@@ -72,6 +72,8 @@ type FSM struct {
 	sessions *sessionTable
 	// stamp is the clock envelope of the entry being applied (zero: none).
 	stamp clockStamp
+	// deps are the group's dependencies on other groups (deps.go).
+	deps Deps
 }
 
 // New returns an empty state machine at index 0: the root group's, or
@@ -187,6 +189,7 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 			f.sessions.prune(int64(ZxidPhysicalMs(zxid)))
 		}
 		f.stamp = stamp
+		f.mergeDeps(stamp.deps)
 		f.applyEntry(&r, inner)
 		f.stamp = clockStamp{}
 	}

@@ -25,6 +25,10 @@ func FuzzApply(f *testing.F) {
 		b := binary.AppendUvarint([]byte{ClockTag}, physical)
 		return append(binary.AppendUvarint(b, minZxid), inner...)
 	}
+	withDeps := func(physical, minZxid uint64, deps []Dep, inner []byte) []byte {
+		b, _ := WrapClockDeps(physical, minZxid, deps, inner)
+		return b
+	}
 	keyspace, _ := EncodeKeyspaceCommand(&KeyspaceCommand{Op: KeyspaceCreate, Prefix: "/eu", Region: "eu",
 		Survival: SurvivalZone, Voters: []uint64{1, 2}, Learners: []uint64{3}})
 	removeKeyspace, _ := EncodeKeyspaceCommand(&KeyspaceCommand{Op: KeyspaceRemove, Prefix: "/eu"})
@@ -34,6 +38,8 @@ func FuzzApply(f *testing.F) {
 		wrap(1000, 0, create("/a")), wrap(1000, 5000, acquire), wrap(MaxPhysicalMs, MaxZxid-1, session),
 		wrap(MaxPhysicalMs+1, 0, create("/a")), wrap(0, MaxZxid, acquire), wrap(1, 1, wrap(1, 1, acquire)),
 		{ClockTag}, {ClockTag, 0x80}, {ClockTag, 1, 1}, {coord.Tag}, nil,
+		withDeps(1000, 0, []Dep{{0, 3}, {9, 2}}, create("/a")), withDeps(1, 1, []Dep{{2, 1}}, acquire),
+		{DepsTag, 1, 1, 2, 5, 1, 3, 1}, {DepsTag, 1, 1, 1, 5, 0}, {DepsTag, 1, 1, 0x80, 0x80, 1},
 	} {
 		f.Add(seed, uint8(1))
 	}
@@ -81,12 +87,19 @@ func FuzzApply(f *testing.F) {
 // and one that is accepted snapshots again to something that restores.
 func FuzzRestore(f *testing.F) {
 	g := New(Hooks{})
+	withDeps := func(physical, minZxid uint64, deps []Dep, inner []byte) []byte {
+		b, _ := WrapClockDeps(physical, minZxid, deps, inner)
+		return b
+	}
 	keyspace, _ := EncodeKeyspaceCommand(&KeyspaceCommand{Op: KeyspaceCreate, Prefix: "/eu", Region: "eu",
 		Survival: SurvivalZone, Voters: []uint64{1, 2}})
 	empty, _ := g.Snapshot()
 	g.Apply(1, keyspace)
 	withTable, _ := g.Snapshot()
-	for _, seed := range [][]byte{empty, withTable, nil, []byte("MRDS2"), []byte("MRDS1\x00")} {
+	create, _ := tree.EncodeCommand(&tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: "/a", ACL: tree.OpenACL}})
+	g.Apply(2, withDeps(1000, 0, []Dep{{0, 1}, {5, 9}}, create))
+	withDeps4, _ := g.Snapshot()
+	for _, seed := range [][]byte{empty, withTable, withDeps4, nil, []byte("MRDS2"), []byte("MRDS1\x00"), []byte("MRDS4\x02\x00\x00\x01\x00")} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -36,6 +36,15 @@ import (
 //	uvarint len(sessions), sessions,
 //	uvarint len(tree snapshot), tree snapshot, coord snapshot
 //
+// Version 4 (magic "MRDS4"), written by any group whose state depends on
+// other groups (deps.go); older binaries refuse it by its magic:
+//
+//	"MRDS4", uvarint lastZxid, uvarint len(table), table,
+//	uvarint len(sessions), sessions, uvarint len(deps), deps,
+//	uvarint len(tree snapshot), tree snapshot, coord snapshot
+//
+// with the sessions section empty in the root group's.
+//
 // Which group a snapshot belongs to is not in it: a keyspace group's
 // adopted sessions (timeout 0) are refused by the root's Restore, and the
 // root's sessions (and a sessions section) by a keyspace group's.
@@ -43,6 +52,7 @@ var (
 	snapshotMagic   = []byte("MRDS1")
 	snapshotMagicV2 = []byte("MRDS2")
 	snapshotMagicV3 = []byte("MRDS3")
+	snapshotMagicV4 = []byte("MRDS4")
 )
 
 // Snapshot serializes the whole state (tree, coord, keyspace table, last
@@ -55,6 +65,9 @@ func (f *FSM) Snapshot() ([]byte, error) {
 		return nil, err
 	}
 	treeSnap, coordSnap := buf.Bytes(), f.coord.Snapshot()
+	if len(f.deps) > 0 {
+		return encodeSnapshotV4(f.lastZxid, f.keyspaces.snapshot(), f.sessions.snapshot(), encodeDeps(f.deps), treeSnap, coordSnap), nil
+	}
 	if sessions := f.sessions.snapshot(); len(sessions) > 0 {
 		return encodeSnapshotV3(f.lastZxid, f.keyspaces.snapshot(), sessions, treeSnap, coordSnap), nil
 	}
@@ -88,6 +101,10 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	if !ok {
 		return fmt.Errorf("%w: snapshot: bad keyspace table", errs.ErrDataInconsistency)
 	}
+	deps, ok := restoreDeps(snap.deps)
+	if !ok {
+		return fmt.Errorf("%w: snapshot: bad dependencies", errs.ErrDataInconsistency)
+	}
 	var sessions *sessionTable
 	if f.sessions != nil {
 		if sessions, ok = restoreSessionTable(snap.sessions); !ok {
@@ -106,7 +123,7 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tree, f.coord, f.keyspaces, f.applied = t, c, ks, index
+	f.tree, f.coord, f.keyspaces, f.applied, f.deps = t, c, ks, index, deps
 	if f.sessions != nil {
 		f.sessions = sessions
 	}
@@ -136,6 +153,17 @@ func encodeSnapshotV2(lastZxid int64, table, treeSnap, coordSnap []byte) []byte 
 	return append(out, coordSnap...)
 }
 
+func encodeSnapshotV4(lastZxid int64, table, sessions, deps, treeSnap, coordSnap []byte) []byte {
+	out := make([]byte, 0, len(snapshotMagicV4)+50+len(table)+len(sessions)+len(deps)+len(treeSnap)+len(coordSnap))
+	out = append(out, snapshotMagicV4...)
+	out = binary.AppendUvarint(out, uint64(lastZxid))
+	for _, section := range [][]byte{table, sessions, deps, treeSnap} {
+		out = binary.AppendUvarint(out, uint64(len(section)))
+		out = append(out, section...)
+	}
+	return append(out, coordSnap...)
+}
+
 func encodeSnapshotV3(lastZxid int64, table, sessions, treeSnap, coordSnap []byte) []byte {
 	out := make([]byte, 0, len(snapshotMagicV3)+40+len(table)+len(sessions)+len(treeSnap)+len(coordSnap))
 	out = append(out, snapshotMagicV3...)
@@ -149,8 +177,8 @@ func encodeSnapshotV3(lastZxid int64, table, sessions, treeSnap, coordSnap []byt
 
 // decodedSnapshot is a snapshot envelope's parts.
 type decodedSnapshot struct {
-	lastZxid                     int64
-	table, sessions, tree, coord []byte
+	lastZxid                           int64
+	table, sessions, deps, tree, coord []byte
 }
 
 func decodeSnapshot(b []byte) (decodedSnapshot, error) {
@@ -171,8 +199,8 @@ func decodeSnapshot(b []byte) (decodedSnapshot, error) {
 	switch {
 	case bytes.HasPrefix(b, snapshotMagic):
 		b = b[len(snapshotMagic):]
-	case bytes.HasPrefix(b, snapshotMagicV2), bytes.HasPrefix(b, snapshotMagicV3):
-		v3 := bytes.HasPrefix(b, snapshotMagicV3)
+	case bytes.HasPrefix(b, snapshotMagicV2), bytes.HasPrefix(b, snapshotMagicV3), bytes.HasPrefix(b, snapshotMagicV4):
+		v3, v4 := bytes.HasPrefix(b, snapshotMagicV3), bytes.HasPrefix(b, snapshotMagicV4)
 		b = b[len(snapshotMagicV2):]
 		z, k := binary.Uvarint(b)
 		if k <= 0 || z == 0 || z > MaxZxid {
@@ -186,6 +214,14 @@ func decodeSnapshot(b []byte) (decodedSnapshot, error) {
 		if v3 {
 			if s.sessions, ok = field(); !ok || len(s.sessions) == 0 {
 				return corrupt("bad sessions length")
+			}
+		}
+		if v4 {
+			if s.sessions, ok = field(); !ok {
+				return corrupt("bad sessions length")
+			}
+			if s.deps, ok = field(); !ok || len(s.deps) == 0 {
+				return corrupt("bad dependencies length")
 			}
 		}
 	default:

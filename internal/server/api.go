@@ -179,7 +179,7 @@ func (a *api) Multi(ctx context.Context, r *pb.MultiRequest) (*pb.MultiResponse,
 // hub if asked.
 func (a *api) read(ctx context.Context, r *pb.ReadRequest, kind readKind) (readResult, uint64, error) {
 	return a.s.read(ctx, &readRequest{path: r.GetPath(), kind: kind, auth: callerOf(ctx),
-		linear: r.GetConsistency() == pb.Consistency_LINEARIZABLE, minZxid: r.GetMinZxid(),
+		linear: r.GetConsistency() == pb.Consistency_LINEARIZABLE, minZxid: r.GetMinZxid(), view: viewOf(ctx),
 		watch: r.GetWatch(), session: r.GetSessionId()}, nil)
 }
 
@@ -263,7 +263,7 @@ func (a *api) CloseSession(ctx context.Context, r *pb.CloseSessionRequest) (*pb.
 }
 
 func (a *api) AttachSession(ctx context.Context, r *pb.AttachSessionRequest) (*pb.AttachSessionResponse, error) {
-	si, err := a.s.resumeSession(ctx, r.GetSessionId(), r.GetPassword(), r.GetLastZxid(), false)
+	si, err := a.s.resumeSession(ctx, r.GetSessionId(), r.GetPassword(), newView(r.GetLastZxid()), false)
 	if err != nil {
 		return nil, a.done("AttachSession", err)
 	}
@@ -284,7 +284,7 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 	// node the client saw as deleted, or fire watches for changes the client
 	// already knows. Wait until it has caught up, as AttachSession does.
 	bctx, cancel := context.WithTimeout(stream.Context(), a.s.cfg.requestTimeout())
-	err := a.s.barrierAll(bctx, max(r.GetRelativeZxid(), r.GetMinZxid()))
+	err := a.s.barrierAll(bctx, newView(max(r.GetRelativeZxid(), r.GetMinZxid())))
 	cancel()
 	if err != nil {
 		return a.done("Watch", err)

@@ -309,7 +309,34 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		s.metrics.requests.WithLabelValues(methodName(info.FullMethod), codeLabel(err)).Inc()
 		return nil, err
 	}
-	return handler(withSeen(ctx, seenFromMetadata(ctx)), req)
+	ctx = withSeen(ctx, seenFromMetadata(ctx))
+	v := viewFromMetadata(ctx)
+	resp, err := handler(withView(ctx, v), req)
+	if v != nil {
+		// The client's view with what this call observed; lost only when
+		// the reply itself is (the client then keeps what it had).
+		s.settle(v)
+		_ = grpc.SetHeader(ctx, metadata.Pairs(seenGroupsHeader, encodeView(v)))
+	}
+	return resp, err
+}
+
+// viewFromMetadata is the calling client's view (seenGroupsHeader), nil
+// when absent or malformed (the call then reads by its min_zxid).
+func viewFromMetadata(ctx context.Context) *view {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return nil
+	}
+	vs := md.Get(seenGroupsHeader)
+	if len(vs) != 1 {
+		return nil
+	}
+	v, ok := parseView(vs[0])
+	if !ok {
+		return nil
+	}
+	return v
 }
 
 // seenFromMetadata is the highest zxid the calling client says it has

@@ -343,15 +343,16 @@ func (s *Server) regionDistance() func(from, to string) (time.Duration, bool) {
 	}
 }
 
-// barrierAll is readBarrier(minZxid) on every group this member runs: a
-// client re-registering watches anywhere in the tree (setWatches, a watch
-// stream) must find every group at least as fresh as what it saw.
-func (s *Server) barrierAll(ctx context.Context, minZxid int64) error {
-	if err := s.readBarrier(ctx, s.root, false, minZxid); err != nil {
+// barrierAll brings every group this member runs up to what v requires
+// (viewBarrier): a client resuming its session, or re-registering watches
+// anywhere in the tree (setWatches, a watch stream), must find every
+// group at least as fresh as what it saw.
+func (s *Server) barrierAll(ctx context.Context, v *view) error {
+	if err := s.viewBarrier(ctx, s.root, false, v); err != nil {
 		return err
 	}
 	for _, g := range s.keyspaceGroups.all() {
-		if err := s.readBarrier(ctx, g, false, minZxid); err != nil {
+		if err := s.viewBarrier(ctx, g, false, v); err != nil {
 			return err
 		}
 	}

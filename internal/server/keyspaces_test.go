@@ -9,6 +9,8 @@ import (
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc/metadata"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/client"
@@ -345,14 +347,16 @@ func TestKeyspaceRegionSurvivalLeaderAtHome(t *testing.T) {
 	}
 }
 
-// Write then flag through the ZooKeeper port: a connection that read the
-// flag (root) reads the config (keyspace) from its member's copy only once
-// that copy's last zxid reaches what the connection has seen, and
-// otherwise after a ReadIndex round on the keyspace's group: the
-// connection's last zxid bounds its reads, not only its writes. Seen here
-// with the group's quorum gone: the member's copy, below the flag's zxid,
-// may not answer (before, it answered from the copy at once, and a member
-// whose copy lagged served a config older than the flag).
+// Write then flag across keyspaces, read through another member: the
+// flag's entry (root group) carries the config's group and index as a
+// dependency, so a connection that has seen the flag has the config's
+// index in its view, and a member answers a read of the keyspace from its
+// own copy only once that copy has applied it. Seen here three ways: the
+// member's view after reading the flag names the config's index; with
+// the keyspace's quorum gone, the member still answers from its copy,
+// which has the config (reads stay local, no round trip to a leader); and
+// a call whose view asks for more than the copy has is not answered from
+// it (it waits, here until the request times out).
 func TestKeyspaceZooKeeperReadAfterFlag(t *testing.T) {
 	tc := newTestCluster(t, 3, func(c *Config) { c.RequestTimeoutMs = 1000 })
 	lead := tc.leader()
@@ -368,16 +372,9 @@ func TestKeyspaceZooKeeperReadAfterFlag(t *testing.T) {
 	if _, err := zw.Create("/eu/config", []byte("v1"), 0, acl); err != nil {
 		t.Fatal(err)
 	}
+	config := tc.servers[lead].keyspaceGroups.get(ks.Group).rep.AppliedIndex()
 	if _, err := zw.Create("/flag", []byte("1"), 0, acl); err != nil {
 		t.Fatal(err)
-	}
-	// Read before the flag: the member's copy of the keyspace is as fresh
-	// as anything this connection has seen, so it answers locally.
-	if _, err := zr.Sync("/eu"); err != nil {
-		t.Fatal(err)
-	}
-	if data, _, err := zr.Get("/eu/config"); err != nil || string(data) != "v1" {
-		t.Fatalf("config: %q %v", data, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -390,12 +387,116 @@ func TestKeyspaceZooKeeperReadAfterFlag(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The reader's view on member r names the config's index of /eu.
+	s := tc.servers[r]
+	var v *view
+	s.zk.mu.Lock()
+	if c := s.zk.bySes[zr.SessionID()]; c != nil {
+		v = c.view
+	}
+	s.zk.mu.Unlock()
+	if v == nil {
+		t.Fatal("no connection for the reader's session")
+	}
+	s.settle(v)
+	if got := v.need(ks.Group); got < config {
+		t.Fatalf("after the flag the reader's view has /eu at %d, below the config's index %d", got, config)
+	}
 	for i := range tc.servers {
 		if i != r {
 			tc.stop(i)
 		}
 	}
-	if data, _, err := zr.Get("/eu/config"); err == nil {
-		t.Fatalf("member %d answered a keyspace read from its copy (%q), below the flag's zxid the connection had seen, with no ReadIndex round", r+1, data)
+	if data, _, err := zr.Get("/eu/config"); err != nil || string(data) != "v1" {
+		t.Fatalf("member %d, quorum gone: config %q, %v; want v1 from its copy", r+1, data, err)
+	}
+	// A native call whose view needs more of /eu than this copy has.
+	api := rawConn(t, s.GRPCAddr(), tc.clientTLS())
+	g := s.keyspaceGroups.get(ks.Group)
+	need := fmt.Sprintf("%d:%d", ks.Group, g.rep.AppliedIndex()+5)
+	cctx := metadata.AppendToOutgoingContext(ctx(t), seenGroupsHeader, need)
+	if resp, err := api.GetData(cctx, &pb.ReadRequest{Path: "/eu/config"}); !errors.Is(errs.FromGRPC(err), errs.ErrTimeout) {
+		t.Fatalf("a view beyond the copy: %v, %v; want a timeout", resp, err)
+	}
+}
+
+// Reads of a keyspace nobody writes stay on the member that serves the
+// client, on both ports, while the same client writes another keyspace
+// (whose zxids run ahead of the idle one's): nothing the client saw
+// depends on anything in the idle keyspace that the member's copy lacks,
+// so no read asks the idle keyspace's leader (meridian_read_waits_total
+// {kind="read_index"} stays where it was). Before, every such read took a
+// ReadIndex round, across regions when the keyspace's home is far.
+func TestKeyspaceReadsOfIdleKeyspaceStayLocal(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	tc.keyspace("/busy", "local", fsm.SurvivalZone)
+	idle := tc.keyspace("/idle", "local", fsm.SurvivalZone)
+	acl := gozk.WorldACL(gozk.PermAll)
+	// A member that does not lead the idle keyspace.
+	m := 0
+	for i, s := range tc.servers {
+		if g := s.keyspaceGroups.get(idle.Group); g.rep.Leader() != s.cfg.ID {
+			m = i
+			break
+		}
+	}
+	zc, _ := zkConnect(t, tc.zkAddrs()[m:m+1])
+	if _, err := zc.Create("/idle/x", []byte("x"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zc.Create("/busy/w", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	nc := tc.client(tc.servers[m].GRPCAddr())
+	defer nc.Close()
+	readIndex := func() float64 {
+		var out dto.Metric
+		if err := tc.servers[m].metrics.readWaits.WithLabelValues("read_index").Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.GetCounter().GetValue()
+	}
+	// The native client's watch stream, opened in the background, first
+	// brings every group up to what the client saw (a ReadIndex round for
+	// each behind it): counted before the reads.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s := tc.servers[m]
+		s.hubs.mu.Lock()
+		h := s.hubs.m[nc.SessionID()]
+		s.hubs.mu.Unlock()
+		if h != nil {
+			h.mu.Lock()
+			up := h.gen > 0
+			h.mu.Unlock()
+			if up {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the native client's watch stream never attached")
+		}
+	}
+	before := readIndex()
+	for i := range 20 {
+		if _, err := zc.Set("/busy/w", []byte{byte(i)}, -1); err != nil {
+			t.Fatal(err)
+		}
+		if data, _, err := zc.Get("/idle/x"); err != nil || string(data) != "x" {
+			t.Fatalf("ZooKeeper read %d: %q %v", i, data, err)
+		}
+		if _, err := nc.Set(ctx(t), "/busy/w", []byte{byte(i)}, client.AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		if data, _, err := nc.Get(ctx(t), "/idle/x", client.WithConsistency(client.Sequential)); err != nil || string(data) != "x" {
+			t.Fatalf("native read %d: %q %v", i, data, err)
+		}
+	}
+	if got := readIndex() - before; got != 0 {
+		t.Fatalf("%v reads of the idle keyspace asked its leader", got)
+	}
+	g := tc.servers[m].keyspaceGroups.get(idle.Group)
+	if z, seen := g.lastZxid(), nc.LastZxid(); z >= seen {
+		t.Fatalf("the idle keyspace's last zxid %d is not below what the client saw (%d): the test shows nothing", z, seen)
 	}
 }

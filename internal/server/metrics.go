@@ -40,6 +40,7 @@ type metrics struct {
 	requests        *prometheus.CounterVec
 	requestDuration *prometheus.HistogramVec
 	buildInfo       *prometheus.GaugeVec
+	readWaits       *prometheus.CounterVec
 
 	collectors []prometheus.Collector // every one registered (register)
 }
@@ -100,11 +101,17 @@ func newMetrics() *metrics {
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meridian_build_info",
 			Help: "Always 1; the labels name this binary's version, the Go release that built it and the ZooKeeper protocol version served."},
 			[]string{"version", "go_version", "zookeeper_version"}),
+		readWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_read_waits_total",
+			Help: "Reads (and writes carrying what their client saw) that waited before this member could serve them: " +
+				"apply (for an index this member had not applied yet, local) or read_index (a round trip to the group's leader)."},
+			[]string{"kind"}),
 	}
+	m.readWaits.WithLabelValues("apply")
+	m.readWaits.WithLabelValues("read_index")
 	m.buildInfo.WithLabelValues(Version, runtime.Version(), ZooKeeperVersion).Set(1)
 	m.register(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.hasLeader,
 		m.leaderID, m.term, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.sessions, m.watches, m.znodes, m.keyspaces, m.keyspaceLeader,
-		m.requests, m.requestDuration, m.buildInfo,
+		m.requests, m.requestDuration, m.buildInfo, m.readWaits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -167,6 +167,7 @@ func leaderDuty(p proposal) proposal { return dutyProposal{p} }
 // (res for tree commands and fenced writes, coord for coordination
 // commands, keyspace for keyspace commands).
 type applied struct {
+	index    uint64 // the entry's log index in its group
 	zxid     uint64
 	res      tree.Result
 	coord    coord.Result // for coordination commands
@@ -176,7 +177,7 @@ type applied struct {
 
 // appliedOf is the Future's result of an applied entry.
 func appliedOf(r *fsm.Result) applied {
-	return applied{zxid: uint64(r.Zxid), res: r.TreeResult, coord: r.CoordResult, keyspace: r.KeyspaceResult}
+	return applied{index: r.Index, zxid: uint64(r.Zxid), res: r.TreeResult, coord: r.CoordResult, keyspace: r.KeyspaceResult}
 }
 
 // wrongGroup reports whether an applied result is a refusal by a group
@@ -269,6 +270,9 @@ func (f *Future) wait() (applied, error) {
 			return applied{}, a.err
 		}
 		s.metrics.proposals.WithLabelValues("applied").Inc()
+		if v := viewOf(f.parent); v != nil {
+			v.observe(f.g.id, a.index)
+		}
 		return a, nil
 	case <-f.ctx.Done():
 		s.metrics.proposals.WithLabelValues("timeout").Inc()
@@ -316,7 +320,7 @@ func (s *Server) submit(ctx context.Context, p proposal, tries int) *Future {
 	if d, ok := p.(dutyProposal); ok {
 		return s.submitDuty(f, d.proposal)
 	}
-	id, data, err := s.encodeFor(g, p, seenZxid(ctx))
+	id, data, err := s.encodeFor(ctx, g, p)
 	if err != nil {
 		return f.fail(err)
 	}
@@ -361,7 +365,7 @@ func (s *Server) submitOnce(f *Future, id uint64, data []byte) error {
 // submitDuty proposes a leader duty's command once, bounded by an election
 // timeout; its Future is done at once, with the proposal's error.
 func (s *Server) submitDuty(f *Future, p proposal) *Future {
-	_, data, err := s.encodeFor(f.g, p, 0)
+	_, data, err := s.encodeFor(context.Background(), f.g, p)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
 		err = f.g.rep.Propose(ctx, data)
@@ -375,17 +379,25 @@ func (s *Server) submitDuty(f *Future, p proposal) *Future {
 }
 
 // encodeFor encodes p for group g: in a clock envelope once keyspaces
-// exist (fsm/clock.go), carrying this member's clock and the highest zxid
-// the requesting session has seen (bounded by this clock plus
-// maxZxidAhead, so that no client can push a group's zxids far ahead).
-func (s *Server) encodeFor(g *group, p proposal, seen int64) (uint64, []byte, error) {
+// exist (fsm/clock.go), carrying this member's clock, the highest zxid
+// the requesting session has seen (ctx's seenZxid, bounded by this clock
+// plus maxZxidAhead, so that no client can push a group's zxids far
+// ahead) and, when ctx carries the client's view, what it saw in other
+// groups (view.go: the write's dependencies).
+func (s *Server) encodeFor(ctx context.Context, g *group, p proposal) (uint64, []byte, error) {
 	now := time.Now().UnixMilli()
 	id, data, err := p.encode(s, now)
 	if err != nil || (g.root() && !s.clocked()) {
 		return id, data, err
 	}
+	var deps []fsm.Dep
+	if v := viewOf(ctx); v != nil {
+		if deps, err = s.depsFor(ctx, v, g); err != nil {
+			return id, nil, err
+		}
+	}
 	bound := (now + maxZxidAhead.Milliseconds()) << fsm.LogicalBits
-	data, err = fsm.WrapClock(uint64(now), uint64(min(max(seen, 0), bound)), data)
+	data, err = fsm.WrapClockDeps(uint64(now), uint64(min(max(seenZxid(ctx), 0), bound)), deps, data)
 	return id, data, err
 }
 

@@ -128,10 +128,13 @@ type readRequest struct {
 	auth    []tree.ID
 	version int32 // readCheckVersion: the version expected (-1: any)
 
-	// The consistency barrier before the read (readBarrier); neither set:
-	// read what this member has applied.
+	// The consistency barrier before the read (readBarrier); none set:
+	// read what this member has applied. view, when set, is the client's
+	// view (view.go): the read waits for what it requires instead of
+	// minZxid, and records what it saw.
 	linear  bool
 	minZxid int64
+	view    *view
 
 	// watch asks for a watch of the read's kind, set under the same lock
 	// as the read (for exists even on a missing node). watcher receives it
@@ -178,10 +181,17 @@ func (s *Server) read(ctx context.Context, r *readRequest, respond func(res read
 	var res readResult
 	err := r.validate()
 	g := s.root
+	if err == nil && r.view != nil {
+		err = s.viewRoute(ctx, r.view)
+	}
 	if err == nil {
 		g = s.groupFor(r.path)
 	}
-	if err == nil && (r.linear || r.minZxid > 0) {
+	switch {
+	case err != nil:
+	case r.view != nil:
+		err = s.viewBarrier(ctx, g, r.linear, r.view)
+	case r.linear || r.minZxid > 0:
 		err = s.readBarrier(ctx, g, r.linear, r.minZxid)
 	}
 	if err == nil && r.watch && r.watcher == nil && !g.root() && !s.sessionLive(r.session) {
@@ -197,6 +207,9 @@ func (s *Server) read(ctx context.Context, r *readRequest, respond func(res read
 	defer g.fsm.RUnlock()
 	res, err = s.readWatchLocked(g, r)
 	zxid := g.fsm.LastZxid()
+	if r.view != nil {
+		r.view.observe(g.id, g.fsm.Applied())
+	}
 	if respond != nil {
 		respond(res, zxid, err)
 	}
@@ -305,18 +318,19 @@ func (s *Server) createSession(ctx context.Context, requested time.Duration) (ne
 }
 
 // resumeSession admits a client back into session id with its password,
-// once this member has applied everything up to lastZxid (after a
+// once this member has applied everything up to v's floor, the zxid the
+// client says it has seen (after a
 // linearizable barrier first, when linear): a member behind what the
 // client has seen must not serve it older data. errs.ErrSessionExpired:
 // no such live session, or the wrong password (the same answer, so a
 // guessed id learns nothing). The session's keepalive is recorded.
-func (s *Server) resumeSession(ctx context.Context, id int64, password []byte, lastZxid int64, linear bool) (tree.SessionInfo, error) {
+func (s *Server) resumeSession(ctx context.Context, id int64, password []byte, v *view, linear bool) (tree.SessionInfo, error) {
 	var err error
 	if linear {
 		err = s.readBarrier(ctx, s.root, true, 0)
 	}
 	if err == nil {
-		err = s.barrierAll(ctx, lastZxid) // every group, as fresh as what the client saw
+		err = s.barrierAll(ctx, v) // every group, as fresh as what the client saw
 	}
 	if err != nil {
 		return tree.SessionInfo{}, err
@@ -411,6 +425,7 @@ func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid
 		linear = true
 	}
 	if linear {
+		s.metrics.readWaits.WithLabelValues("read_index").Inc()
 		_, err := g.rep.ReadIndex(ctx)
 		return timedOut(err)
 	}

@@ -203,6 +203,10 @@ type zkConn struct {
 	// zxid must exceed (a write to another group waits for the replies in
 	// flight first, so it is complete then).
 	seen atomic.Int64
+	// view is what the client has seen through this connection, group by
+	// group (view.go): what its reads wait for. Set by the handshake;
+	// nil on a read-only session, which reads what its member has.
+	view *view
 
 	// Pipelined writes (see pipeline): tail is closed once the reply of the
 	// latest pipelined write is queued; slots bounds those in flight;
@@ -298,6 +302,9 @@ func (c *zkConn) awaitRoom() bool {
 func (c *zkConn) Notify(ev tree.Event) {
 	if ev.Type <= 0 {
 		return // Meridian-internal notifications (lock loss) have no ZooKeeper form
+	}
+	if c.view != nil {
+		c.view.event(ev.Path)
 	}
 	c.enqueue(zk.EncodeNotification(ev.Zxid, zk.WatcherEvent{Type: int32(ev.Type), State: zk.StateSyncConnected, Path: ev.Path}))
 }
@@ -510,7 +517,8 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		return c.readOnlyHandshake(req, resp)
 	}
 	if req.SessionID == 0 {
-		ns, idx, err := c.s.createSession(ctx, time.Duration(req.TimeOut)*time.Millisecond)
+		c.view = newView(0)
+		ns, idx, err := c.s.createSession(withView(ctx, c.view), time.Duration(req.TimeOut)*time.Millisecond)
 		if err != nil {
 			c.closeWhy = "create session: " + err.Error()
 			c.countConnect(err)
@@ -529,7 +537,10 @@ func (c *zkConn) handshake(pkt []byte) bool {
 		// this server up to everything committed, hence everything any
 		// server has notified. A client claiming a zxid beyond that still
 		// waits for it and is refused when it never comes, as ZooKeeper does.
-		si, err := c.s.resumeSession(ctx, req.SessionID, req.Passwd, req.LastZxidSeen, true)
+		// What the client saw elsewhere is known only as a zxid: every
+		// group must reach it (a keyspace opened later, in its first read).
+		c.view = newView(req.LastZxidSeen)
+		si, err := c.s.resumeSession(ctx, req.SessionID, req.Passwd, c.view, true)
 		if errors.Is(err, errs.ErrSessionExpired) {
 			return expired()
 		}

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -208,7 +209,7 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 	}
 	c.s.touch(c.session)
 	w.seen = c.seen.Load()
-	f := c.s.submitWrite(context.Background(), &w) // bounded by the request timeout
+	f := c.s.submitWrite(withView(context.Background(), c.view), &w) // bounded by the request timeout
 	prev, sent := c.tail, make(chan struct{})
 	c.tail = sent
 	c.s.wg.Add(1) // the reader holds the group, so this cannot race Close's Wait
@@ -255,7 +256,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 	if !c.readOnly {
 		c.s.touch(c.session)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.requestTimeout())
+	ctx, cancel := context.WithTimeout(withView(context.Background(), c.view), c.s.cfg.requestTimeout())
 	defer cancel()
 	reply := func(zxid int64, err error, body zk.Record) { c.reply(hdr, zxid, err, body) }
 	if errors.Is(derr, zk.ErrUnknownOpcode) {
@@ -277,14 +278,11 @@ func (c *zkConn) serve(pkt []byte) bool {
 	// under the tree's read lock (see Server.read).
 	read := func(r readRequest, respond func(res readResult, zxid int64, err error)) (readResult, error) {
 		r.auth, r.watcher = c.auth, c
-		if !c.readOnly {
-			// Never older than what this connection has seen: with
-			// keyspaces the zxid seen may be another group's (write then
-			// flag), and this member's copy of the group read may be
-			// behind it (readBarrier). A read-only session reads what
-			// its member has.
-			r.minZxid = c.seen.Load()
-		}
+		// Never older than what this connection has seen, in the read's
+		// group or, through what it saw, in any other (write then flag
+		// across keyspaces): the view (view.go). A read-only session
+		// (no view) reads what its member has.
+		r.view = c.view
 		res, _, err := c.s.read(ctx, &r, respond)
 		return res, err
 	}
@@ -339,7 +337,7 @@ func (c *zkConn) serve(pkt []byte) bool {
 		reply(applied(), err, &zk.SetDataResponse{Stat: toZKStat(res.stat)})
 	case *zk.MultiRequest:
 		if hdr.Type == zk.OpMultiRead {
-			reply(applied(), nil, c.multiRead(r))
+			reply(applied(), nil, c.multiRead(ctx, r))
 			return true
 		}
 		c.multi(hdr, r, write)
@@ -416,8 +414,43 @@ func (c *zkConn) serve(pkt []byte) bool {
 
 // multiRead answers each getData/getChildren op on its own (no atomicity, as
 // in ZooKeeper), all from one consistent view of the tree.
-func (c *zkConn) multiRead(r *zk.MultiRequest) *zk.MultiResponse {
+func (c *zkConn) multiRead(ctx context.Context, r *zk.MultiRequest) *zk.MultiResponse {
 	out := &zk.MultiResponse{}
+	// Every group read first as fresh as this connection's view requires,
+	// then recorded in it as seen.
+	var groups []*group
+	if c.view != nil {
+		for _, o := range r.Ops {
+			var path string
+			switch op := o.Op.(type) {
+			case *zk.GetDataRequest:
+				path = op.Path
+			case *zk.GetChildrenRequest:
+				path = op.Path
+			}
+			if tree.ValidatePath(path, false) != nil {
+				continue
+			}
+			g := c.s.groupFor(path)
+			if slices.Contains(groups, g) {
+				continue
+			}
+			if err := c.s.viewBarrier(ctx, g, false, c.view); err != nil {
+				for range r.Ops {
+					out.Results = append(out.Results, zk.OpResult{Type: zk.OpError, Err: errs.ZKCode(err)})
+				}
+				return out
+			}
+			groups = append(groups, g)
+		}
+		defer func() {
+			for _, g := range groups {
+				g.fsm.RLock()
+				c.view.observe(g.id, g.fsm.Applied())
+				g.fsm.RUnlock()
+			}
+		}()
+	}
 	all, unlock := c.s.wholeTree()
 	defer unlock()
 	for _, o := range r.Ops {

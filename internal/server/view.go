@@ -1,0 +1,302 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/fsm"
+)
+
+// A view is what one client has seen, group by group: the log index of
+// every group's state it observed through this member (reads, writes,
+// watch events) and, through those groups' dependencies, what that state
+// depended on in other groups (fsm/deps.go). A read of group g is served
+// from this member's copy as soon as it has applied the view's index of g
+// — no round trip to g's leader however far away, unless the client saw
+// something g's copy here has not applied yet — and a write carries the
+// view as its dependencies, so that whoever later sees the write waits
+// for what the writer had seen. Write then flag across keyspaces holds:
+// the flag's entry names the config's group and index.
+//
+// floor is the zxid every group must reach before it serves the client
+// (readBarrier, a ReadIndex round when a group is behind): what a
+// ZooKeeper client said it had seen when it resumed its session here, or
+// what a native call says without a groups token. It is the coarse form of
+// the same guarantee, for a client whose view this member does not know.
+//
+// A ZooKeeper connection keeps one view for its life; a native call
+// carries its client's view in SeenGroupsHeader both ways.
+type view struct {
+	mu    sync.Mutex
+	floor int64
+	at    fsm.Deps
+	// fresh are the groups observed since their dependencies were last
+	// merged, events the paths of the watch events delivered since then
+	// (settle): merging is left to the next use, because events are
+	// delivered under their group's write lock, and a view's lock is
+	// never held while a group's is taken.
+	fresh  map[uint64]bool
+	events []string
+	// met are the groups known to have reached floor here.
+	met        map[uint64]bool
+	eventsFull bool // more than maxViewEvents: every group counts as observed
+}
+
+// maxViewEvents bounds the event paths a view keeps between two requests;
+// beyond it the next request counts every group as observed at what this
+// member has applied (more waiting for the client's later readers
+// elsewhere, never less).
+const maxViewEvents = 256
+
+func newView(floor int64) *view {
+	return &view{floor: max(floor, 0), at: fsm.Deps{}, fresh: map[uint64]bool{}, met: map[uint64]bool{}}
+}
+
+// observe records that the client saw group g's state at index.
+func (v *view) observe(g, index uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if index > v.at[g] {
+		v.at[g] = index
+	}
+	v.fresh[g] = true
+}
+
+// event records that the client was told of a change to path (a watch
+// event): it saw the state of path's group that has the change.
+func (v *view) event(path string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.events) < maxViewEvents {
+		v.events = append(v.events, path)
+	} else {
+		v.eventsFull = true
+	}
+}
+
+// settle brings v up to date with what was observed since the last
+// settle: an event's group at what this member has applied of it, and
+// the dependencies of every group observed, as applied here (at or past
+// what the client observed, so possibly more than it needs, never less).
+func (s *Server) settle(v *view) {
+	v.mu.Lock()
+	fresh, events, full := v.fresh, v.events, v.eventsFull
+	if len(fresh) == 0 && len(events) == 0 && !full {
+		v.mu.Unlock()
+		return
+	}
+	v.fresh, v.events, v.eventsFull = map[uint64]bool{}, nil, false
+	v.mu.Unlock()
+	seen := fsm.Deps{}
+	var groups []*group
+	if full {
+		groups = append([]*group{s.root}, s.keyspaceGroups.all()...)
+	} else {
+		for _, p := range events {
+			groups = append(groups, s.groupFor(p))
+		}
+	}
+	for _, g := range groups {
+		g.fsm.RLock()
+		seen[g.id] = max(seen[g.id], g.fsm.Applied())
+		g.fsm.RUnlock()
+		fresh[g.id] = true
+	}
+	for id := range fresh {
+		if g := s.groupByID(id); g != nil {
+			g.fsm.RLock()
+			g.fsm.DepsInto(seen)
+			g.fsm.RUnlock()
+		}
+	}
+	v.mu.Lock()
+	v.at.Merge(seen)
+	v.mu.Unlock()
+}
+
+// need is the index of group g the client has seen (0: nothing).
+func (v *view) need(g uint64) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.at[g]
+}
+
+// newestGroup is the highest keyspace group id in the view: the root has
+// applied that index before any group in the view is routed to here.
+func (v *view) newestGroup() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var n uint64
+	for g := range v.at {
+		n = max(n, g)
+	}
+	return n
+}
+
+// depsFor is what a write to group g carries: every other group's index
+// in the view that g's state, as applied here, does not already depend
+// on (Apply only raises a group's dependencies, and g applies the write
+// after what it has applied here). An index this member has not applied
+// yet is waited for first (a native client's view is its own claim, and
+// only applied indexes may enter the log: a dependency nobody can reach
+// would stall every reader of g); a group that does not run here (a
+// removed keyspace) is left out.
+func (s *Server) depsFor(ctx context.Context, v *view, g *group) ([]fsm.Dep, error) {
+	if err := s.viewRoute(ctx, v); err != nil {
+		return nil, err
+	}
+	s.settle(v)
+	v.mu.Lock()
+	want := v.at.Sorted()
+	v.mu.Unlock()
+	g.fsm.RLock()
+	have := g.fsm.Deps()
+	g.fsm.RUnlock()
+	var out []fsm.Dep
+	for _, d := range want {
+		if d.Group == g.id || d.Index <= have[d.Group] {
+			continue
+		}
+		h := s.groupByID(d.Group)
+		if h == nil {
+			continue
+		}
+		if err := s.waitApplied(ctx, h, d.Index); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// groupByID is the group with id running here (0: the root), or nil.
+func (s *Server) groupByID(id uint64) *group {
+	if id == 0 {
+		return s.root
+	}
+	return s.keyspaceGroups.get(id)
+}
+
+// waitApplied waits, within the request timeout, until this member has
+// applied index of group g.
+func (s *Server) waitApplied(ctx context.Context, g *group, index uint64) error {
+	if index <= g.rep.AppliedIndex() {
+		return nil
+	}
+	s.metrics.readWaits.WithLabelValues("apply").Inc()
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	err := g.rep.WaitApplied(ctx, index)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return errs.ErrTimeout
+	}
+	return err
+}
+
+// viewBarrier makes a read of group g as fresh as v requires: this
+// member's copy has applied the client's index of g (a local wait, for an
+// entry already committed) and the view's floor (readBarrier), or a
+// linearizable barrier when linear.
+func (s *Server) viewBarrier(ctx context.Context, g *group, linear bool, v *view) error {
+	s.settle(v)
+	if err := s.waitApplied(ctx, g, v.need(g.id)); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	met := v.floor == 0 || v.met[g.id]
+	v.mu.Unlock()
+	if !linear && met {
+		return nil
+	}
+	// Once a group reached the floor here it stays past it: a ReadIndex
+	// round for an idle group once per connection, not per read.
+	if err := s.readBarrier(ctx, g, linear, v.floor); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.met[g.id] = true
+	v.mu.Unlock()
+	return nil
+}
+
+// viewRoute waits until the root has applied the creation of every
+// keyspace in v, so that the routing table this member uses next knows
+// them (a group's id is the root index that created it).
+func (s *Server) viewRoute(ctx context.Context, v *view) error {
+	return s.waitApplied(ctx, s.root, v.newestGroup())
+}
+
+// viewKey carries a request's view.
+type viewKey struct{}
+
+// withView returns ctx carrying v (nil: none).
+func withView(ctx context.Context, v *view) context.Context {
+	if v == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, viewKey{}, v)
+}
+
+func viewOf(ctx context.Context) *view {
+	if ctx == nil {
+		return nil
+	}
+	v, _ := ctx.Value(viewKey{}).(*view)
+	return v
+}
+
+// seenGroupsHeader is the gRPC metadata key of a native client's view,
+// both ways (client.SeenGroupsHeader): "group:index" pairs joined by
+// commas, at most fsm.MaxDeps of them, or "-" for the empty view. A call that carries it reads by
+// it, and its min_zxid is not a floor (the view is the precise form);
+// the reply carries the view with what the call observed.
+const seenGroupsHeader = "meridian-seen-groups"
+
+// encodeView is v in seenGroupsHeader's form (call settle first).
+func encodeView(v *view) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.at) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i, d := range v.at.Sorted() {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(d.Group, 10))
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatUint(d.Index, 10))
+	}
+	return b.String()
+}
+
+// parseView reads seenGroupsHeader's form; false when it is malformed or
+// longer than fsm.MaxDeps pairs (the call then has no view: coarse
+// min_zxid reads).
+func parseView(s string) (*view, bool) {
+	v := newView(0)
+	if s == "-" {
+		return v, true
+	}
+	if strings.Count(s, ",") >= fsm.MaxDeps {
+		return nil, false
+	}
+	for _, pair := range strings.Split(s, ",") {
+		gs, is, ok := strings.Cut(pair, ":")
+		if !ok {
+			return nil, false
+		}
+		g, err1 := strconv.ParseUint(gs, 10, 64)
+		i, err2 := strconv.ParseUint(is, 10, 64)
+		if err1 != nil || err2 != nil || i == 0 {
+			return nil, false
+		}
+		v.at[g] = max(v.at[g], i)
+	}
+	return v, true
+}
