@@ -23,6 +23,12 @@ import (
 // auto), the paths and lock names unchanged. The floor of a region's write
 // or lock acquire is the client↔server round trip, the intra-region
 // quorum's round trip (two zones) and one fsync, all measured in the run.
+//
+// A last variant homes each region's keyspace there with region survival
+// (five voters in three regions, two at home, the leader kept home): a
+// write then commits with the home's other voter and the nearest other
+// region's, so its floor is the client↔server round trip, the round trip
+// to the nearest other region and one fsync.
 
 // KeyspacesParams sizes the workload.
 type KeyspacesParams struct {
@@ -39,7 +45,8 @@ type KeyspacesParams struct {
 }
 
 // KeyspacesVariants are the clusters the workload runs, in report order.
-var KeyspacesVariants = []string{"Meridian, keyspaces", "Meridian, one group", "ZooKeeper 3.8, a voter a region", "etcd 3.4, a member a region"}
+var KeyspacesVariants = []string{"Meridian, keyspaces", "Meridian, one group", "ZooKeeper 3.8, a voter a region", "etcd 3.4, a member a region",
+	"Meridian, keyspaces, region survival"}
 
 // firstOfEachRegion is t with only the first server of each region: the
 // three-member cluster of a system that runs no non-voting replicas here
@@ -83,6 +90,36 @@ func keyspaceFloor(links []LinkCheck, r string, fsync time.Duration) (time.Durat
 	return local + zone + fsync, true
 }
 
+// keyspaceRegionFloor is the floor of a write or lock acquire from a
+// client in region r in its region's keyspace with region survival: the
+// client↔server round trip, the round trip to the nearest other region
+// (named by nearest) and one fsync.
+func keyspaceRegionFloor(links []LinkCheck, r string, fsync time.Duration) (floor time.Duration, nearest string, near time.Duration, ok bool) {
+	var local time.Duration
+	var haveLocal bool
+	for _, l := range links {
+		if strings.Contains(l.From, "/") || strings.Contains(l.To, "/") {
+			continue
+		}
+		other := ""
+		switch {
+		case l.From == r && l.To == r:
+			local, haveLocal = l.P50, true
+		case l.From == r:
+			other = l.To
+		case l.To == r:
+			other = l.From
+		}
+		if other != "" && (nearest == "" || l.P50 < near) {
+			nearest, near = other, l.P50
+		}
+	}
+	if !haveLocal || nearest == "" {
+		return 0, "", 0, false
+	}
+	return local + near + fsync, nearest, near, true
+}
+
 // RunKeyspaces starts each variant's cluster in turn (newEnv gives each
 // its own), runs the workload on it and returns its rows: per variant and
 // region the writes, the lock acquires and the reads of each keyspace.
@@ -120,7 +157,11 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 	if !t.HasZones() {
 		return nil, fmt.Errorf("topology %s names no zones (servers as region/zone)", t.Name)
 	}
-	keyspaces := variant == KeyspacesVariants[0]
+	keyspaces := variant == KeyspacesVariants[0] || variant == KeyspacesVariants[4]
+	survive := "zone"
+	if variant == KeyspacesVariants[4] {
+		survive = "region"
+	}
 	leadersOf := func() map[string]string { return map[string]string{} }
 	var c *Cluster
 	var err error
@@ -153,7 +194,7 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 			return nil, err
 		}
 		for _, r := range regions {
-			if _, err := adm.CreateKeyspace(ctx, keyspacePrefix(r), r, "zone"); err != nil {
+			if _, err := adm.CreateKeyspace(ctx, keyspacePrefix(r), r, survive); err != nil {
 				adm.Close()
 				return nil, fmt.Errorf("creating keyspace %s: %w", keyspacePrefix(r), err)
 			}
@@ -337,6 +378,11 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 	var out []Result
 	for _, r := range regions {
 		floor, ok := keyspaceFloor(links, r, fsync)
+		target := 1.3
+		if survive == "region" {
+			floor, _, _, ok = keyspaceRegionFloor(links, r, fsync)
+			target = 1.1
+		}
 		leader := rootLeader
 		if keyspaces {
 			leader = leaders[keyspacePrefix(r)]
@@ -355,7 +401,7 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 			out = append(out, res)
 			ratio := ""
 			if ok && res.Summary.P50 > 0 && (series == "write" || series == "lock acquire") {
-				ratio = fmt.Sprintf(", floor %.2f ms (p50 %.2f×)", res.FloorMs, res.Summary.P50/res.FloorMs)
+				ratio = fmt.Sprintf(", floor %.2f ms (p50 %.2f×, target %.1f×)", res.FloorMs, res.Summary.P50/res.FloorMs, target)
 				if res.RunFloorMs > 0 {
 					ratio += fmt.Sprintf(", with the servers' fsync in the run (%.2f ms) %.2f ms (p50 %.2f×)", res.FsyncMs, res.RunFloorMs, res.Summary.P50/res.RunFloorMs)
 				}

@@ -1028,7 +1028,27 @@ func (r *Report) keyspaceFloors(b *strings.Builder, g group) {
 			regions = append(regions, res.Region)
 		}
 	}
+	regionSurvival := func(res Result) bool { return strings.HasPrefix(res.Flavor, KeyspacesVariants[4]+",") }
+	ratios := func(region string, floor time.Duration, which func(Result) bool) {
+		for _, res := range g.results {
+			if res.Region == region && which(res) && (res.Series == "write" || res.Series == "lock acquire") && res.Summary.Count > 0 {
+				fmt.Fprintf(b, " %s %.2f×;", strings.TrimSuffix(res.Flavor, ", client in "+region+", "+res.Series)+" "+res.Series, res.Summary.P50/ms(floor))
+			}
+		}
+	}
 	for _, region := range regions {
+		if floor, nearest, near, ok := keyspaceRegionFloor(links, region, r.Fsync); ok && slices.ContainsFunc(g.results, regionSurvival) {
+			var local time.Duration
+			for _, l := range links {
+				if l.From == region && l.To == region {
+					local = l.P50
+				}
+			}
+			fmt.Fprintf(b, "- %s region-survival floor %s ms = client↔server %s + nearest other region (%s) %s + fsync %s (p50s);", region,
+				fmtMs(ms(floor)), fmtMs(ms(local)), nearest, fmtMs(ms(near)), fmtMs(ms(r.Fsync)))
+			ratios(region, floor, regionSurvival)
+			b.WriteString(" target: within 1.1× at p50.\n")
+		}
 		floor, ok := keyspaceFloor(links, region, r.Fsync)
 		if !ok {
 			continue
@@ -1043,11 +1063,7 @@ func (r *Report) keyspaceFloors(b *strings.Builder, g group) {
 		}
 		fmt.Fprintf(b, "- %s floor %s ms = client↔server %s + two zones %s + fsync %s (p50s);", region, fmtMs(ms(floor)),
 			fmtMs(ms(local)), fmtMs(ms(zone)), fmtMs(ms(r.Fsync)))
-		for _, res := range g.results {
-			if res.Region == region && (res.Series == "write" || res.Series == "lock acquire") && res.Summary.Count > 0 {
-				fmt.Fprintf(b, " %s %.2f×;", strings.TrimSuffix(res.Flavor, ", client in "+region+", "+res.Series)+" "+res.Series, res.Summary.P50/ms(floor))
-			}
-		}
+		ratios(region, floor, func(res Result) bool { return !regionSurvival(res) })
 		b.WriteString(" target: writes and lock acquires within 1.3× at p50.\n")
 	}
 	b.WriteString("\n")

@@ -276,7 +276,8 @@ func TestJSONGzipRoundTrip(t *testing.T) {
 func TestKeyspaceFloors(t *testing.T) {
 	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	r := &Report{Fsync: ms(0.5), Links: map[string][]LinkCheck{"3region-9": {
-		{From: "CA", To: "CA", P50: ms(0.25)}, {From: "CA/a", To: "CA/b", P50: ms(0.75)}}}}
+		{From: "CA", To: "CA", P50: ms(0.25)}, {From: "CA/a", To: "CA/b", P50: ms(0.75)},
+		{From: "CA", To: "OR", P50: ms(21)}, {From: "CA", To: "VA", P50: ms(62)}}}}
 	res := func(variant, series string, p50 float64) Result {
 		return Result{Workload: "keyspaces", Flavor: variant + ", client in CA, " + series, Region: "CA", Series: series,
 			FloorMs: 1.5, Summary: Summary{Count: 10, P50: p50}}
@@ -284,11 +285,19 @@ func TestKeyspaceFloors(t *testing.T) {
 	g := group{workload: "keyspaces", topology: "3region-9", results: []Result{
 		res("Meridian, keyspaces", "write", 1.8), res("Meridian, keyspaces", "lock acquire", 3),
 		res("Meridian, keyspaces", "read /or/w-OR", 0.5), res("Meridian, one group", "write", 30),
+		res("Meridian, keyspaces, region survival", "write", 23.1),
 	}}
 	var b strings.Builder
 	r.keyspaceFloors(&b, g)
 	wantAll(t, b.String(), "CA floor 1.50 ms = client↔server 0.25 + two zones 0.75 + fsync 0.50",
-		"Meridian, keyspaces write 1.20×;", "Meridian, keyspaces lock acquire 2.00×;", "Meridian, one group write 20.00×;")
+		"Meridian, keyspaces write 1.20×;", "Meridian, keyspaces lock acquire 2.00×;", "Meridian, one group write 20.00×;",
+		"CA region-survival floor 21.8 ms = client↔server 0.25 + nearest other region (OR) 21.0 + fsync 0.50",
+		"Meridian, keyspaces, region survival write 1.06×; target: within 1.1× at p50.")
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, "- CA floor") && strings.Contains(line, "region survival") {
+			t.Errorf("the region-survival write against the zone floor:\n%s", line)
+		}
+	}
 	if strings.Contains(b.String(), "read") {
 		t.Errorf("a read against the floor:\n%s", b.String())
 	}

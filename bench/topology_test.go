@@ -152,6 +152,13 @@ func TestKeyspaceFloor(t *testing.T) {
 	if _, ok := keyspaceFloor(links, "VA", time.Millisecond); ok {
 		t.Error("VA measured nothing: no floor")
 	}
+	floor, nearest, near, ok := keyspaceRegionFloor(append(links, LinkCheck{From: "VA", To: "CA", P50: 62 * time.Millisecond}), "CA", 400*time.Microsecond)
+	if !ok || nearest != "OR" || near != 21*time.Millisecond || floor != 21700*time.Microsecond {
+		t.Errorf("CA region-survival floor %v via %s (%v) %v, want 21.7ms via OR", floor, nearest, near, ok)
+	}
+	if _, _, _, ok := keyspaceRegionFloor(links, "VA", time.Millisecond); ok {
+		t.Error("VA measured nothing: no region-survival floor")
+	}
 	if keyspacePrefix("CA") != "/ca" {
 		t.Errorf("prefix %q", keyspacePrefix("CA"))
 	}

@@ -44,7 +44,7 @@ func main() {
 	pprof := flag.Bool("meridian-pprof", false, "serve Go's profiles on each Meridian server's HTTP port (printed), to profile it under a workload")
 	tpClients := flag.String("throughput-clients", "", "comma-separated client counts of the throughput workload (default 1,8,32,128,256; quick 1,8)")
 	ksRegions := flag.String("keyspaces-regions", "", "keyspaces: comma-separated client regions that run (default: every one; one alone shows its latency without the others' load)")
-	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group (Meridian), zookeeper (a voter a region, observers elsewhere), etcd (a member a region) (default: those of --systems)")
+	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group, region (Meridian: a keyspace per region with zone survival, one group, a keyspace per region with region survival), zookeeper (a voter a region, observers elsewhere), etcd (a member a region) (default: those of --systems)")
 	ksPhase := flag.Duration("keyspaces-phase", 0, "keyspaces: length of the write-and-lock phase and of the read phase (default 20s; quick 3s)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
 	flag.Parse()
@@ -157,13 +157,16 @@ func main() {
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[2])
 		case "etcd":
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[3])
+		case "region":
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[4])
 		default:
-			fail(fmt.Errorf("--keyspaces-variants: %q is not keyspaces, one-group, zookeeper or etcd", v))
+			fail(fmt.Errorf("--keyspaces-variants: %q is not keyspaces, one-group, zookeeper, etcd or region", v))
 		}
 	}
 	if ks.Variants == nil { // by --systems
 		if slices.Contains(want, "meridian") {
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[:2]...)
+			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[4])
 		}
 		if slices.Contains(want, "zookeeper") {
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[2])
@@ -238,7 +241,7 @@ func main() {
 				res, failures := bench.RunKeyspaces(newEnv, *bin, ks, checks, rep.Fsync, progress, note)
 				rep.Results = append(rep.Results, res...)
 				rep.Failures = append(rep.Failures, failures...)
-				rep.Notes["keyspaces"] = fmt.Sprintf("%d servers (%s); Meridian with keyspaces: one per region, zone survival, created by the super digest; Meridian with one group: the same servers, placement: auto; every variant: %v warm-up, %v of writes and locks, %v of reads",
+				rep.Notes["keyspaces"] = fmt.Sprintf("%d servers (%s); Meridian with keyspaces: one per region, zone survival, created by the super digest (the region-survival variant: the same with --survive region, five voters in three regions, the leader kept home); Meridian with one group: the same servers, placement: auto; every variant: %v warm-up, %v of writes and locks, %v of reads",
 					len(topo.Servers), strings.Join(serverNames(topo), ", "), ks.Warmup, ks.Phase, ks.Phase)
 				if slices.Contains(ks.Variants, bench.KeyspacesVariants[2]) {
 					rep.Notes["zookeeper (keyspaces)"] = "the same servers; the first of each region votes, the others observe; fsync on; locks: go-zookeeper's lock recipe"
