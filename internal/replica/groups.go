@@ -41,10 +41,11 @@ import (
 // carry the failure detection and session keepalives every member relies
 // on. GroupConfig.NeverQuiesce keeps a group ticking.
 //
-// Not yet: a group's membership does not follow the root's at run time
-// (a member added to the cluster later is not added to existing groups,
-// and an address change reaches a group's book only through a new
-// configuration of that group).
+// A group's membership follows the root's through the group's own
+// configuration changes, which its leader proposes (the server's keyspace
+// duties): a member added to the cluster joins every group as a learner,
+// one removed leaves them. An address change reaches a group's book only
+// through a new configuration of that group.
 
 // groupEventQueue bounds a group's queue of transport reports
 // (unreachable peers, snapshots sent, step-down and quiesce notices), which
@@ -175,9 +176,10 @@ func groupPeers(members []Peer, gc GroupConfig) ([]Peer, error) {
 		out = append(out, p)
 		delete(role, p.ID)
 	}
-	for id := range role {
-		return nil, fmt.Errorf("replica: group member %d is not a member of the cluster", id)
-	}
+	// An id of the group's first configuration that is no longer a member
+	// of the cluster (removed since) has no address: it stays in the first
+	// configuration, the same on every member, until the group's leader
+	// removes it from the group, and nothing is sent to it.
 	slices.SortFunc(out, func(x, y Peer) int { return cmpU64(x.ID, y.ID) })
 	return out, nil
 }

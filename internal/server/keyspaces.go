@@ -46,6 +46,10 @@ type group struct {
 	endsAt map[int64]time.Time
 	// ledSince: since when this member leads the group (zero: it does not).
 	ledSince time.Time
+	// confAt: when the last change of the group's membership was proposed
+	// here; warnedAt: when a missing replacement voter was last logged
+	// (groupconf.go).
+	confAt, warnedAt time.Time
 }
 
 func (g *group) root() bool { return g.id == 0 }
@@ -543,8 +547,9 @@ func (e *endedSessions) closed(id int64) bool {
 // coordination tick and reaping when due. A lost proposal is proposed
 // again on a later tick (at most every groupDutyEvery per group).
 func (s *Server) keyspaceDuties(now time.Time) {
+	members := s.members()
 	region := map[uint64]string{}
-	for _, m := range s.members() {
+	for _, m := range members {
 		region[m.ID] = m.Region
 	}
 	for _, g := range s.keyspaceGroups.all() {
@@ -555,6 +560,7 @@ func (s *Server) keyspaceDuties(now time.Time) {
 		if g.ledSince.IsZero() {
 			g.ledSince = now
 		}
+		s.followMembership(g, members, now)
 		// Not at once: a leader that just took over away from home (an
 		// operator's move, the home voters' trouble) leads a while first,
 		// and a hand-off is not repeated while one is under way.
@@ -562,8 +568,8 @@ func (s *Server) keyspaceDuties(now time.Time) {
 			// A region-survival keyspace's leader belongs in its home
 			// region (the voters there commit with the nearest other
 			// region): hand leadership to the first home voter.
-			for _, v := range g.ks.Voters {
-				if region[v] == g.ks.Region {
+			for _, p := range g.rep.Members() {
+				if v := p.ID; !p.Learner && region[v] == g.ks.Region {
 					g.dutyAt = now
 					go func(rep *replica.Replica, to uint64) {
 						ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout())

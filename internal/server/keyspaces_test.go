@@ -500,3 +500,84 @@ func TestKeyspaceReadsOfIdleKeyspaceStayLocal(t *testing.T) {
 		t.Fatalf("the idle keyspace's last zxid %d is not below what the client saw (%d): the test shows nothing", z, seen)
 	}
 }
+
+// A keyspace group's membership follows the cluster's: a member added to
+// the cluster joins the group as a learner and serves the keyspace from
+// its own copy; a voter removed from the cluster is replaced by a member
+// of the home region in a zone the other voters are not in, then leaves
+// the group; and the group still opens after a restart (its first
+// configuration names the removed member).
+func TestKeyspaceGroupFollowsMembership(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	lead := tc.leader()
+	ks := tc.keyspace("/eu", "local", fsm.SurvivalZone)
+	cl := tc.client(tc.servers[lead].GRPCAddr())
+	defer cl.Close()
+	if _, _, err := cl.Create(ctx(t), "/eu/a", []byte("1"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(i int) (voters, learners []uint64) {
+		g := tc.servers[i].keyspaceGroups.get(ks.Group)
+		if g == nil {
+			return nil, nil
+		}
+		for _, p := range g.rep.Members() {
+			if p.Learner {
+				learners = append(learners, p.ID)
+			} else {
+				voters = append(voters, p.ID)
+			}
+		}
+		slices.Sort(voters)
+		slices.Sort(learners)
+		return voters, learners
+	}
+	n4 := tc.addServer("local") // zone local-a
+	self := tc.cfgs[n4].Self()
+	if _, err := cl.ChangeMembers(ctx(t), &pb.MemberChangeOp{Type: pb.MemberChangeType_ADD_LEARNER, Member: toPBMember(self, 0)}); err != nil {
+		t.Fatalf("add learner: %v", err)
+	}
+	waitUntil(t, "member 4 a learner of the keyspace's group", func() bool {
+		v, l := conf(lead)
+		return slices.Equal(v, []uint64{1, 2, 3}) && slices.Equal(l, []uint64{4})
+	})
+	c4 := tc.client(tc.servers[n4].GRPCAddr())
+	defer c4.Close()
+	waitUntil(t, "the keyspace read from member 4's copy", func() bool {
+		data, _, err := c4.Get(ctx(t), "/eu/a", client.WithConsistency(client.Sequential))
+		return err == nil && string(data) == "1"
+	})
+	// Remove a member that leads neither the cluster nor the keyspace.
+	gone := -1
+	for i := range 3 {
+		if i != lead && tc.servers[i].keyspaceGroups.get(ks.Group).rep.Leader() != uint64(i+1) {
+			gone = i
+			break
+		}
+	}
+	if _, err := cl.ChangeMembers(ctx(t), &pb.MemberChangeOp{Type: pb.MemberChangeType_REMOVE_MEMBER, Member: &pb.Member{Id: uint64(gone + 1)}}); err != nil {
+		t.Fatalf("remove member %d: %v", gone+1, err)
+	}
+	tc.stop(gone)
+	want := slices.DeleteFunc([]uint64{1, 2, 3, 4}, func(id uint64) bool { return id == uint64(gone+1) })
+	waitUntil(t, "member 4 a voter in place of the removed one", func() bool {
+		v, l := conf(lead)
+		return slices.Equal(v, want) && len(l) == 0
+	})
+	if _, err := cl.Set(ctx(t), "/eu/a", []byte("2"), client.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	// Every member still opens the group after a restart.
+	for _, i := range []int{lead, n4} {
+		tc.stop(i)
+		tc.start(i)
+	}
+	tc.waitGroupOpen(ks.Group)
+	// (c4's session may have expired while its only server was down.)
+	c4 = tc.client(tc.servers[n4].GRPCAddr())
+	defer c4.Close()
+	waitUntil(t, "the write on member 4 after the restarts", func() bool {
+		data, _, err := c4.Get(ctx(t), "/eu/a", client.WithConsistency(client.Sequential))
+		return err == nil && string(data) == "2"
+	})
+}
