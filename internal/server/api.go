@@ -389,9 +389,7 @@ func (a *api) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusRespon
 // form), so `meridian status -o json` and /status cannot drift.
 func (a *api) status() *pb.StatusResponse {
 	st := a.s.rep.Status()
-	a.s.mu.RLock()
-	nodes, sessions := a.s.mu.tree.NodeCount(), a.s.mu.tree.SessionCount()
-	a.s.mu.RUnlock()
+	nodes, _, sessions := a.s.treeCounts()
 	out := &pb.StatusResponse{
 		Header: a.header(0), MemberId: a.s.cfg.ID, LeaderId: st.Leader, Term: st.Term,
 		CommitIndex: st.Commit, AppliedIndex: st.Applied, Role: st.Role, SnapshotIndex: st.SnapshotIndex,

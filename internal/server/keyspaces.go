@@ -46,6 +46,9 @@ type group struct {
 	endsAt map[int64]time.Time
 	// ledSince: since when this member leads the group (zero: it does not).
 	ledSince time.Time
+	// baseNodes: the znodes of the group's state when new (its "/" and its
+	// keyspace's root, which the root group's tree shows as the mount).
+	baseNodes int
 	// confAt: when the last change of the group's membership was proposed
 	// here; warnedAt: when a missing replacement voter was last logged
 	// (groupconf.go).
@@ -155,6 +158,7 @@ func (s *Server) openKeyspace(ks fsm.Keyspace) {
 		return
 	}
 	g := &group{s: s, id: ks.Group, ks: ks, waiters: newWaiters()}
+	g.baseNodes = fsm.NewKeyspace(fsm.Hooks{}, ks).Tree().NodeCount()
 	g.fsm = fsm.NewKeyspace(fsm.Hooks{Applied: s.triggerLocked, Restored: func() { s.restoredKeyspace(g) }}, ks)
 	rep, err := s.rep.OpenGroup(replica.GroupConfig{Group: ks.Group, Voters: ks.Voters, Learners: ks.Learners,
 		OnLeaderChange: func(leader, term uint64) { g.waiters.newTerm(term, time.Now()) },
@@ -641,3 +645,19 @@ func (s *Server) keyspaceDuties(now time.Time) {
 // end, its tick, its reaping), so that one still in flight is not
 // proposed again every tick.
 const groupDutyEvery = 500 * time.Millisecond
+
+// treeCounts are the znodes and ephemerals of the whole tree (the root
+// group's and every keyspace's, each znode once) and the live sessions
+// (the root's: keyspace groups only adopt them).
+func (s *Server) treeCounts() (nodes, ephemerals, sessions int) {
+	s.mu.RLock()
+	nodes, ephemerals, sessions = s.mu.tree.NodeCount(), s.mu.tree.EphemeralCount(), s.mu.tree.SessionCount()
+	s.mu.RUnlock()
+	for _, g := range s.keyspaceGroups.all() {
+		g.fsm.RLock()
+		nodes += g.fsm.Tree().NodeCount() - g.baseNodes
+		ephemerals += g.fsm.Tree().EphemeralCount()
+		g.fsm.RUnlock()
+	}
+	return nodes, ephemerals, sessions
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -580,4 +581,34 @@ func TestKeyspaceGroupFollowsMembership(t *testing.T) {
 		data, _, err := c4.Get(ctx(t), "/eu/a", client.WithConsistency(client.Sequential))
 		return err == nil && string(data) == "2"
 	})
+}
+
+// The counts an operator reads (status, meridian_znodes, the four-letter
+// words) cover every keyspace's znodes once: a keyspace's root counts as
+// the one znode the tree shows, its ephemerals count too, and its sessions
+// are the root's.
+func TestKeyspaceCountedOnce(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.FourLetterWords = []string{"mntr"} })
+	lead := tc.leader()
+	s := tc.servers[lead]
+	a := &api{s: s}
+	before := a.status().GetZnodes()
+	tc.keyspace("/eu", "local", fsm.SurvivalZone)
+	zc, _ := zkConnect(t, tc.zkAddrs()[lead:lead+1])
+	acl := gozk.WorldACL(gozk.PermAll)
+	if _, err := zc.Create("/eu/a", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zc.Create("/eu/e", nil, gozk.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.status().GetZnodes(); got != before+3 {
+		t.Fatalf("status znodes %d after a keyspace and two znodes in it, want %d", got, before+3)
+	}
+	mntr := fourLetter(t, tc.zkAddrs()[lead], "mntr")
+	for _, want := range []string{fmt.Sprintf("zk_znode_count\t%d\n", before+3), "zk_ephemerals_count\t1\n"} {
+		if !strings.Contains(mntr, want) {
+			t.Errorf("mntr lacks %q:\n%s", want, mntr)
+		}
+	}
 }

@@ -704,9 +704,7 @@ func (s *Server) resetSessions() {
 }
 
 func (s *Server) updateGauges(st replica.Status) {
-	s.mu.RLock()
-	nodes, sessions := s.mu.tree.NodeCount(), s.mu.tree.SessionCount()
-	s.mu.RUnlock()
+	nodes, _, sessions := s.treeCounts()
 	s.metrics.znodes.Set(float64(nodes))
 	s.metrics.sessions.Set(float64(sessions))
 	s.metrics.watches.Set(float64(s.watches.Count()))

@@ -77,9 +77,7 @@ func (s *Server) fourLetterWord(w string) string {
 	if !serving {
 		mode = "not serving"
 	}
-	s.mu.RLock()
-	nodes, sessions, ephemerals := s.mu.tree.NodeCount(), s.mu.tree.SessionCount(), s.mu.tree.EphemeralCount()
-	s.mu.RUnlock()
+	nodes, ephemerals, sessions := s.treeCounts()
 	conns := 0
 	var cons strings.Builder
 	var st0 *zkStats
