@@ -412,6 +412,17 @@ func (c *zkConn) serve(pkt []byte) bool {
 	return true
 }
 
+// multiReadPath is the path a multiRead op reads ("" for any other op).
+func multiReadPath(o zk.MultiOp) string {
+	switch op := o.Op.(type) {
+	case *zk.GetDataRequest:
+		return op.Path
+	case *zk.GetChildrenRequest:
+		return op.Path
+	}
+	return ""
+}
+
 // multiRead answers each getData/getChildren op on its own (no atomicity, as
 // in ZooKeeper), all from one consistent view of the tree.
 func (c *zkConn) multiRead(ctx context.Context, r *zk.MultiRequest) *zk.MultiResponse {
@@ -421,13 +432,7 @@ func (c *zkConn) multiRead(ctx context.Context, r *zk.MultiRequest) *zk.MultiRes
 	var groups []*group
 	if c.view != nil {
 		for _, o := range r.Ops {
-			var path string
-			switch op := o.Op.(type) {
-			case *zk.GetDataRequest:
-				path = op.Path
-			case *zk.GetChildrenRequest:
-				path = op.Path
-			}
+			path := multiReadPath(o)
 			if tree.ValidatePath(path, false) != nil {
 				continue
 			}
@@ -454,14 +459,7 @@ func (c *zkConn) multiRead(ctx context.Context, r *zk.MultiRequest) *zk.MultiRes
 	all, unlock := c.s.wholeTree()
 	defer unlock()
 	for _, o := range r.Ops {
-		var path string
-		switch op := o.Op.(type) {
-		case *zk.GetDataRequest:
-			path = op.Path
-		case *zk.GetChildrenRequest:
-			path = op.Path
-		}
-		rr := readRequest{path: path, kind: readData, auth: c.auth}
+		rr := readRequest{path: multiReadPath(o), kind: readData, auth: c.auth}
 		if o.Type != zk.OpGetData {
 			rr.kind = readChildren
 		}
