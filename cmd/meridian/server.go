@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -183,20 +185,60 @@ Data persists across runs; delete the directory to start afresh.`,
 			if err != nil {
 				return err
 			}
-			var procs []*exec.Cmd
-			var dones []chan struct{}
+			// One process a node, kept under dev's control also when
+			// restarted from dev's prompt (restart N), so that Ctrl-C
+			// stops every one.
+			type node struct {
+				path string
+				log  *os.File
+				p    *exec.Cmd
+				done chan struct{}
+			}
+			nodesByID := map[int]*node{}
 			exited := make(chan int, nodes)
-			stopAll := func() {
-				for _, p := range procs {
-					p.Process.Signal(syscall.SIGTERM)
+			start := func(id int) error {
+				n := nodesByID[id]
+				p := exec.Command(self, "server", "--config", n.path)
+				p.Stdout, p.Stderr = n.log, n.log
+				if err := p.Start(); err != nil {
+					return err
 				}
-				for i, p := range procs {
-					select {
-					case <-dones[i]:
-					case <-time.After(10 * time.Second):
-						p.Process.Kill()
-						<-dones[i]
+				done := make(chan struct{})
+				n.p, n.done = p, done
+				go func() { p.Wait(); close(done); exited <- id }()
+				return nil
+			}
+			running := func(n *node) bool {
+				if n.p == nil {
+					return false
+				}
+				select {
+				case <-n.done:
+					return false
+				default:
+					return true
+				}
+			}
+			stop := func(n *node) {
+				if !running(n) {
+					return
+				}
+				n.p.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-n.done:
+				case <-time.After(10 * time.Second):
+					n.p.Process.Kill()
+					<-n.done
+				}
+			}
+			stopAll := func() {
+				for _, n := range nodesByID {
+					if running(n) {
+						n.p.Process.Signal(syscall.SIGTERM)
 					}
+				}
+				for _, n := range nodesByID {
+					stop(n)
 				}
 			}
 			var endpoints []string
@@ -213,20 +255,16 @@ Data persists across runs; delete the directory to start afresh.`,
 					stopAll()
 					return err
 				}
-				p := exec.Command(self, "server", "--config", path)
-				p.Stdout, p.Stderr = logf, logf
-				if err := p.Start(); err != nil {
+				id := int(c.ID)
+				nodesByID[id] = &node{path: path, log: logf}
+				if err := start(id); err != nil {
 					stopAll()
 					return err
 				}
-				procs = append(procs, p)
-				done := make(chan struct{})
-				dones = append(dones, done)
-				go func(id uint64) { p.Wait(); close(done); exited <- int(id) }(c.ID)
 				self := c.Self()
 				endpoints = append(endpoints, self.GRPC)
 				fmt.Printf("node %d  pid %-7d grpc %s  zk %s  http %s  peer %s  log %s\n",
-					c.ID, p.Process.Pid, self.GRPC, self.ZK, self.HTTP, self.Peer, logf.Name())
+					c.ID, nodesByID[id].p.Process.Pid, self.GRPC, self.ZK, self.HTTP, self.Peer, logf.Name())
 			}
 			// The endpoints line means ready to use: every node listens.
 			if err := awaitListening(endpoints, exited, 30*time.Second); err != nil {
@@ -236,9 +274,16 @@ Data persists across runs; delete the directory to start afresh.`,
 			fmt.Printf("\nendpoints: %s\n", strings.Join(endpoints, ","))
 			fmt.Printf("try:       meridian --endpoints %s create /hello world && meridian --endpoints %s get /hello\n",
 				endpoints[0], endpoints[len(endpoints)-1])
-			fmt.Println("Ctrl-C stops the cluster.")
+			fmt.Println("Ctrl-C stops the cluster. Type stop N or restart N (then Enter) to stop or restart node N.")
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			commands := make(chan string)
+			go func() {
+				sc := bufio.NewScanner(os.Stdin)
+				for sc.Scan() {
+					commands <- strings.TrimSpace(sc.Text())
+				}
+			}()
 			for {
 				select {
 				case <-sig:
@@ -246,9 +291,32 @@ Data persists across runs; delete the directory to start afresh.`,
 					stopAll()
 					return nil
 				case id := <-exited:
-					// A killed node stays down (so failover can be tried); say so.
-					fmt.Printf("node %d exited; the rest keep running (restart: %s server --config %s)\n",
-						id, self, filepath.Join(dir, fmt.Sprintf("n%d.yaml", id)))
+					if n := nodesByID[id]; n != nil && !running(n) {
+						// A stopped or killed node stays down (so failover
+						// can be tried) until restarted from here.
+						fmt.Printf("node %d exited; the rest keep running (type restart %d to start it again)\n", id, id)
+					}
+				case line := <-commands:
+					verb, arg, _ := strings.Cut(line, " ")
+					id, err := strconv.Atoi(strings.TrimSpace(arg))
+					n := nodesByID[id]
+					switch {
+					case line == "":
+					case (verb != "stop" && verb != "restart") || err != nil || n == nil:
+						fmt.Printf("unknown command %q: stop N or restart N, N from 1 to %d\n", line, nodes)
+					case verb == "stop" && !running(n):
+						fmt.Printf("node %d is not running\n", id)
+					case verb == "stop":
+						stop(n)
+					case running(n):
+						fmt.Printf("node %d is running; stop %d first\n", id, id)
+					default:
+						if err := start(id); err != nil {
+							fmt.Printf("node %d: %v\n", id, err)
+							continue
+						}
+						fmt.Printf("node %d restarted  pid %d\n", id, n.p.Process.Pid)
+					}
 				}
 			}
 		},
