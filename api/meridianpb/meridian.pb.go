@@ -6062,6 +6062,94 @@ func (x *KeyspaceResponse) GetKeyspace() *Keyspace {
 	return nil
 }
 
+type SnapshotSaveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSaveRequest) Reset() {
+	*x = SnapshotSaveRequest{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSaveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSaveRequest) ProtoMessage() {}
+
+func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{90}
+}
+
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`                                // the next bytes of the file (at most 1 MiB)
+	TotalBytes    uint64                 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"` // the whole file's size (in every chunk)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
 type ListKeyspacesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -6070,7 +6158,7 @@ type ListKeyspacesRequest struct {
 
 func (x *ListKeyspacesRequest) Reset() {
 	*x = ListKeyspacesRequest{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[90]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6082,7 +6170,7 @@ func (x *ListKeyspacesRequest) String() string {
 func (*ListKeyspacesRequest) ProtoMessage() {}
 
 func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[90]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6095,7 +6183,7 @@ func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesRequest.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{90}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{92}
 }
 
 type ListKeyspacesResponse struct {
@@ -6108,7 +6196,7 @@ type ListKeyspacesResponse struct {
 
 func (x *ListKeyspacesResponse) Reset() {
 	*x = ListKeyspacesResponse{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[91]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6120,7 +6208,7 @@ func (x *ListKeyspacesResponse) String() string {
 func (*ListKeyspacesResponse) ProtoMessage() {}
 
 func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[91]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6133,7 +6221,7 @@ func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesResponse.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{91}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ListKeyspacesResponse) GetHeader() *Header {
@@ -6601,7 +6689,12 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\tlast_zxid\x18\b \x01(\x03R\blastZxid\"r\n" +
 	"\x10KeyspaceResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x121\n" +
-	"\bkeyspace\x18\x02 \x01(\v2\x15.meridian.v1.KeyspaceR\bkeyspace\"\x16\n" +
+	"\bkeyspace\x18\x02 \x01(\v2\x15.meridian.v1.KeyspaceR\bkeyspace\"\x15\n" +
+	"\x13SnapshotSaveRequest\"D\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\"\x16\n" +
 	"\x14ListKeyspacesRequest\"y\n" +
 	"\x15ListKeyspacesResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x123\n" +
@@ -6637,7 +6730,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x10MemberChangeType\x12\r\n" +
 	"\tADD_VOTER\x10\x00\x12\x0f\n" +
 	"\vADD_LEARNER\x10\x01\x12\x11\n" +
-	"\rREMOVE_MEMBER\x10\x022\xc7\x1a\n" +
+	"\rREMOVE_MEMBER\x10\x022\x97\x1b\n" +
 	"\bMeridian\x12A\n" +
 	"\x06Create\x12\x1a.meridian.v1.CreateRequest\x1a\x1b.meridian.v1.CreateResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12D\n" +
@@ -6688,7 +6781,8 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\fMemberChange\x12 .meridian.v1.MemberChangeRequest\x1a\x1f.meridian.v1.MemberListResponse\x12M\n" +
 	"\x0eCreateKeyspace\x12\x1c.meridian.v1.KeyspaceRequest\x1a\x1d.meridian.v1.KeyspaceResponse\x12M\n" +
 	"\x0eRemoveKeyspace\x12\x1c.meridian.v1.KeyspaceRequest\x1a\x1d.meridian.v1.KeyspaceResponse\x12V\n" +
-	"\rListKeyspaces\x12!.meridian.v1.ListKeyspacesRequest\x1a\".meridian.v1.ListKeyspacesResponseB>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
+	"\rListKeyspaces\x12!.meridian.v1.ListKeyspacesRequest\x1a\".meridian.v1.ListKeyspacesResponse\x12N\n" +
+	"\fSnapshotSave\x12 .meridian.v1.SnapshotSaveRequest\x1a\x1a.meridian.v1.SnapshotChunk0\x01B>Z<github.com/meridian-coord/meridian/api/meridianpb;meridianpbb\x06proto3"
 
 var (
 	file_meridian_v1_meridian_proto_rawDescOnce sync.Once
@@ -6703,7 +6797,7 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_v1_meridian_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
 var file_meridian_v1_meridian_proto_goTypes = []any{
 	(CreateMode)(0),                  // 0: meridian.v1.CreateMode
 	(Consistency)(0),                 // 1: meridian.v1.Consistency
@@ -6801,8 +6895,10 @@ var file_meridian_v1_meridian_proto_goTypes = []any{
 	(*KeyspaceRequest)(nil),          // 93: meridian.v1.KeyspaceRequest
 	(*Keyspace)(nil),                 // 94: meridian.v1.Keyspace
 	(*KeyspaceResponse)(nil),         // 95: meridian.v1.KeyspaceResponse
-	(*ListKeyspacesRequest)(nil),     // 96: meridian.v1.ListKeyspacesRequest
-	(*ListKeyspacesResponse)(nil),    // 97: meridian.v1.ListKeyspacesResponse
+	(*SnapshotSaveRequest)(nil),      // 96: meridian.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),            // 97: meridian.v1.SnapshotChunk
+	(*ListKeyspacesRequest)(nil),     // 98: meridian.v1.ListKeyspacesRequest
+	(*ListKeyspacesResponse)(nil),    // 99: meridian.v1.ListKeyspacesResponse
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	8,   // 0: meridian.v1.CreateRequest.acl:type_name -> meridian.v1.ACL
@@ -6931,55 +7027,57 @@ var file_meridian_v1_meridian_proto_depIdxs = []int32{
 	83,  // 123: meridian.v1.Meridian.MemberChange:input_type -> meridian.v1.MemberChangeRequest
 	93,  // 124: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.KeyspaceRequest
 	93,  // 125: meridian.v1.Meridian.RemoveKeyspace:input_type -> meridian.v1.KeyspaceRequest
-	96,  // 126: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
-	11,  // 127: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
-	13,  // 128: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	15,  // 129: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
-	17,  // 130: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
-	22,  // 131: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
-	24,  // 132: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
-	25,  // 133: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
-	26,  // 134: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
-	27,  // 135: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
-	29,  // 136: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
-	31,  // 137: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
-	33,  // 138: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
-	35,  // 139: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
-	37,  // 140: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
-	39,  // 141: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
-	41,  // 142: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
-	43,  // 143: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
-	45,  // 144: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
-	48,  // 145: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
-	48,  // 146: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
-	50,  // 147: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
-	59,  // 148: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
-	53,  // 149: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
-	55,  // 150: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
-	55,  // 151: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
-	61,  // 152: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
-	63,  // 153: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
-	66,  // 154: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
-	68,  // 155: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
-	68,  // 156: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
-	70,  // 157: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
-	72,  // 158: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
-	72,  // 159: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
-	72,  // 160: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
-	75,  // 161: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	75,  // 162: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
-	76,  // 163: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
-	79,  // 164: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
-	87,  // 165: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
-	85,  // 166: meridian.v1.Meridian.SetLeaderPreference:output_type -> meridian.v1.LeaderPreferenceResponse
-	92,  // 167: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
-	81,  // 168: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
-	81,  // 169: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
-	95,  // 170: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.KeyspaceResponse
-	95,  // 171: meridian.v1.Meridian.RemoveKeyspace:output_type -> meridian.v1.KeyspaceResponse
-	97,  // 172: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	127, // [127:173] is the sub-list for method output_type
-	81,  // [81:127] is the sub-list for method input_type
+	98,  // 126: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	96,  // 127: meridian.v1.Meridian.SnapshotSave:input_type -> meridian.v1.SnapshotSaveRequest
+	11,  // 128: meridian.v1.Meridian.Create:output_type -> meridian.v1.CreateResponse
+	13,  // 129: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	15,  // 130: meridian.v1.Meridian.SetData:output_type -> meridian.v1.SetDataResponse
+	17,  // 131: meridian.v1.Meridian.SetACL:output_type -> meridian.v1.SetACLResponse
+	22,  // 132: meridian.v1.Meridian.Multi:output_type -> meridian.v1.MultiResponse
+	24,  // 133: meridian.v1.Meridian.GetData:output_type -> meridian.v1.GetDataResponse
+	25,  // 134: meridian.v1.Meridian.Exists:output_type -> meridian.v1.ExistsResponse
+	26,  // 135: meridian.v1.Meridian.GetChildren:output_type -> meridian.v1.GetChildrenResponse
+	27,  // 136: meridian.v1.Meridian.GetACL:output_type -> meridian.v1.GetACLResponse
+	29,  // 137: meridian.v1.Meridian.Sync:output_type -> meridian.v1.SyncResponse
+	31,  // 138: meridian.v1.Meridian.CreateSession:output_type -> meridian.v1.CreateSessionResponse
+	33,  // 139: meridian.v1.Meridian.KeepAlive:output_type -> meridian.v1.KeepAliveResponse
+	35,  // 140: meridian.v1.Meridian.CloseSession:output_type -> meridian.v1.CloseSessionResponse
+	37,  // 141: meridian.v1.Meridian.AttachSession:output_type -> meridian.v1.AttachSessionResponse
+	39,  // 142: meridian.v1.Meridian.Watch:output_type -> meridian.v1.WatchEvent
+	41,  // 143: meridian.v1.Meridian.AddWatch:output_type -> meridian.v1.AddWatchResponse
+	43,  // 144: meridian.v1.Meridian.RemoveWatches:output_type -> meridian.v1.RemoveWatchesResponse
+	45,  // 145: meridian.v1.Meridian.Lock:output_type -> meridian.v1.LockResponse
+	48,  // 146: meridian.v1.Meridian.Unlock:output_type -> meridian.v1.UnlockResponse
+	48,  // 147: meridian.v1.Meridian.ForceUnlock:output_type -> meridian.v1.UnlockResponse
+	50,  // 148: meridian.v1.Meridian.CheckToken:output_type -> meridian.v1.CheckTokenResponse
+	59,  // 149: meridian.v1.Meridian.ListLocks:output_type -> meridian.v1.ListLocksResponse
+	53,  // 150: meridian.v1.Meridian.Proclaim:output_type -> meridian.v1.ProclaimResponse
+	55,  // 151: meridian.v1.Meridian.Leader:output_type -> meridian.v1.LeaderResponse
+	55,  // 152: meridian.v1.Meridian.Observe:output_type -> meridian.v1.LeaderResponse
+	61,  // 153: meridian.v1.Meridian.Add:output_type -> meridian.v1.AddResponse
+	63,  // 154: meridian.v1.Meridian.Push:output_type -> meridian.v1.PushResponse
+	66,  // 155: meridian.v1.Meridian.Pop:output_type -> meridian.v1.PopResponse
+	68,  // 156: meridian.v1.Meridian.Ack:output_type -> meridian.v1.AckResponse
+	68,  // 157: meridian.v1.Meridian.Nack:output_type -> meridian.v1.AckResponse
+	70,  // 158: meridian.v1.Meridian.QueueStats:output_type -> meridian.v1.QueueStatsResponse
+	72,  // 159: meridian.v1.Meridian.SetBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 160: meridian.v1.Meridian.RemoveBarrier:output_type -> meridian.v1.BarrierResponse
+	72,  // 161: meridian.v1.Meridian.WaitBarrier:output_type -> meridian.v1.BarrierResponse
+	75,  // 162: meridian.v1.Meridian.EnterBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	75,  // 163: meridian.v1.Meridian.LeaveBarrier:output_type -> meridian.v1.DoubleBarrierResponse
+	76,  // 164: meridian.v1.Meridian.BarrierStats:output_type -> meridian.v1.BarrierStatsResponse
+	79,  // 165: meridian.v1.Meridian.Status:output_type -> meridian.v1.StatusResponse
+	87,  // 166: meridian.v1.Meridian.TransferLeader:output_type -> meridian.v1.TransferLeaderResponse
+	85,  // 167: meridian.v1.Meridian.SetLeaderPreference:output_type -> meridian.v1.LeaderPreferenceResponse
+	92,  // 168: meridian.v1.Meridian.Latency:output_type -> meridian.v1.LatencyResponse
+	81,  // 169: meridian.v1.Meridian.MemberList:output_type -> meridian.v1.MemberListResponse
+	81,  // 170: meridian.v1.Meridian.MemberChange:output_type -> meridian.v1.MemberListResponse
+	95,  // 171: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.KeyspaceResponse
+	95,  // 172: meridian.v1.Meridian.RemoveKeyspace:output_type -> meridian.v1.KeyspaceResponse
+	99,  // 173: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	97,  // 174: meridian.v1.Meridian.SnapshotSave:output_type -> meridian.v1.SnapshotChunk
+	128, // [128:175] is the sub-list for method output_type
+	81,  // [81:128] is the sub-list for method input_type
 	81,  // [81:81] is the sub-list for extension type_name
 	81,  // [81:81] is the sub-list for extension extendee
 	0,   // [0:81] is the sub-list for field type_name
@@ -7006,7 +7104,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   92,
+			NumMessages:   94,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

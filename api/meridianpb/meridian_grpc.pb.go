@@ -73,6 +73,7 @@ const (
 	Meridian_CreateKeyspace_FullMethodName      = "/meridian.v1.Meridian/CreateKeyspace"
 	Meridian_RemoveKeyspace_FullMethodName      = "/meridian.v1.Meridian/RemoveKeyspace"
 	Meridian_ListKeyspaces_FullMethodName       = "/meridian.v1.Meridian/ListKeyspaces"
+	Meridian_SnapshotSave_FullMethodName        = "/meridian.v1.Meridian/SnapshotSave"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -165,6 +166,11 @@ type MeridianClient interface {
 	CreateKeyspace(ctx context.Context, in *KeyspaceRequest, opts ...grpc.CallOption) (*KeyspaceResponse, error)
 	RemoveKeyspace(ctx context.Context, in *KeyspaceRequest, opts ...grpc.CallOption) (*KeyspaceResponse, error)
 	ListKeyspaces(ctx context.Context, in *ListKeyspacesRequest, opts ...grpc.CallOption) (*ListKeyspacesResponse, error)
+	// Backups: the file `meridian snapshot save` writes (internal/backup's
+	// format): every group's state machine snapshot, each after a
+	// linearizable barrier on its group, with a manifest, streamed in
+	// chunks. Admin only.
+	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 }
 
 type meridianClient struct {
@@ -653,6 +659,25 @@ func (c *meridianClient) ListKeyspaces(ctx context.Context, in *ListKeyspacesReq
 	return out, nil
 }
 
+func (c *meridianClient) SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Meridian_ServiceDesc.Streams[2], Meridian_SnapshotSave_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotSaveRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Meridian_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotChunk]
+
 // MeridianServer is the server API for Meridian service.
 // All implementations must embed UnimplementedMeridianServer
 // for forward compatibility.
@@ -743,6 +768,11 @@ type MeridianServer interface {
 	CreateKeyspace(context.Context, *KeyspaceRequest) (*KeyspaceResponse, error)
 	RemoveKeyspace(context.Context, *KeyspaceRequest) (*KeyspaceResponse, error)
 	ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error)
+	// Backups: the file `meridian snapshot save` writes (internal/backup's
+	// format): every group's state machine snapshot, each after a
+	// linearizable barrier on its group, with a manifest, streamed in
+	// chunks. Admin only.
+	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	mustEmbedUnimplementedMeridianServer()
 }
 
@@ -890,6 +920,9 @@ func (UnimplementedMeridianServer) RemoveKeyspace(context.Context, *KeyspaceRequ
 }
 func (UnimplementedMeridianServer) ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeyspaces not implemented")
+}
+func (UnimplementedMeridianServer) SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotSave not implemented")
 }
 func (UnimplementedMeridianServer) mustEmbedUnimplementedMeridianServer() {}
 func (UnimplementedMeridianServer) testEmbeddedByValue()                  {}
@@ -1726,6 +1759,17 @@ func _Meridian_ListKeyspaces_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_SnapshotSave_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotSaveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MeridianServer).SnapshotSave(m, &grpc.GenericServerStream[SnapshotSaveRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Meridian_SnapshotSaveServer = grpc.ServerStreamingServer[SnapshotChunk]
+
 // Meridian_ServiceDesc is the grpc.ServiceDesc for Meridian service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1919,6 +1963,11 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Observe",
 			Handler:       _Meridian_Observe_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "SnapshotSave",
+			Handler:       _Meridian_SnapshotSave_Handler,
 			ServerStreams: true,
 		},
 	},

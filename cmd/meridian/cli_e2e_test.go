@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -116,6 +117,43 @@ func TestCLIAgainstCluster(t *testing.T) {
 			t.Errorf("rm of a node with children:\n%s", out)
 		}
 		ok("rm", "/app/child")
+	})
+
+	t.Run("snapshot", func(t *testing.T) {
+		file := filepath.Join(dir, "backup.mrd")
+		ok("create", "/saved", "v")
+		ok("snapshot", "save", file)
+		if _, err := os.Stat(file + ".partial"); !os.IsNotExist(err) {
+			t.Errorf("the partial file is left: %v", err)
+		}
+		var in struct {
+			Groups []struct {
+				Group  uint64 `json:"group"`
+				Znodes int    `json:"znodes"`
+				Index  uint64 `json:"index"`
+				SHA256 string `json:"sha256"`
+			} `json:"groups"`
+			Members []struct {
+				ID uint64 `json:"id"`
+			} `json:"members"`
+		}
+		if err := json.Unmarshal([]byte(ok("-o", "json", "snapshot", "inspect", file)), &in); err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Groups) != 1 || in.Groups[0].Znodes < 3 || in.Groups[0].Index == 0 || len(in.Groups[0].SHA256) != 64 || len(in.Members) != 3 {
+			t.Errorf("inspect: %+v", in)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 1
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out := fails("snapshot", "inspect", file); !strings.Contains(out, "checksum") {
+			t.Errorf("inspect of a damaged file:\n%s", out)
+		}
 	})
 
 	t.Run("local-first", func(t *testing.T) {

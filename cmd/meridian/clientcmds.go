@@ -322,7 +322,7 @@ func addClientCommands(root *cobra.Command) {
 	leader.AddCommand(prefer)
 	root.AddCommand(create, get, set, rm, ls, stat, watchCmd, status, leader, probeCmd(), zkServersCmd())
 	root.AddCommand(lockCommands()...)
-	root.AddCommand(queueCommand(), barrierCommand(), memberCommand(), keyspaceCommand())
+	root.AddCommand(queueCommand(), barrierCommand(), memberCommand(), keyspaceCommand(), snapshotCommand())
 }
 
 func dataArg(args []string, i int) []byte {

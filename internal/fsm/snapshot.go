@@ -60,6 +60,19 @@ var (
 func (f *FSM) Snapshot() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.snapshotLocked()
+}
+
+// SnapshotAt is Snapshot with the index and last zxid it is at (a backup
+// records them).
+func (f *FSM) SnapshotAt() (data []byte, index uint64, lastZxid int64, err error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	data, err = f.snapshotLocked()
+	return data, f.applied, f.lastZxid, err
+}
+
+func (f *FSM) snapshotLocked() ([]byte, error) {
 	var buf bytes.Buffer
 	if err := f.tree.Snapshot(&buf); err != nil {
 		return nil, err

@@ -451,6 +451,13 @@ func TestAdminOperationsNeedAdmin(t *testing.T) {
 				_, err := api.ForceUnlock(ctx, &pb.ForceUnlockRequest{Name: "L", HolderSessionId: holder.SessionID()})
 				return err
 			},
+			"SnapshotSave": func() error {
+				s, err := api.SnapshotSave(ctx, &pb.SnapshotSaveRequest{})
+				if err == nil {
+					_, err = s.Recv()
+				}
+				return err
+			},
 		}
 	}
 	for _, c := range callers {

@@ -249,6 +249,7 @@ var grpcRules = map[string]rpcRule{
 	pb.Meridian_CreateKeyspace_FullMethodName:      admin,
 	pb.Meridian_RemoveKeyspace_FullMethodName:      admin,
 	pb.Meridian_ListKeyspaces_FullMethodName:       anyone,
+	pb.Meridian_SnapshotSave_FullMethodName:        admin,
 }
 
 // errAdminRequired refuses an administrative call.
