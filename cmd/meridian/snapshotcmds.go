@@ -55,7 +55,7 @@ yet.`}
 	}
 	inspect := &cobra.Command{
 		Use: "inspect FILE", Short: "Check a backup file and count what it holds", Args: cobra.ExactArgs(1),
-		RunE:  func(cmd *cobra.Command, args []string) error { return inspectFile(args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error { return inspectFile(args[0]) },
 	}
 	s.AddCommand(save, inspect)
 	return s
