@@ -143,6 +143,21 @@ func TestCLIAgainstCluster(t *testing.T) {
 		if len(in.Groups) != 1 || in.Groups[0].Znodes < 3 || in.Groups[0].Index == 0 || len(in.Groups[0].SHA256) != 64 || len(in.Members) != 3 {
 			t.Errorf("inspect: %+v", in)
 		}
+		// restore seeds a new member's empty data directory, once.
+		cfgs, err := server.DevConfigs(3, 1, 3000+os.Getpid()%500, filepath.Join(dir, "restored"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := filepath.Join(dir, "restored-n1.yaml")
+		if err := cfgs[0].WriteFile(conf); err != nil {
+			t.Fatal(err)
+		}
+		if out := ok("snapshot", "restore", file, "--config", conf); !strings.Contains(out, "member 1 seeded from") {
+			t.Errorf("restore:\n%s", out)
+		}
+		if out := fails("snapshot", "restore", file, "--config", conf); !strings.Contains(out, "already holds a member's state") {
+			t.Errorf("a second restore into the same directory:\n%s", out)
+		}
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)

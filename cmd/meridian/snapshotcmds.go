@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/backup"
+	"github.com/meridian-coord/meridian/internal/server"
 )
 
 // snapshotCommand is `meridian snapshot save|inspect`.
@@ -19,8 +21,12 @@ func snapshotCommand() *cobra.Command {
 counters, sessions, the keyspace table and every keyspace's data) to a file,
 each group taken after a linearizable barrier, from a running cluster
 (admin). inspect checks a file (checksums, every snapshot restores) and
-counts what it holds. Restoring a file into a new cluster is not built
-yet.`}
+counts what it holds. restore seeds a new member's empty data directory
+from a file: run it for every member of the new cluster, with each one's
+server config (the same members and cluster token in all), then start them
+as usual. The new cluster has its own cluster id (its token's) and none of
+the saved sessions (their ephemerals are deleted and their locks released);
+its members must include every member id the saved keyspaces' groups name.`}
 	save := &cobra.Command{
 		Use: "save FILE", Short: "Save a backup of the running cluster to FILE (admin)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -57,7 +63,30 @@ yet.`}
 		Use: "inspect FILE", Short: "Check a backup file and count what it holds", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return inspectFile(args[0]) },
 	}
-	s.AddCommand(save, inspect)
+	var config string
+	restore := &cobra.Command{
+		Use: "restore FILE --config SERVER.yaml", Short: "Seed a new member's data directory from a backup", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if config == "" {
+				return fmt.Errorf("--config is required: the new member's server config (its id, data directory, the new cluster's members and token)")
+			}
+			cfg, err := server.LoadConfig(config)
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			if err := server.Restore(cfg, b, time.Now().UnixMilli()); err != nil {
+				return fmt.Errorf("restore %s into %s: %w", args[0], cfg.DataDir, err)
+			}
+			fmt.Printf("member %d seeded from %s in %s; start it: meridian server --config %s\n", cfg.ID, args[0], cfg.DataDir, config)
+			return nil
+		},
+	}
+	restore.Flags().StringVar(&config, "config", "", "the new member's server config")
+	s.AddCommand(save, inspect, restore)
 	return s
 }
 

@@ -5,6 +5,7 @@ import (
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/backup"
+	"github.com/meridian-coord/meridian/internal/replica"
 )
 
 // backupChunk is the most one SnapshotChunk carries.
@@ -51,4 +52,38 @@ func (a *api) SnapshotSave(r *pb.SnapshotSaveRequest, stream pb.Meridian_Snapsho
 		}
 	}
 	return a.done("SnapshotSave", nil)
+}
+
+// Restore seeds the data directory of cfg's member (empty) from a backup
+// file, to start a new cluster from it: every member of the new cluster
+// restores the same file with the same members and cluster token, then
+// starts as usual. Sessions in the backup are ended (backup.Prepare). The
+// new cluster's members come from cfg, not from the backup; its cluster id
+// from cfg's token (a backup's cluster and its copy do not talk to each
+// other).
+func Restore(cfg Config, file []byte, nowMs int64) error {
+	if err := cfg.Normalize(); err != nil {
+		return err
+	}
+	m, snaps, err := backup.Read(file)
+	if err != nil {
+		return err
+	}
+	var ids []uint64
+	peers := make([]replica.Peer, 0, len(cfg.Members))
+	for _, mm := range cfg.Members {
+		peers = append(peers, toPeer(mm))
+		ids = append(ids, mm.ID)
+	}
+	p, err := backup.Prepare(m, snaps, nowMs, ids)
+	if err != nil {
+		return err
+	}
+	var groups []replica.SeedGroup
+	for _, g := range p.Groups {
+		groups = append(groups, replica.SeedGroup{Group: g.Keyspace.Group, Index: g.Index, Data: g.Data,
+			Voters: g.Keyspace.Voters, Learners: g.Keyspace.Learners})
+	}
+	return replica.Seed(replica.Config{ID: cfg.ID, Peers: peers, ClusterToken: cfg.ClusterToken, DataDir: cfg.DataDir},
+		p.RootIndex, p.Root, groups)
 }
