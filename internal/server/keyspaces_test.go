@@ -713,8 +713,9 @@ func treeDump(t *testing.T, tr *tree.Tree, path string, out map[string]string) {
 
 // A backup restored into a new cluster (new members' data directories,
 // a new cluster token) reproduces every znode with its data and ACL, in
-// the root group and in a keyspace, counters, queue items and the
-// keyspace table, without the saved sessions (their ephemerals gone,
+// the root group and in a keyspace, counters, queue items, the leader
+// preference (a cluster setting) and the keyspace table, without the
+// saved sessions (their ephemerals gone,
 // their locks free); the new cluster is its own (another cluster id)
 // and takes writes, in the keyspace too.
 func TestSnapshotRestoreIntoNewCluster(t *testing.T) {
@@ -744,6 +745,9 @@ func TestSnapshotRestoreIntoNewCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := cl.Queue("eu/q").Push(ctx(t), []byte("item")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.PreferLeaderRegion(ctx(t), "local"); err != nil { // a cluster setting
 		t.Fatal(err)
 	}
 	var file bytes.Buffer
@@ -781,6 +785,9 @@ func TestSnapshotRestoreIntoNewCluster(t *testing.T) {
 	sb.mu.RLock()
 	treeDump(t, sb.mu.tree, "/", got)
 	sb.mu.RUnlock()
+	if p := sb.preferredRegion(); p != "local" {
+		t.Errorf("the leader preference restored as %q, saved as local", p)
+	}
 	gb := sb.keyspaceGroups.get(ks.Group)
 	gb.fsm.RLock()
 	treeDump(t, gb.fsm.Tree(), "/eu", got)
