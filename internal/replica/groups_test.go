@@ -164,7 +164,6 @@ func TestOpenGroupRefusals(t *testing.T) {
 	}{
 		{"root group id", GroupConfig{Voters: []uint64{1}}},
 		{"no voter", GroupConfig{Group: 5, Learners: []uint64{1}}},
-		{"unknown member", GroupConfig{Group: 5, Voters: []uint64{1, 9}}},
 		{"voter and learner", GroupConfig{Group: 5, Voters: []uint64{1}, Learners: []uint64{1}}},
 	}
 	for _, tc := range cases {
@@ -172,6 +171,20 @@ func TestOpenGroupRefusals(t *testing.T) {
 			t.Errorf("%s: opened", tc.name)
 		}
 	}
+	// A first configuration naming a member the cluster no longer has
+	// (removed since the group was created) opens: the id stays in the
+	// configuration, without an address, until the group's leader removes
+	// it from the group.
+	g7, err := c.reps[0].OpenGroup(GroupConfig{Group: 7, Voters: []uint64{1, 9}}, newKV())
+	if err != nil {
+		t.Fatalf("a first configuration naming a removed member: %v", err)
+	}
+	for _, p := range g7.Members() {
+		if p.ID == 9 {
+			t.Fatalf("the removed member has an address: %+v", p)
+		}
+	}
+	g7.Close()
 	g, err := c.reps[0].OpenGroup(GroupConfig{Group: 5, Voters: []uint64{1}}, newKV())
 	if err != nil {
 		t.Fatal(err)
