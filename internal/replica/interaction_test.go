@@ -621,9 +621,10 @@ type scriptMachine struct {
 	applied []string
 }
 
-func (s *scriptMachine) Apply(index, term uint64, data []byte) {
+func (s *scriptMachine) Apply(index, term uint64, data []byte) error {
 	s.env.printf("  apply %d/%d %q\n", term, index, data)
 	s.applied = append(s.applied, string(data))
+	return nil
 }
 
 func (s *scriptMachine) Snapshot() ([]byte, error) { return json.Marshal(s.applied) }

@@ -24,8 +24,11 @@ import (
 // StateMachine is what the replica applies committed entries to.
 type StateMachine interface {
 	// Apply applies one committed normal entry with non-empty data, in log
-	// order, from the raft loop goroutine only.
-	Apply(index, term uint64, data []byte)
+	// order, from the raft loop goroutine only. An error means the entry
+	// was not applied and cannot be (it is of a kind this binary does not
+	// know): the replica stops applying and fails (Failed), as on a storage
+	// failure, rather than go on without it.
+	Apply(index, term uint64, data []byte) error
 	// Snapshot serializes the state as of the last applied index; called from
 	// the raft loop between Apply calls.
 	Snapshot() ([]byte, error)
@@ -499,6 +502,10 @@ func (r *Replica) restore() (bool, error) {
 	return false, nil
 }
 
+// ErrApply: the state machine refused a committed entry (StateMachine.Apply
+// returned an error); the replica failed.
+var ErrApply = errors.New("replica: the state machine cannot apply a committed entry")
+
 // fail stops the replica because it can no longer keep its promises.
 func (r *Replica) fail(err error) {
 	r.failOnce.Do(func() {
@@ -847,6 +854,13 @@ func (r *Replica) loop() {
 			ticker.Reset(p)
 		}
 		if _, err := r.afterEvent(); err != nil {
+			if errors.Is(err, ErrApply) {
+				// A committed entry this binary cannot apply: going on
+				// without it would make this member's state diverge.
+				r.log.Error("committed entry cannot be applied by this binary; replica stopping", "err", err)
+				r.fail(err)
+				return
+			}
 			// Storage failed: we cannot promise durability any more.
 			r.log.Error("raft storage failure; replica stopping", "err", err)
 			r.fail(fmt.Errorf("raft storage: %w", err))
@@ -1269,11 +1283,16 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	for _, e := range ents {
+	for i, e := range ents {
 		switch e.GetType() {
 		case pb.EntryNormal:
 			if len(e.GetData()) > 0 {
-				r.sm.Apply(e.GetIndex(), e.GetTerm(), e.GetData())
+				if err := r.sm.Apply(e.GetIndex(), e.GetTerm(), e.GetData()); err != nil {
+					if i > 0 {
+						r.applied.set(ents[i-1].GetIndex())
+					}
+					return fmt.Errorf("%w: entry %d: %w", ErrApply, e.GetIndex(), err)
+				}
 			}
 		case pb.EntryConfChange, pb.EntryConfChangeV2:
 			cc, err := decodeConfChange(e)

@@ -32,21 +32,26 @@ type kv struct {
 	at       map[string]uint64 // key -> index of the entry that last set it
 	order    []uint64
 	restores []uint64
-	dups     int // entries that set a key already set
+	dups     int    // entries that set a key already set
+	refuse   string // a key this machine cannot apply (an older binary's)
 }
 
 func newKV() *kv { return &kv{m: map[string]string{}, at: map[string]uint64{}} }
 
-func (s *kv) Apply(index, term uint64, data []byte) {
+func (s *kv) Apply(index, term uint64, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k, v, _ := strings.Cut(string(data), "=")
+	if s.refuse != "" && k == s.refuse {
+		return fmt.Errorf("cannot apply %q", k)
+	}
 	if _, ok := s.m[k]; ok {
 		s.dups++
 	}
 	s.m[k] = v
 	s.at[k] = index
 	s.order = append(s.order, index)
+	return nil
 }
 
 func (s *kv) Snapshot() ([]byte, error) {

@@ -384,12 +384,18 @@ func (v *stateView) RUnlock() { v.fsm.RUnlock() }
 
 type stateMachine Server
 
-func (sm *stateMachine) Apply(index, term uint64, data []byte) {
+func (sm *stateMachine) Apply(index, term uint64, data []byte) error {
 	s := (*Server)(sm)
 	start := time.Now()
 	defer func() { s.metrics.applyDuration.Observe(time.Since(start).Seconds()) }()
 	r := s.fsm.Apply(index, data)
+	if r.Refused != nil {
+		// Newer than this binary: the replica fails and the process exits
+		// (see fsm's version.go); a restart with a newer binary applies it.
+		return r.Refused
+	}
 	s.afterApply(&r)
+	return nil
 }
 
 // appliedLocked is fsm's Applied hook, run under its write lock: watches

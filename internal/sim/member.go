@@ -183,12 +183,13 @@ type machine struct {
 	n *node
 }
 
-func (m machine) Apply(index, term uint64, data []byte) {
+func (m machine) Apply(index, term uint64, data []byte) error {
 	if m.s.err != nil {
-		return
+		return nil
 	}
 	e := &pb.Entry{Index: proto.Uint64(index), Term: proto.Uint64(term), Type: pb.EntryNormal.Enum(), Data: data}
 	m.s.err = m.s.apply(m.n, e)
+	return nil
 }
 
 // Snapshot is the shipped state machine's snapshot (the replica snapshots
