@@ -2,6 +2,7 @@ package coord
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -27,6 +28,49 @@ const (
 	extVersion2 byte = 2
 )
 
+// Format levels and newer formats.
+//
+// A binary applies the coordination commands of the levels it knows; the
+// level of a command is what a member must understand to apply it (see
+// Level). Bytes reserved for what later binaries may add (an operation
+// above the last known one, up to maxFutureOp; an extension block version
+// above the last known one, up to maxFutureExt) make Decode return
+// ErrNewerFormat: the command is well framed but of a format this binary
+// does not know, which its caller must not skip as garbage (skipping would
+// make this member's state diverge from the members that apply it). Other
+// bytes that do not decode are ErrMarshalling, as before.
+const (
+	// LevelBase: locks, counters, fencing, proclaim (OpAcquire to OpAdd),
+	// with no extension block.
+	LevelBase = 1
+	// LevelQueues: queues and barriers (OpPush to OpCancelEnter) and the
+	// extension block version 1.
+	LevelQueues = 2
+	// LevelLocalFirst: local-first locks (extension block version 2) and
+	// cluster settings (OpSetting).
+	LevelLocalFirst = 3
+
+	lastOp       = OpSetting
+	maxFutureOp  = 63
+	maxFutureExt = 15
+)
+
+// ErrNewerFormat is what Decode returns for a command of a newer format
+// than this binary knows (see LevelBase).
+var ErrNewerFormat = errors.New("coord: command of a newer format than this binary knows")
+
+// Level is the format level of c: what a member must understand to apply
+// it.
+func (c *Command) Level() int {
+	switch {
+	case c.Op == OpSetting || c.hasExt2():
+		return LevelLocalFirst
+	case c.Op >= OpPush && c.Op <= OpCancelEnter || c.hasExt():
+		return LevelQueues
+	}
+	return LevelBase
+}
+
 func (c *Command) hasExt() bool {
 	return c.VisibilityMs != 0 || c.Detach || c.Item != 0 || c.Attempt != 0 || c.Waiter != 0 || c.Parties != 0 || c.hasExt2()
 }
@@ -42,7 +86,8 @@ func Encode(c *Command) ([]byte, error) {
 	// Refuse here what Decode refuses, so a proposal is never committed only
 	// to be skipped by every replica (its caller would wait for nothing).
 	if c.Permits < 0 || c.Permits > MaxPermits || c.Parties < 0 || c.Parties > MaxParties ||
-		len(c.Region) > MaxRegionBytes || c.LocalFirst < 0 || c.LocalFirst > MaxLocalFirst {
+		len(c.Region) > MaxRegionBytes || c.LocalFirst < 0 || c.LocalFirst > MaxLocalFirst ||
+		(c.Op > lastOp && c.Op <= maxFutureOp) {
 		return nil, errs.ErrBadArguments
 	}
 	b := make([]byte, 0, 48+len(c.Name)+len(c.Inner))
@@ -96,6 +141,9 @@ func Decode(b []byte) (*Command, error) {
 	bad := errs.ErrMarshalling
 	if len(b) < 4 || b[0] != Tag || b[3] > 1 {
 		return nil, bad
+	}
+	if op := OpType(b[1]); op > lastOp && op <= maxFutureOp {
+		return nil, ErrNewerFormat
 	}
 	c := &Command{Op: OpType(b[1]), Mode: Mode(b[2]), Wait: b[3] == 1}
 	b = b[4:]
@@ -157,6 +205,9 @@ func Decode(b []byte) (*Command, error) {
 	}
 	if len(b) > 0 {
 		ver := b[0]
+		if ver > extVersion2 && ver <= maxFutureExt {
+			return nil, ErrNewerFormat
+		}
 		if ver != extVersion && ver != extVersion2 {
 			return nil, bad
 		}

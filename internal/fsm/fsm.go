@@ -134,6 +134,10 @@ type Result struct {
 	// Skipped is why the entry was not applied (it does not decode); the
 	// rest of the Result is then empty.
 	Skipped error
+	// Refused: the entry is of a later kind or format than this binary
+	// applies (version.go); nothing changed, not even Applied, no hook
+	// ran, and the caller must stop applying.
+	Refused error
 	// ID is the proposal id the proposer put in the command, so the member
 	// that proposed it can answer the request waiting for it.
 	ID uint64
@@ -167,7 +171,8 @@ type Result struct {
 }
 
 // Apply applies the committed entry data at log index index, with the write
-// lock held, calls Hooks.Applied and returns the result.
+// lock held, calls Hooks.Applied and returns the result; an entry of a
+// later format is refused instead (Result.Refused, version.go).
 func (f *FSM) Apply(index uint64, data []byte) Result {
 	r := Result{Index: index}
 	f.mu.Lock()
@@ -177,6 +182,12 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 	// entry still takes a zxid, so that without envelopes the zxid stays
 	// the log index.
 	inner, stamp, err := unwrapClock(data)
+	if err == nil {
+		if nerr := newerEntry(inner); nerr != nil {
+			r.Refused = fmt.Errorf("log entry %d: %w", index, nerr)
+			return r
+		}
+	}
 	zxid, ok := nextZxid(f.lastZxid, index, stamp)
 	switch {
 	case !ok:

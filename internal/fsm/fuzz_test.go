@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"bytes"
 	"encoding/binary"
 	"reflect"
@@ -52,10 +53,18 @@ func FuzzApply(f *testing.F) {
 		for _, e := range entries {
 			index += uint64(gap%4) + 1
 			last := a.LastZxid()
+			applied := a.Applied()
 			ra := a.Apply(index, e)
 			rb := b.Apply(index, bytes.Clone(e))
 			if !reflect.DeepEqual(ra, rb) {
 				t.Fatalf("members diverge at %d:\n%+v\n%+v", index, ra, rb)
+			}
+			if ra.Refused != nil {
+				// A later format: nothing changed, and the member stops.
+				if !errors.Is(ra.Refused, ErrNewerEntry) || a.Applied() != applied || a.LastZxid() != last || ra.Zxid != 0 {
+					t.Fatalf("refused entry at %d changed the state: %+v", index, ra)
+				}
+				return
 			}
 			if ra.Zxid != 0 && (ra.Zxid <= last || ra.Zxid < int64(index) || a.LastZxid() != ra.Zxid) {
 				t.Fatalf("zxid %d after %d at index %d", ra.Zxid, last, index)

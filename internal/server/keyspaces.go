@@ -206,10 +206,14 @@ func (s *Server) closeKeyspace(id uint64, drop bool) {
 // groupMachine is a keyspace group's state machine as its replica drives it.
 type groupMachine group
 
-func (m *groupMachine) Apply(index, term uint64, data []byte) {
+func (m *groupMachine) Apply(index, term uint64, data []byte) error {
 	g := (*group)(m)
 	r := g.fsm.Apply(index, data)
+	if r.Refused != nil {
+		return r.Refused // the group's replica fails, and the member with it
+	}
 	g.afterApply(&r)
+	return nil
 }
 
 func (m *groupMachine) Snapshot() ([]byte, error) { return m.fsm.Snapshot() }
