@@ -1,9 +1,9 @@
 package fsm
 
 import (
-	"errors"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"reflect"
 	"testing"
 
