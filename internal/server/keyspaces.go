@@ -504,6 +504,16 @@ func (s *Server) keyspaceInfo(ks fsm.Keyspace) *pb.Keyspace {
 		Voters: slices.Clone(ks.Voters), Learners: slices.Clone(ks.Learners)}
 	if g := s.keyspaceGroups.get(ks.Group); g != nil {
 		out.LeaderId, out.LastZxid = g.rep.Leader(), g.lastZxid()
+		// The group's current configuration (it follows the cluster's
+		// membership, groupconf.go), not the table's first one.
+		out.Voters, out.Learners = nil, nil
+		for _, p := range g.rep.Members() {
+			if p.Learner {
+				out.Learners = append(out.Learners, p.ID)
+			} else {
+				out.Voters = append(out.Voters, p.ID)
+			}
+		}
 	}
 	return out
 }

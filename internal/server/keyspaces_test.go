@@ -571,6 +571,11 @@ func TestKeyspaceGroupFollowsMembership(t *testing.T) {
 	if _, err := cl.Set(ctx(t), "/eu/a", []byte("2"), client.AnyVersion); err != nil {
 		t.Fatal(err)
 	}
+	// keyspace ls shows the group's configuration now.
+	list, err := cl.Keyspaces(ctx(t))
+	if err != nil || len(list) != 1 || !slices.Equal(list[0].GetVoters(), want) {
+		t.Fatalf("keyspace ls: %v %v, want voters %v", list, err, want)
+	}
 	// Every member still opens the group after a restart.
 	for _, i := range []int{lead, n4} {
 		tc.stop(i)
