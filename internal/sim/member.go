@@ -196,12 +196,16 @@ func (nw network) SendStepDown(to, term, successor uint64) {
 	nw.s.send(nw.n.group, m, &notice{term: term, successor: successor})
 }
 
-// vouched checks m against what the sender's disk holds durably.
+// vouched checks m against what the sender's disk holds durably. A vote
+// is durable when the disk holds it, or a later term: a member that
+// granted a vote and then, before its write, moved to a later term (two
+// vote requests stepped before one Ready) persists only the later term,
+// and never votes in the earlier one again.
 func vouched(d *groupDisk, m *pb.Message) error {
 	switch {
 	case m.GetType() == pb.MsgAppResp && !m.GetReject() && m.GetIndex() > d.last():
 		return fmt.Errorf("acknowledged index %d (term %d) to %d with only %d on its disk", m.GetIndex(), m.GetTerm(), m.GetTo(), d.last())
-	case m.GetType() == pb.MsgVoteResp && !m.GetReject() &&
+	case m.GetType() == pb.MsgVoteResp && !m.GetReject() && d.hs.GetTerm() <= m.GetTerm() &&
 		(d.hs.GetTerm() != m.GetTerm() || d.hs.GetVote() != m.GetTo()):
 		return fmt.Errorf("granted its vote in term %d to %d with term %d, vote %d on its disk", m.GetTerm(), m.GetTo(), d.hs.GetTerm(), d.hs.GetVote())
 	}
