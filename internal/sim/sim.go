@@ -40,6 +40,7 @@
 package sim
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -347,7 +348,7 @@ func (s *Sim) openGroup(m *member, ks fsm.Keyspace) {
 	n := &node{m: m, group: ks.Group, ks: ks, tokens: map[string]uint64{}, endsAt: map[int64]uint64{}}
 	n.fsm = s.newFSM(n)
 	m.nodes = append(m.nodes, n)
-	slices.SortFunc(m.nodes, func(a, b *node) int { return compare(a.group, b.group) })
+	slices.SortFunc(m.nodes, func(a, b *node) int { return cmp.Compare(a.group, b.group) })
 	cfg, opts := s.replicaConfig(m)
 	// Keyspace groups commit less than the root: they snapshot sooner, so
 	// that their members restore snapshots too.
@@ -359,16 +360,6 @@ func (s *Sim) openGroup(m *member, ks fsm.Keyspace) {
 	}
 	n.replica = rn
 	n.heardAt, n.timeout = s.now, s.electionTimeout()
-}
-
-func compare(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // node is m's node of group g, nil when g does not run on m (yet).
