@@ -697,7 +697,7 @@ func (s *Sim) checkEnded(n *node) error {
 	root := n.m.nodes[0].fsm.Tree()
 	for _, id := range n.fsm.Participants() {
 		if _, live := root.Session(id); !live {
-			return fmt.Errorf("seed %d: after %d quiet ms session %d, ended in the root, still takes part in group %d on member %d (ephemerals %v)",
+			return fmt.Errorf("seed %d: after %d quiet ms session %d, not live in the root, still takes part in group %d on member %d (ephemerals %v)",
 				s.cfg.Seed, quietMs, id, n.group, n.m.id, n.fsm.Tree().Ephemerals(id, ""))
 		}
 	}
