@@ -101,28 +101,8 @@ func (s *Sim) noteResult(n *node, r *fsm.Result) error {
 				s.rootEnded[e.ID], s.closed[e.ID] = true, !e.Expired
 			}
 		}
-	} else {
-		g := s.groups[n.group]
-		for _, e := range r.Ended {
-			// The leader's duty ends here only what the root ended (or
-			// never started: the load's stand-in for a stale session).
-			if s.rootStarted[e.ID] && !s.rootEnded[e.ID] {
-				return s.violation("group %d ended session %d on member %d, which the root group has not ended", n.group, e.ID, n.m.id)
-			}
-			if _, ok := n.fsm.Tree().Session(e.ID); ok || len(n.fsm.Tree().Ephemerals(e.ID, "")) > 0 {
-				return s.violation("group %d on member %d still has session %d after ending it (index %d)", n.group, n.m.id, e.ID, r.Index)
-			}
-			if _, ok := g.ended[e.ID]; !ok {
-				g.ended[e.ID] = r.Index
-				s.Stats.SessionEnds++
-			}
-		}
-		// Once ended here, a session never takes part again.
-		if id := commandSession(r); id > 0 && g.ended[id] != 0 && g.ended[id] < r.Index {
-			if _, ok := n.fsm.Tree().Session(id); ok {
-				return s.violation("group %d on member %d took session %d back after ending it (index %d)", n.group, n.m.id, id, r.Index)
-			}
-		}
+	} else if err := s.checkSessionEnds(n, r); err != nil {
+		return err
 	}
 	p := s.props[r.ID]
 	if r.ID == 0 || p == nil {
@@ -141,6 +121,57 @@ func (s *Sim) noteResult(n *node, r *fsm.Result) error {
 			s.flags = append(s.flags, pendingFlag{member: p.member, session: p.session, group: p.flagGroup, dep: r.Zxid})
 		}
 	}
+	return nil
+}
+
+// checkSessionEnds checks the sessions a keyspace group ends: only those
+// the root ended (or never started: the load's stand-in for a stale
+// session), nothing of them left after the end, and none taken back
+// while the group must refuse it (fsm/sessions.go): while its tombstone
+// is kept (the group's clock, its zxids' milliseconds, within twice
+// SessionHorizonMs of the end's stamp), or for a command stamped within
+// SessionHorizonMs of it. A member whose clock runs further ahead than
+// that may bring an ended session back, as documented; the leader's duty
+// ends it again.
+func (s *Sim) checkSessionEnds(n *node, r *fsm.Result) error {
+	g := s.groups[n.group]
+	nowMs := int64(fsm.ZxidPhysicalMs(r.Zxid))
+	for _, e := range r.Ended {
+		if s.rootStarted[e.ID] && !s.rootEnded[e.ID] {
+			return s.violation("group %d ended session %d on member %d, which the root group has not ended", n.group, e.ID, n.m.id)
+		}
+		if _, ok := n.fsm.Tree().Session(e.ID); ok || len(n.fsm.Tree().Ephemerals(e.ID, "")) > 0 {
+			return s.violation("group %d on member %d still has session %d after ending it (index %d)", n.group, n.m.id, e.ID, r.Index)
+		}
+		endMs := nowMs
+		if p := s.props[r.ID]; p != nil {
+			endMs = max(endMs, p.clockMs)
+		}
+		if prev, ok := g.ended[e.ID]; !ok || prev.index < r.Index {
+			if !ok {
+				s.Stats.SessionEnds++
+			}
+			if !ok || prev.endMs+2*fsm.SessionHorizonMs < nowMs { // its first tombstone, or one dropped since
+				g.ended[e.ID] = sessionEnd{index: r.Index, endMs: endMs}
+			}
+		}
+	}
+	id := commandSession(r)
+	e, ok := g.ended[id]
+	if id <= 0 || !ok || e.index >= r.Index {
+		return nil
+	}
+	if _, back := n.fsm.Tree().Session(id); !back {
+		return nil
+	}
+	p := s.props[r.ID]
+	switch {
+	case nowMs <= e.endMs+2*fsm.SessionHorizonMs:
+		return s.violation("group %d on member %d took session %d back at index %d while its tombstone is kept (ended at %d)", n.group, n.m.id, id, r.Index, e.index)
+	case p != nil && p.clockMs <= e.endMs+fsm.SessionHorizonMs:
+		return s.violation("group %d on member %d took session %d back at index %d for a command stamped %d ms after its end", n.group, n.m.id, id, r.Index, p.clockMs-e.endMs)
+	}
+	s.Stats.SessionsBack++
 	return nil
 }
 

@@ -85,7 +85,8 @@ func (s *Sim) newID() uint64 {
 func (s *Sim) submit(n *node, id uint64, p *proposal, data []byte) {
 	if n.group != 0 || n.m.nodes[0].fsm.Keyspaces().Len() > 0 {
 		var err error
-		data, err = fsm.WrapClock(uint64(s.wallMs(n.m)), uint64(max(s.seen[p.session], 0)), data)
+		p.clockMs = s.wallMs(n.m)
+		data, err = fsm.WrapClock(uint64(p.clockMs), uint64(max(s.seen[p.session], 0)), data)
 		if err != nil {
 			panic(err)
 		}

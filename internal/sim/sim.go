@@ -159,22 +159,30 @@ type node struct {
 
 // groupLog is what the invariants remember of one group.
 type groupLog struct {
-	ks        fsm.Keyspace        // zero for the root group
-	leaders   map[uint64]uint64   // term -> the one leader
-	committed map[uint64][32]byte // index -> entry hash, first seen applied
-	states    map[uint64][32]byte // index -> state hash after applying it
-	zxids     map[uint64]int64    // index -> zxid
-	results   map[uint64]string   // index -> what the entry's apply answered
-	ended     map[int64]uint64    // keyspace group: sessions it ended, at which index
-	maxIndex  uint64              // highest index applied
-	lossy     bool                // this group's messages are lost more (a fault)
-	voters    map[uint64]bool     // members that vote in the group
+	ks        fsm.Keyspace         // zero for the root group
+	leaders   map[uint64]uint64    // term -> the one leader
+	committed map[uint64][32]byte  // index -> entry hash, first seen applied
+	states    map[uint64][32]byte  // index -> state hash after applying it
+	zxids     map[uint64]int64     // index -> zxid
+	results   map[uint64]string    // index -> what the entry's apply answered
+	ended     map[int64]sessionEnd // keyspace group: sessions it ended
+	maxIndex  uint64               // highest index applied
+	lossy     bool                 // this group's messages are lost more (a fault)
+	voters    map[uint64]bool      // members that vote in the group
+}
+
+// sessionEnd is where a keyspace group ended a session (the index) and the
+// end's stamp in the group's clock (ms): the group's tombstone.
+type sessionEnd struct {
+	index uint64
+	endMs int64
 }
 
 // proposal is a client request the simulation proposed, by its id.
 type proposal struct {
 	member  uint64 // where it was proposed (whose client sees its result)
 	session int64
+	clockMs int64 // the proposer's wall clock in the clock envelope (0: none)
 	acked   bool
 	// A write of a write-then-flag pair: flagGroup is where its flag goes
 	// once the write's result reached the client.
@@ -240,6 +248,8 @@ type Stats struct {
 	ClockJumps       uint64 // member clocks moved (back, mostly)
 	LossyGroups      uint64 // faults making one group's messages lossy
 	GroupRestores    uint64 // snapshots restored in keyspace groups
+	TombstoneFloors  uint64 // keyspace groups that ended with a raised floor (tombstones dropped)
+	SessionsBack     uint64 // ended sessions a keyspace group took back past its horizon (a clock far ahead)
 	KeyspacesCreated uint64
 }
 
@@ -266,7 +276,7 @@ func New(cfg Config) *Sim {
 
 func newGroupLog(ks fsm.Keyspace) *groupLog {
 	g := &groupLog{ks: ks, leaders: map[uint64]uint64{}, committed: map[uint64][32]byte{}, states: map[uint64][32]byte{},
-		zxids: map[uint64]int64{}, results: map[uint64]string{}, ended: map[int64]uint64{}, voters: map[uint64]bool{}}
+		zxids: map[uint64]int64{}, results: map[uint64]string{}, ended: map[int64]sessionEnd{}, voters: map[uint64]bool{}}
 	for _, v := range ks.Voters {
 		g.voters[v] = true
 	}
@@ -633,7 +643,12 @@ func (s *Sim) fault() {
 		s.Stats.LossyGroups++
 	case 7: // a wall clock jumps, mostly back
 		if s.cfg.SkewMs > 0 {
-			if s.rng.IntN(4) == 0 {
+			if s.rng.IntN(20) == 0 {
+				// Far ahead: past a keyspace group's tombstone horizon, so
+				// that the groups this member proposes to drop tombstones
+				// and raise their floor.
+				m.clockMs += 2*fsm.SessionHorizonMs + int64(s.rng.IntN(fsm.SessionHorizonMs))
+			} else if s.rng.IntN(4) == 0 {
 				m.clockMs += int64(1 + s.rng.IntN(s.cfg.SkewMs))
 			} else {
 				m.clockMs -= int64(1 + s.rng.IntN(4*s.cfg.SkewMs))
@@ -682,6 +697,9 @@ func (s *Sim) converged() error {
 		}
 		if leaders != 1 {
 			return fmt.Errorf("seed %d: group %d has %d leaders after %d quiet ms", s.cfg.Seed, id, leaders, quietMs)
+		}
+		if _, floor := first.node(id).fsm.Tombstones(); floor > 0 {
+			s.Stats.TombstoneFloors++
 		}
 	}
 	return nil

@@ -69,6 +69,8 @@ func (t *Stats) add(s Stats) {
 	t.ClockJumps += s.ClockJumps
 	t.LossyGroups += s.LossyGroups
 	t.GroupRestores += s.GroupRestores
+	t.TombstoneFloors += s.TombstoneFloors
+	t.SessionsBack += s.SessionsBack
 	t.KeyspacesCreated += s.KeyspacesCreated
 }
 
