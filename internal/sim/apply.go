@@ -147,13 +147,11 @@ func (s *Sim) checkSessionEnds(n *node, r *fsm.Result) error {
 		if p := s.props[r.ID]; p != nil {
 			endMs = max(endMs, p.clockMs)
 		}
-		if prev, ok := g.ended[e.ID]; !ok || prev.index < r.Index {
-			if !ok {
-				s.Stats.SessionEnds++
-			}
-			if !ok || prev.endMs+2*fsm.SessionHorizonMs < nowMs { // its first tombstone, or one dropped since
-				g.ended[e.ID] = sessionEnd{index: r.Index, endMs: endMs}
-			}
+		// The group stamps a session's first end; ending it again (a
+		// duty proposed twice) changes nothing until it takes part again.
+		if _, ok := g.ended[e.ID]; !ok {
+			g.ended[e.ID] = sessionEnd{index: r.Index, endMs: endMs}
+			s.Stats.SessionEnds++
 		}
 	}
 	id := commandSession(r)
@@ -172,6 +170,7 @@ func (s *Sim) checkSessionEnds(n *node, r *fsm.Result) error {
 		return s.violation("group %d on member %d took session %d back at index %d for a command stamped %d ms after its end", n.group, n.m.id, id, r.Index, p.clockMs-e.endMs)
 	}
 	s.Stats.SessionsBack++
+	delete(g.ended, id) // its next end is stamped anew
 	return nil
 }
 
