@@ -144,6 +144,31 @@ func (r *Replica) openGroup(gc GroupConfig, sm StateMachine, wrap func(Network) 
 	return g, nil
 }
 
+// NewGroupNode is NewNode for a group other than the root, born as
+// OpenGroup makes it: cfg.Peers is the root group's address book, gc the
+// group's first configuration (the same on every member), and an empty
+// store first gets the group's first snapshot (bootstrapGroup). A Node
+// does not quiesce.
+func NewGroupNode(cfg Config, gc GroupConfig, sm StateMachine, store Storage, net Network, opts NodeOptions) (*Node, error) {
+	if gc.Group == 0 {
+		return nil, errors.New("replica: group 0 is the root group")
+	}
+	peers, err := groupPeers(cfg.Peers, gc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Peers, cfg.Join = peers, false
+	if err := bootstrapGroup(store, peers, gc, sm); err != nil {
+		return nil, fmt.Errorf("replica: group %d: %w", gc.Group, err)
+	}
+	n, err := NewNode(cfg, sm, store, net, opts)
+	if err != nil {
+		return nil, fmt.Errorf("replica: group %d: %w", gc.Group, err)
+	}
+	n.r.group = gc.Group
+	return n, nil
+}
+
 // Group is this replica's group id (0: the root group).
 func (r *Replica) Group() uint64 { return r.group }
 
@@ -189,7 +214,7 @@ const groupStart = 1
 
 // bootstrapGroup writes a new group's first snapshot (its configuration
 // and sm's empty state) unless the group already has state in d.
-func bootstrapGroup(d *disk, peers []Peer, gc GroupConfig, sm StateMachine) error {
+func bootstrapGroup(d Storage, peers []Peer, gc GroupConfig, sm StateMachine) error {
 	hs, snap, ents, err := d.Load()
 	if err != nil {
 		return err

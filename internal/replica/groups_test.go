@@ -277,3 +277,74 @@ func TestGroupFrames(t *testing.T) {
 	}
 	c.put(lead, "still", "works")
 }
+
+// memStorage is a Storage in memory, for a Node's bootstrap.
+type memStorage struct {
+	hs   *pb.HardState
+	snap *pb.Snapshot
+	ents []*pb.Entry
+}
+
+func (m *memStorage) Load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
+	hs, snap := m.hs, m.snap
+	if hs == nil {
+		hs = &pb.HardState{}
+	}
+	if snap == nil {
+		snap = &pb.Snapshot{}
+	}
+	return hs, snap, m.ents, nil
+}
+
+func (m *memStorage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
+	if snap != nil {
+		m.snap, m.ents = snap, nil
+	}
+	m.ents = append(m.ents, ents...)
+	if hs != nil {
+		m.hs = hs
+	}
+	return nil
+}
+
+func (m *memStorage) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
+	m.snap = snap
+	return nil
+}
+
+type nowhere struct{}
+
+func (nowhere) Send(*pb.Message)                    {}
+func (nowhere) SendStepDown(uint64, uint64, uint64) {}
+
+// NewGroupNode writes a new group's first snapshot as OpenGroup does (its
+// voters and learners, at index 1), restores from it when the store has
+// it, and refuses the root group's id.
+func TestNewGroupNode(t *testing.T) {
+	peers := []Peer{{ID: 1, Addr: "a"}, {ID: 2, Addr: "b"}, {ID: 3, Addr: "c"}}
+	cfg := Config{ID: 3, Peers: peers}
+	gc := GroupConfig{Group: 7, Voters: []uint64{2, 1}, Learners: []uint64{3}}
+	store := &memStorage{}
+	n, err := NewGroupNode(cfg, gc, newKV(), store, nowhere{}, NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := store.snap.GetMetadata()
+	if meta.GetIndex() != groupStart || !slices.Equal(meta.GetConfState().GetVoters(), []uint64{1, 2}) ||
+		!slices.Equal(meta.GetConfState().GetLearners(), []uint64{3}) {
+		t.Fatalf("first snapshot %v", meta)
+	}
+	if st := n.Status(); st.Applied != groupStart || len(st.Members) != 3 || !st.Members[2].Learner {
+		t.Fatalf("status %+v", st)
+	}
+	again, err := NewGroupNode(cfg, GroupConfig{Group: 7, Voters: []uint64{3}}, newKV(), store, nowhere{}, NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := again.Status(); !st.Members[2].Learner { // the stored configuration, not gc's
+		t.Fatalf("restarted status %+v", st)
+	}
+	if _, err := NewGroupNode(cfg, GroupConfig{Voters: []uint64{1}}, newKV(), &memStorage{}, nowhere{}, NodeOptions{}); err == nil {
+		t.Fatal("group 0 accepted")
+	}
+}

@@ -617,8 +617,17 @@ func (s *Server) keyspaceDuties(now time.Time) {
 			}
 		}
 		s.mu.RLock()
+		rootZxid := s.fsm.LastZxid()
 		for _, id := range participants {
 			if _, live := s.mu.tree.Session(id); live {
+				continue
+			}
+			// A session's id is the zxid of its creation in the root:
+			// above what the root applied here, it was created after this
+			// member's root state, which does not know it yet. Its
+			// absence is not its end (the root's lag is not the
+			// session's).
+			if id > rootZxid {
 				continue
 			}
 			if _, inFlight := g.endsAt[id]; inFlight {

@@ -825,3 +825,33 @@ func TestSnapshotRestoreIntoNewCluster(t *testing.T) {
 		t.Fatalf("/eu/k3 through the restored cluster: %v %v", data, err)
 	}
 }
+
+// A keyspace leader ends there the sessions its root state no longer
+// knows, but not one its root state has not seen yet: a session's id is
+// its creation's zxid in the root, and a participant above the root's last
+// zxid was created after that state (the member's root lags), so its
+// absence is not its end. Before the fix the duty expired such a session
+// in the keyspace while it lived: its ephemerals went, its locks too.
+func TestKeyspaceDutySparesUnseenSessions(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	ks := tc.keyspace("/eu", "local", fsm.SurvivalZone)
+	s := tc.servers[0]
+	g := s.keyspaceGroups.get(ks.Group)
+	unseen := s.lastZxid() + 1<<40 // as if created in the root after every member's state
+	cmd := &tree.Command{Session: unseen, Op: tree.Op{Type: tree.OpCreate, Path: "/eu/e", Data: []byte{},
+		ACL: tree.OpenACL, Mode: tree.ModeEphemeral}}
+	if out, err := s.Submit(ctx(t), inGroup{treeCommand(cmd), g}).Wait(); err != nil || out.res.Err != nil {
+		t.Fatalf("ephemeral of a session the root has not seen: %v %v", err, out.res.Err)
+	}
+	time.Sleep(4 * groupDutyEvery) // the leader's duty runs every tick
+	for _, s := range tc.servers {
+		g := s.keyspaceGroups.get(ks.Group)
+		g.fsm.RLock()
+		participants := g.fsm.Participants()
+		g.fsm.RUnlock()
+		if !slices.Contains(participants, unseen) {
+			t.Fatalf("server %d: the keyspace ended session %d, which its root has not seen (participants %v)", s.cfg.ID, unseen, participants)
+		}
+	}
+}

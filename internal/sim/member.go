@@ -14,79 +14,106 @@ import (
 // What a replica.Node leaves to its driver: a disk, a network and a state
 // machine, here simulated, each checking the promises made across it.
 
-// disk is a node's durable storage. A synced write survives a crash, and
-// so does every unsynced write before it (one log, as Pebble's WAL); an
-// unsynced write after the last synced one is lost.
+// disk is a member's durable storage, shared by its groups as the Pebble
+// store is (each group under its own prefix). A synced write survives a
+// crash, and so does every unsynced write before it, of any group (one
+// log, as Pebble's WAL); an unsynced write after the last synced one is
+// lost.
 type disk struct {
-	hs       *pb.HardState
-	snap     *pb.Snapshot
-	ents     []*pb.Entry // after snap, in order
+	groups   map[uint64]*groupDisk // what is durable, per group
 	unsynced []write
 }
 
+// groupDisk is one group's durable raft state on a member.
+type groupDisk struct {
+	hs   *pb.HardState
+	snap *pb.Snapshot
+	ents []*pb.Entry // after snap, in order
+}
+
 type write struct {
+	group     uint64
 	hs        *pb.HardState
 	ents      []*pb.Entry
 	snap      *pb.Snapshot
 	compactTo uint64
 }
 
+// group is group g's durable state (empty if none yet).
+func (d *disk) group(g uint64) *groupDisk {
+	if d.groups == nil {
+		d.groups = map[uint64]*groupDisk{}
+	}
+	gd := d.groups[g]
+	if gd == nil {
+		gd = &groupDisk{}
+		d.groups[g] = gd
+	}
+	return gd
+}
+
 func (d *disk) empty() bool {
-	return d.hs == nil && d.snap == nil && len(d.ents) == 0 && len(d.unsynced) == 0
+	for _, gd := range d.groups {
+		if gd.hs != nil || gd.snap != nil || len(gd.ents) > 0 {
+			return false
+		}
+	}
+	return len(d.unsynced) == 0
 }
 
 // sync makes the unsynced writes durable, in order.
 func (d *disk) sync() {
 	for _, w := range d.unsynced {
+		gd := d.group(w.group)
 		if w.snap != nil {
-			d.snap = w.snap
+			gd.snap = w.snap
 			if w.compactTo == 0 { // a received snapshot replaces the log
-				d.ents = nil
+				gd.ents = nil
 			}
 		}
 		if w.compactTo > 0 {
 			k := 0
-			for k < len(d.ents) && d.ents[k].GetIndex() < w.compactTo {
+			for k < len(gd.ents) && gd.ents[k].GetIndex() < w.compactTo {
 				k++
 			}
-			d.ents = d.ents[k:]
+			gd.ents = gd.ents[k:]
 		}
 		if len(w.ents) > 0 {
 			first := w.ents[0].GetIndex()
-			kept := d.ents[:0:0]
-			for _, e := range d.ents {
+			kept := gd.ents[:0:0]
+			for _, e := range gd.ents {
 				if e.GetIndex() < first {
 					kept = append(kept, e)
 				}
 			}
-			d.ents = append(kept, w.ents...)
+			gd.ents = append(kept, w.ents...)
 		}
 		if w.hs != nil {
-			d.hs = w.hs
+			gd.hs = w.hs
 		}
 	}
 	d.unsynced = nil
 }
 
 // last is the durable log's last index.
-func (d *disk) last() uint64 {
-	if n := len(d.ents); n > 0 {
-		return d.ents[n-1].GetIndex()
+func (gd *groupDisk) last() uint64 {
+	if n := len(gd.ents); n > 0 {
+		return gd.ents[n-1].GetIndex()
 	}
-	return d.snap.GetMetadata().GetIndex()
+	return gd.snap.GetMetadata().GetIndex()
 }
 
-// errCrashed: the node crashed in the middle of a write.
+// errCrashed: the member crashed in the middle of a write.
 var errCrashed = errors.New("sim: crashed during the write")
 
-// storage is node n's disk as a replica.Storage.
+// storage is one group's part of its member's disk as a replica.Storage.
 type storage struct {
 	s *Sim
 	n *node
 }
 
 func (st storage) Load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
-	d := &st.n.disk
+	d := st.n.m.disk.group(st.n.group)
 	hs, snap := &pb.HardState{}, &pb.Snapshot{}
 	if d.hs != nil {
 		hs = proto.Clone(d.hs).(*pb.HardState)
@@ -103,15 +130,16 @@ func (st storage) Load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
 	return hs, snap, ents, nil
 }
 
-// Save writes one Ready, or crashes the node before it does (during the
+// Save writes one Ready, or crashes the member before it does (during the
 // faults): a leader's early sends are out by then, so its followers may
-// hold entries its own disk never got.
+// hold entries its own disk never got. The crash takes down every group
+// of the member.
 func (st storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
 	s, n := st.s, st.n
-	if len(ents) > 0 && s.now < uint64(s.cfg.Steps) {
+	if len(ents) > 0 && s.now < uint64(s.cfg.Steps) && n.replica != nil {
 		leads := n.replica.BasicStatus().RaftState == raft.StateLeader
 		if p := s.rng.Float64(); (leads && p < midWriteCrash) || (!leads && p < midWriteCrashF) {
-			n.up = false
+			n.m.up = false
 			s.Stats.Crashes++
 			if leads {
 				s.Stats.MidWriteCrashes++
@@ -121,7 +149,7 @@ func (st storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 			return errCrashed
 		}
 	}
-	w := write{}
+	w := write{group: n.group}
 	if hs != nil {
 		w.hs = proto.Clone(hs).(*pb.HardState)
 	}
@@ -131,53 +159,61 @@ func (st storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 	for _, e := range ents {
 		w.ents = append(w.ents, proto.Clone(e).(*pb.Entry))
 	}
-	n.disk.unsynced = append(n.disk.unsynced, w)
+	d := &n.m.disk
+	d.unsynced = append(d.unsynced, w)
 	if sync {
-		n.disk.sync()
+		d.sync()
 	}
 	return nil
 }
 
 func (st storage) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
-	d := &st.n.disk
-	d.unsynced = append(d.unsynced, write{snap: proto.Clone(snap).(*pb.Snapshot), compactTo: max(compactTo, 1)})
+	d := &st.n.m.disk
+	d.unsynced = append(d.unsynced, write{group: st.n.group, snap: proto.Clone(snap).(*pb.Snapshot), compactTo: max(compactTo, 1)})
 	d.sync()
 	return nil
 }
 
-// network is node n's outbound side of the simulated network. It checks
-// that a message vouching for n's durable state (an acknowledged append, a
-// granted vote) leaves only once n's disk holds that state.
+// network is one group's outbound side of the simulated network on a
+// member (the groups of a member share its links, as they share the
+// transport's connections). It checks that a message vouching for the
+// group's durable state on the member (an acknowledged append, a granted
+// vote) leaves only once the member's disk holds that state.
 type network struct {
 	s *Sim
 	n *node
 }
 
 func (nw network) Send(m *pb.Message) {
-	if err := vouched(&nw.n.disk, m); err != nil && nw.s.err == nil {
-		nw.s.err = fmt.Errorf("seed %d at %d ms: node %d %v", nw.s.cfg.Seed, nw.s.now, nw.n.id, err)
+	if err := vouched(nw.n.m.disk.group(nw.n.group), m); err != nil && nw.s.err == nil {
+		nw.s.err = nw.s.violation("member %d group %d %v", nw.n.m.id, nw.n.group, err)
 	}
-	nw.s.send(m, nil)
+	nw.s.send(nw.n.group, m, nil)
 }
 
 func (nw network) SendStepDown(to, term, successor uint64) {
-	m := &pb.Message{From: proto.Uint64(nw.n.id), To: proto.Uint64(to)}
-	nw.s.send(m, &notice{term: term, successor: successor})
+	m := &pb.Message{From: proto.Uint64(nw.n.m.id), To: proto.Uint64(to)}
+	nw.s.send(nw.n.group, m, &notice{term: term, successor: successor})
 }
 
-// vouched checks m against what the sender's disk holds durably.
-func vouched(d *disk, m *pb.Message) error {
+// vouched checks m against what the sender's disk holds durably. A vote
+// is durable when the disk holds it, or a later term: a member that
+// granted a vote and then, before its write, moved to a later term (two
+// vote requests stepped before one Ready) persists only the later term,
+// and never votes in the earlier one again.
+func vouched(d *groupDisk, m *pb.Message) error {
 	switch {
 	case m.GetType() == pb.MsgAppResp && !m.GetReject() && m.GetIndex() > d.last():
 		return fmt.Errorf("acknowledged index %d (term %d) to %d with only %d on its disk", m.GetIndex(), m.GetTerm(), m.GetTo(), d.last())
-	case m.GetType() == pb.MsgVoteResp && !m.GetReject() &&
+	case m.GetType() == pb.MsgVoteResp && !m.GetReject() && d.hs.GetTerm() <= m.GetTerm() &&
 		(d.hs.GetTerm() != m.GetTerm() || d.hs.GetVote() != m.GetTo()):
 		return fmt.Errorf("granted its vote in term %d to %d with term %d, vote %d on its disk", m.GetTerm(), m.GetTo(), d.hs.GetTerm(), d.hs.GetVote())
 	}
 	return nil
 }
 
-// machine is node n's state machine as the replica applies to it.
+// machine is one group's state machine on a member, as the replica
+// applies to it.
 type machine struct {
 	s *Sim
 	n *node
@@ -197,26 +233,48 @@ func (m machine) Apply(index, term uint64, data []byte) error {
 // that fell behind).
 func (m machine) Snapshot() ([]byte, error) { return m.n.fsm.Snapshot() }
 
-// Restore replaces n's state with a snapshot taken at index, which must be
-// the state every member had after applying index.
+// Restore replaces the group's state on the member with a snapshot taken
+// at index, which must be the state every member had after applying
+// index, with the same last zxid. A root snapshot may bring keyspaces the
+// member had not applied yet: their groups open, as a server's do.
 func (m machine) Restore(index uint64, data []byte) error {
 	s, n := m.s, m.n
-	f := fsm.New(fsm.Hooks{})
+	f := s.newFSM(n)
 	if err := f.Restore(index, data); err != nil {
 		return err
 	}
+	g := s.groups[n.group]
 	// The last entry with data at or before index: every one was applied
 	// somewhere (the member that took the snapshot), with its state recorded.
 	var at uint64
-	for i := range s.states {
+	for i := range g.states {
 		if i <= index && i > at {
 			at = i
 		}
 	}
-	n.fsm, n.applied, n.tokens = f, at, map[string]uint64{}
+	n.fsm, n.applied, n.tokens, n.lastZxid = f, at, map[string]uint64{}, f.LastZxid()
 	s.Stats.Restores++
-	if at > 0 && s.states[at] != s.stateHash(n) && s.err == nil {
-		s.err = fmt.Errorf("seed %d at %d ms: node %d restored a snapshot at %d that differs from the state after %d", s.cfg.Seed, s.now, n.id, index, at)
+	if n.group != 0 && index > 1 { // not the group's first snapshot
+		s.Stats.GroupRestores++
+	}
+	if at > 0 && s.err == nil {
+		if g.states[at] != stateHash(f) {
+			s.err = s.violation("member %d group %d restored a snapshot at %d that differs from the state after %d", n.m.id, n.group, index, at)
+		} else if z := g.zxids[at]; f.LastZxid() != max(z, int64(index)) {
+			s.err = s.violation("member %d group %d restored a snapshot at %d with last zxid %d, not %d", n.m.id, n.group, index, f.LastZxid(), z)
+		}
+	}
+	if n.group == 0 {
+		s.openKeyspaces(n.m)
 	}
 	return nil
+}
+
+// newFSM is the state machine a member starts group n with: the root's,
+// or n's keyspace's.
+func (s *Sim) newFSM(n *node) *fsm.FSM {
+	if n.group == 0 {
+		return fsm.New(fsm.Hooks{})
+	}
+	return fsm.NewKeyspace(fsm.Hooks{}, n.ks)
 }
