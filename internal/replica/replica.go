@@ -106,6 +106,10 @@ type Config struct {
 	// ObserveFsync, if set, is given the duration of every synced write
 	// (called from the raft loop; must not block).
 	ObserveFsync func(time.Duration)
+	// ObserveStage, if set, is given how long each log entry spent in a
+	// stage on this member (StageCommit, StageApply: stages.go); called
+	// from the raft loop, it must not block.
+	ObserveStage func(stage string, d time.Duration)
 	// OnSideMessage receives side-channel payloads (from a transport
 	// goroutine, or the caller of SendToLeader on the leader itself). It
 	// should return quickly: raft messages from the same peer queue behind it.
@@ -168,6 +172,9 @@ func (c *Config) defaults() {
 	}
 	if c.ObserveFsync == nil {
 		c.ObserveFsync = func(time.Duration) {}
+	}
+	if c.ObserveStage == nil {
+		c.ObserveStage = func(string, time.Duration) {}
 	}
 	if c.OnSideMessage == nil {
 		c.OnSideMessage = func(uint64, []byte) {}
@@ -238,6 +245,7 @@ type Replica struct {
 	refused       uint64
 	refusedLogged time.Time
 	held          heldProposals // forwarded proposals raft would drop now (raft loop only)
+	stamps        stamps        // when uncommitted entries entered the log here (raft loop only)
 	tr            *transport    // nil in a Node and in a group other than the root
 
 	// Groups (groups.go): root is the member's root group for another
@@ -1145,6 +1153,14 @@ func (r *Replica) propose(p proposal) {
 
 func (r *Replica) handleReady() error {
 	rd := r.rn.Ready()
+	readyAt := r.clock()
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		r.stamps.reset()
+	}
+	r.stamps.appended(rd.Entries, readyAt)
+	if n := len(rd.CommittedEntries); n > 0 {
+		r.stamps.committed(rd.CommittedEntries[n-1].GetIndex(), readyAt, r.cfg.ObserveStage)
+	}
 	if len(rd.Messages) > 0 { // raft has something to say: tick to see it through
 		r.unquiesce()
 	}
@@ -1217,6 +1233,12 @@ func (r *Replica) handleReady() error {
 	}
 	if err := r.apply(rd.CommittedEntries); err != nil {
 		return err
+	}
+	if n := len(rd.CommittedEntries); n > 0 {
+		d := r.clock().Sub(readyAt)
+		for range n {
+			r.cfg.ObserveStage(StageApply, d)
+		}
 	}
 	for _, rs := range rd.ReadStates {
 		if b := r.inflight[string(rs.RequestCtx)]; b != nil {

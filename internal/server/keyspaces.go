@@ -155,6 +155,7 @@ func (s *Server) openKeyspace(ks fsm.Keyspace) {
 	rep, err := s.rep.OpenGroup(replica.GroupConfig{Group: ks.Group, Voters: ks.Voters, Learners: ks.Learners,
 		OnLeaderChange: func(leader, term uint64) { g.waiters.newTerm(term, time.Now()) },
 		ObserveFsync:   func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
+		ObserveStage:   func(stage string, d time.Duration) { s.metrics.observeStage(false, stage, d) },
 	}, (*groupMachine)(g))
 	if err != nil {
 		s.log.Error("cannot run a keyspace's group; its requests fail here", "keyspace", ks.Prefix, "group", ks.Group, "err", err)
