@@ -246,6 +246,7 @@ type Replica struct {
 	refusedLogged time.Time
 	held          heldProposals // forwarded proposals raft would drop now (raft loop only)
 	stamps        stamps        // when uncommitted entries entered the log here (raft loop only)
+	origins       origins       // proposals stepped while leading, by the member they came through
 	tr            *transport    // nil in a Node and in a group other than the root
 
 	// Groups (groups.go): root is the member's root group for another
@@ -1026,6 +1027,10 @@ func (r *Replica) step(m *pb.Message) {
 	}
 	if err := r.rn.Step(m); err != nil {
 		r.log.Debug("step", "err", err)
+		return
+	}
+	if m.GetType() == pb.MsgProp && m.GetFrom() != r.cfg.ID && r.leader.Load() == r.cfg.ID {
+		r.origins.add(m.GetFrom(), len(m.GetEntries()))
 	}
 }
 
@@ -1148,7 +1153,39 @@ func (r *Replica) propose(p proposal) {
 	if errors.Is(err, raft.ErrProposalDropped) {
 		err = errs.ErrNotLeader
 	}
+	if err == nil && r.leader.Load() == r.cfg.ID {
+		r.origins.add(r.cfg.ID, 1)
+	}
 	p.errc <- err
+}
+
+// origins counts the entries this member proposed while leading, by the
+// member whose client asked: itself, or the follower that forwarded them
+// (MsgProp). The server's leader placement for keyspaces reads them
+// (TakeProposalOrigins).
+type origins struct {
+	mu sync.Mutex
+	m  map[uint64]uint64
+}
+
+func (o *origins) add(id uint64, n int) {
+	o.mu.Lock()
+	if o.m == nil {
+		o.m = map[uint64]uint64{}
+	}
+	o.m[id] += uint64(n)
+	o.mu.Unlock()
+}
+
+// TakeProposalOrigins returns how many entries were proposed through each
+// member (this one included) while this member led, since the last call,
+// and starts counting afresh.
+func (r *Replica) TakeProposalOrigins() map[uint64]uint64 {
+	r.origins.mu.Lock()
+	defer r.origins.mu.Unlock()
+	m := r.origins.m
+	r.origins.m = nil
+	return m
 }
 
 func (r *Replica) handleReady() error {
