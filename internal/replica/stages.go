@@ -18,7 +18,8 @@ import (
 //     leader's next append (or heartbeat) that carries the commit index.
 //   - StageApply: from the Ready that lists it committed to the end of its
 //     apply, which includes the disk write of that Ready's new entries
-//     and hard state when they are written before the apply.
+//     and hard state when the entry was not on this member's disk yet
+//     (an entry already written is applied before that write).
 //
 // Stamps are kept for at most maxStamps entries; a snapshot drops them.
 // The cost is one time read per Ready and a slice append per entry.
@@ -76,3 +77,15 @@ func (st *stamps) committed(index uint64, now time.Time, observe func(string, ti
 
 // reset forgets every stamp (a snapshot replaced the log).
 func (st *stamps) reset() { st.s = st.s[:0] }
+
+// observeApplied reports StageApply for n entries applied just now, known
+// committed since readyAt.
+func (r *Replica) observeApplied(n int, readyAt time.Time) {
+	if n == 0 {
+		return
+	}
+	d := r.clock().Sub(readyAt)
+	for range n {
+		r.cfg.ObserveStage(StageApply, d)
+	}
+}
