@@ -1248,10 +1248,13 @@ func (r *Replica) handleReady() error {
 	}
 	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
 		start := time.Now()
-		if err := r.store.Save(rd.HardState, rd.Entries, snap, rd.MustSync || snap != nil); err != nil {
+		sync := rd.MustSync || snap != nil
+		if err := r.store.Save(rd.HardState, rd.Entries, snap, sync); err != nil {
 			return err
 		}
-		r.cfg.ObserveFsync(time.Since(start))
+		if sync { // a commit index alone is written unsynced: no fsync to observe
+			r.cfg.ObserveFsync(time.Since(start))
+		}
 	}
 	if snap != nil {
 		if err := r.mem.ApplySnapshot(snap); err != nil {

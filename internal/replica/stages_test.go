@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -52,5 +54,73 @@ func TestStampsCommitStage(t *testing.T) {
 	st.reset()
 	if st.committed(1<<20, t0, observe) != 0 {
 		t.Fatal("stamps survived a reset")
+	}
+}
+
+// syncCounter counts a store's synced and unsynced writes.
+type syncCounter struct {
+	Storage
+	synced, unsynced int
+}
+
+func (s *syncCounter) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
+	if sync {
+		s.synced++
+	} else {
+		s.unsynced++
+	}
+	return s.Storage.Save(hs, ents, snap, sync)
+}
+
+type discardNet struct{}
+
+func (discardNet) Send(*pb.Message)            {}
+func (discardNet) SendStepDown(_, _, _ uint64) {}
+
+// ObserveFsync sees synced writes only: a Ready that only advances the
+// commit index is written without a sync and is not an fsync.
+func TestObserveFsyncSyncedWritesOnly(t *testing.T) {
+	d, err := openDisk(t.TempDir(), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	store := &syncCounter{Storage: d}
+	observed := 0
+	cfg := Config{ID: 1, Peers: []Peer{{ID: 1, Addr: "127.0.0.1:1"}}, Logger: slog.New(slog.DiscardHandler),
+		ObserveFsync: func(time.Duration) { observed++ }}
+	n, err := NewNode(cfg, newKV(), store, discardNet{}, NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := func() {
+		for {
+			ok, err := n.HandleReady()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return
+			}
+		}
+	}
+	for range 100 { // an election timeout
+		n.Tick()
+		settle()
+	}
+	if st := n.BasicStatus(); st.Lead != 1 {
+		t.Fatalf("the one member does not lead: %+v", st)
+	}
+	for i := range 5 {
+		if err := n.Propose(fmt.Appendf(nil, "k=%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+	}
+	if store.unsynced == 0 {
+		t.Fatal("no unsynced write: the test does not test anything")
+	}
+	if observed != store.synced {
+		t.Fatalf("ObserveFsync saw %d writes, %d were synced (%d unsynced)", observed, store.synced, store.unsynced)
 	}
 }
