@@ -42,6 +42,8 @@ type KeyspacesParams struct {
 	Variants []string
 	// Keep leaves each run's directory (logs, data).
 	Keep bool
+	// Pprof serves Go's profiles on Meridian's HTTP ports (printed).
+	Pprof bool
 }
 
 // KeyspacesVariants are the clusters the workload runs, in report order.
@@ -177,10 +179,13 @@ func runKeyspacesVariant(e *Env, bin, variant string, p KeyspacesParams, links [
 		c, err = StartEtcd(e)
 	default:
 		sum := sha1.Sum([]byte(ksSuperUser + ":" + ksSuperPassword))
-		c, err = StartMeridianWith(e, bin, MeridianOptions{Metrics: true, SuperDigest: ksSuperUser + ":" + base64.StdEncoding.EncodeToString(sum[:])})
+		c, err = StartMeridianWith(e, bin, MeridianOptions{Metrics: true, Pprof: p.Pprof, SuperDigest: ksSuperUser + ":" + base64.StdEncoding.EncodeToString(sum[:])})
 	}
 	if err != nil {
 		return nil, err
+	}
+	if p.Pprof && c.System == "meridian" {
+		progress(fmt.Sprintf("keyspaces %s: profiles at http://%s/debug/pprof/", variant, strings.Join(c.HTTP, "/debug/pprof/, http://")))
 	}
 	note(variant, c.Notes)
 	regions := clientRegions(t)

@@ -20,7 +20,7 @@ import (
 const (
 	minMicros = 1
 	maxMicros = 60_000_000 // 60 s: anything slower is recorded as 60 s
-	sigDigits = 3
+	sigDigits = 2
 	// MaxOpenRounds bounds rounds awaiting replies; the oldest is expired
 	// (its missing replies counted lost) to admit a new one.
 	MaxOpenRounds = 256

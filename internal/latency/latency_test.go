@@ -9,7 +9,7 @@ type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time      { return c.t }
 func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
-func near(a, b time.Duration) bool       { return a >= b-b/100 && a <= b+b/100 } // HDR: 3 significant digits
+func near(a, b time.Duration) bool       { return a >= b-b/100 && a <= b+b/100 } // HDR: 2 significant digits, within 1%
 func ms(n float64) time.Duration         { return time.Duration(n * float64(time.Millisecond)) }
 
 func TestQuorumAndAll(t *testing.T) {

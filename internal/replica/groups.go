@@ -70,10 +70,12 @@ type GroupConfig struct {
 	// default an idle group quiesces, unless the root sends no latency
 	// probes (Config.ProbeInterval < 0) to watch its leader with.
 	NeverQuiesce bool
-	// OnLeaderChange, OnConfigChange, ObserveFsync: as in Config.
+	// OnLeaderChange, OnConfigChange, ObserveFsync, ObserveStage: as in
+	// Config.
 	OnLeaderChange func(leader, term uint64)
 	OnConfigChange func(index uint64)
 	ObserveFsync   func(time.Duration)
+	ObserveStage   func(stage string, d time.Duration)
 }
 
 // OpenGroup starts group gc.Group on this member (the root replica), over
@@ -107,6 +109,7 @@ func (r *Replica) openGroup(gc GroupConfig, sm StateMachine, wrap func(Network) 
 	cfg := r.cfg
 	cfg.Logger = r.cfg.Logger.With("group", gc.Group)
 	cfg.OnLeaderChange, cfg.OnConfigChange, cfg.ObserveFsync = gc.OnLeaderChange, gc.OnConfigChange, gc.ObserveFsync
+	cfg.ObserveStage = gc.ObserveStage
 	cfg.OnSideMessage = nil
 	cfg.Join = false
 	cfg.defaults()

@@ -109,6 +109,10 @@ type Config struct {
 	// ObserveFsync, if set, is given the duration of every synced write
 	// (called from the raft loop; must not block).
 	ObserveFsync func(time.Duration)
+	// ObserveStage, if set, is given how long each log entry spent in a
+	// stage on this member (StageCommit, StageApply: stages.go); called
+	// from the raft loop, it must not block.
+	ObserveStage func(stage string, d time.Duration)
 	// OnSideMessage receives side-channel payloads (from a transport
 	// goroutine, or the caller of SendToLeader on the leader itself). It
 	// should return quickly: raft messages from the same peer queue behind it.
@@ -171,6 +175,9 @@ func (c *Config) defaults() {
 	}
 	if c.ObserveFsync == nil {
 		c.ObserveFsync = func(time.Duration) {}
+	}
+	if c.ObserveStage == nil {
+		c.ObserveStage = func(string, time.Duration) {}
 	}
 	if c.OnSideMessage == nil {
 		c.OnSideMessage = func(uint64, []byte) {}
@@ -241,6 +248,8 @@ type Replica struct {
 	refused       uint64
 	refusedLogged time.Time
 	held          heldProposals // forwarded proposals raft would drop now (raft loop only)
+	stamps        stamps        // when uncommitted entries entered the log here (raft loop only)
+	origins       origins       // proposals stepped while leading, by the member they came through
 	tr            *transport    // nil in a Node and in a group other than the root
 
 	// Groups (groups.go): root is the member's root group for another
@@ -1032,6 +1041,10 @@ func (r *Replica) step(m *pb.Message) {
 	}
 	if err := r.rn.Step(m); err != nil {
 		r.log.Debug("step", "err", err)
+		return
+	}
+	if m.GetType() == pb.MsgProp && m.GetFrom() != r.cfg.ID && r.leader.Load() == r.cfg.ID {
+		r.origins.add(m.GetFrom(), len(m.GetEntries()))
 	}
 }
 
@@ -1154,11 +1167,51 @@ func (r *Replica) propose(p proposal) {
 	if errors.Is(err, raft.ErrProposalDropped) {
 		err = errs.ErrNotLeader
 	}
+	if err == nil && r.leader.Load() == r.cfg.ID {
+		r.origins.add(r.cfg.ID, 1)
+	}
 	p.errc <- err
+}
+
+// origins counts the entries this member proposed while leading, by the
+// member whose client asked: itself, or the follower that forwarded them
+// (MsgProp). The server's leader placement for keyspaces reads them
+// (TakeProposalOrigins).
+type origins struct {
+	mu sync.Mutex
+	m  map[uint64]uint64
+}
+
+func (o *origins) add(id uint64, n int) {
+	o.mu.Lock()
+	if o.m == nil {
+		o.m = map[uint64]uint64{}
+	}
+	o.m[id] += uint64(n)
+	o.mu.Unlock()
+}
+
+// TakeProposalOrigins returns how many entries were proposed through each
+// member (this one included) while this member led, since the last call,
+// and starts counting afresh.
+func (r *Replica) TakeProposalOrigins() map[uint64]uint64 {
+	r.origins.mu.Lock()
+	defer r.origins.mu.Unlock()
+	m := r.origins.m
+	r.origins.m = nil
+	return m
 }
 
 func (r *Replica) handleReady() error {
 	rd := r.rn.Ready()
+	readyAt := r.clock()
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		r.stamps.reset()
+	}
+	r.stamps.appended(rd.Entries, readyAt)
+	if n := len(rd.CommittedEntries); n > 0 {
+		r.stamps.committed(rd.CommittedEntries[n-1].GetIndex(), readyAt, r.cfg.ObserveStage)
+	}
 	if len(rd.Messages) > 0 { // raft has something to say: tick to see it through
 		r.unquiesce()
 	}
@@ -1187,12 +1240,35 @@ func (r *Replica) handleReady() error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		snap = rd.Snapshot
 	}
-	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
-		start := time.Now()
-		if err := r.store.Save(rd.HardState, rd.Entries, snap, rd.MustSync || snap != nil); err != nil {
+	// Committed entries already on this member's disk (written by an
+	// earlier Ready) are applied before this Ready's write, not after it:
+	// a write through a busy group was otherwise answered only after the
+	// disk write of the entries proposed behind it. Safe: they are
+	// committed (on a quorum's disks) and on this one; what this Ready
+	// writes is newer. Membership changes and anything after one keep
+	// the order (their apply may snapshot the store).
+	ents := rd.CommittedEntries
+	if snap == nil {
+		last, _ := r.mem.LastIndex() // what earlier Readies wrote
+		early := 0
+		for early < len(ents) && ents[early].GetIndex() <= last && ents[early].GetType() == pb.EntryNormal {
+			early++
+		}
+		if err := r.apply(ents[:early]); err != nil {
 			return err
 		}
-		r.cfg.ObserveFsync(time.Since(start))
+		r.observeApplied(early, readyAt)
+		ents = ents[early:]
+	}
+	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
+		start := time.Now()
+		sync := rd.MustSync || snap != nil
+		if err := r.store.Save(rd.HardState, rd.Entries, snap, sync); err != nil {
+			return err
+		}
+		if sync { // a commit index alone is written unsynced: no fsync to observe
+			r.cfg.ObserveFsync(time.Since(start))
+		}
 	}
 	if snap != nil {
 		if err := r.mem.ApplySnapshot(snap); err != nil {
@@ -1229,9 +1305,10 @@ func (r *Replica) handleReady() error {
 	if abdicated != 0 {
 		r.announceStepDown(abdicated)
 	}
-	if err := r.apply(rd.CommittedEntries); err != nil {
+	if err := r.apply(ents); err != nil {
 		return err
 	}
+	r.observeApplied(len(ents), readyAt)
 	for _, rs := range rd.ReadStates {
 		if b := r.inflight[string(rs.RequestCtx)]; b != nil {
 			delete(r.inflight, string(rs.RequestCtx))

@@ -157,7 +157,9 @@ type Config struct {
 
 	// Placement "auto" lets the leader move leadership to the voter that
 	// minimises access-weighted commit latency (internal/placement), at most
-	// once per PlacementMinIntervalMs (default 30000). PreferLeader pins
+	// once per PlacementMinIntervalMs (default 30000), and each regional
+	// keyspace's leader to the home voter its writes come through
+	// (keyspaces.go, followWrites). PreferLeader pins the root group's
 	// leadership to a voter instead. Default "off".
 	Placement string `yaml:"placement,omitempty"`
 	// MaxTickMs > TickMs derives the raft tick from the measured round

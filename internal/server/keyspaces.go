@@ -53,6 +53,10 @@ type group struct {
 	// here; warnedAt: when a missing replacement voter was last logged
 	// (groupconf.go).
 	confAt, warnedAt time.Time
+	// writes: the entries proposed through each member while this member
+	// led, since writesSince (followWrites; keyspaceDuties' goroutine only).
+	writes      map[uint64]uint64
+	writesSince time.Time
 }
 
 func (g *group) root() bool { return g.id == 0 }
@@ -163,6 +167,7 @@ func (s *Server) openKeyspace(ks fsm.Keyspace) {
 	rep, err := s.rep.OpenGroup(replica.GroupConfig{Group: ks.Group, Voters: ks.Voters, Learners: ks.Learners,
 		OnLeaderChange: func(leader, term uint64) { g.waiters.newTerm(term, time.Now()) },
 		ObserveFsync:   func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
+		ObserveStage:   func(stage string, d time.Duration) { s.metrics.observeStage(false, stage, d) },
 	}, (*groupMachine)(g))
 	if err != nil {
 		s.log.Error("cannot run a keyspace's group; its requests fail here", "keyspace", ks.Prefix, "group", ks.Group, "err", err)
@@ -572,7 +577,8 @@ func (s *Server) keyspaceDuties(now time.Time) {
 	}
 	for _, g := range s.keyspaceGroups.all() {
 		if !g.rep.IsLeader() {
-			g.endsAt, g.ledSince = nil, time.Time{}
+			g.endsAt, g.ledSince, g.writes = nil, time.Time{}, nil
+			g.rep.TakeProposalOrigins()
 			continue
 		}
 		if g.ledSince.IsZero() {
@@ -599,6 +605,9 @@ func (s *Server) keyspaceDuties(now time.Time) {
 					break
 				}
 			}
+			continue
+		}
+		if s.followWrites(g, now, region) {
 			continue
 		}
 		g.fsm.RLock()
@@ -662,6 +671,69 @@ func (s *Server) keyspaceDuties(now time.Time) {
 			}
 		}
 	}
+}
+
+// Keyspace leadership follows its writes inside the home region.
+//
+// A write that reaches a follower is forwarded to the leader and answered
+// only once the follower has learnt of its commit and applied it: one
+// more intra-region round trip and another turn of two raft loops, which
+// the keyspaces benchmark measured as doubling the write's latency (a
+// client's nearest server is a home voter, but the election picks any of
+// the three). With placement: auto, a keyspace group's leader therefore
+// counts the entries proposed through each member (replica's
+// TakeProposalOrigins) over followWindow and hands leadership to the home
+// voter through which most of them came, when that is more than half of
+// them, at least twice its own, and at least followMinWrites; it leads at
+// least PlacementMinIntervalMs before handing over, so that two members
+// sharing the writes do not pass leadership back and forth.
+const (
+	followWindow    = 2 * time.Second
+	followMinWrites = 20
+)
+
+// followWrites is that rule for group g, led here (keyspaceDuties'
+// goroutine): it reports whether it started a hand-off.
+func (s *Server) followWrites(g *group, now time.Time, region map[uint64]string) bool {
+	if s.cfg.Placement != "auto" {
+		g.rep.TakeProposalOrigins()
+		return false
+	}
+	if g.writes == nil {
+		g.writes, g.writesSince = map[uint64]uint64{}, now
+	}
+	var total uint64
+	for id, n := range g.rep.TakeProposalOrigins() {
+		g.writes[id] += n
+	}
+	if now.Sub(g.writesSince) < followWindow {
+		return false
+	}
+	counts := g.writes
+	g.writes, g.writesSince = map[uint64]uint64{}, now
+	var to uint64
+	for id, n := range counts {
+		total += n
+		if id != s.cfg.ID && region[id] == g.ks.Region && slices.Contains(g.ks.Voters, id) && n > counts[to] {
+			to = id
+		}
+	}
+	minLead := time.Duration(s.cfg.PlacementMinIntervalMs) * time.Millisecond
+	if to == 0 || total < followMinWrites || 2*counts[to] <= total || counts[to] < 2*counts[s.cfg.ID] ||
+		now.Sub(g.ledSince) < minLead || now.Sub(g.dutyAt) < groupDutyEvery {
+		return false
+	}
+	g.dutyAt = now
+	s.log.Info("keyspace leadership follows its writes", "keyspace", g.ks.Prefix, "to", to,
+		"writes_through_it", counts[to], "writes_here", counts[s.cfg.ID], "writes", total)
+	go func(rep *replica.Replica) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout())
+		defer cancel()
+		if err := rep.TransferLeadership(ctx, to); err != nil {
+			s.log.Debug("keyspace leadership to its writes", "keyspace", g.ks.Prefix, "to", to, "err", err)
+		}
+	}(g.rep)
+	return true
 }
 
 // groupDutyEvery spaces a keyspace group's duty proposals (a session's

@@ -855,3 +855,67 @@ func TestKeyspaceDutySparesUnseenSessions(t *testing.T) {
 		}
 	}
 }
+
+// With placement: auto, a zone-survival keyspace's leadership moves to the
+// home voter its writes come through (a write through a follower waits for
+// one more round trip and for that follower's apply), and stays there;
+// with placement off it does not move.
+func TestKeyspaceLeaderFollowsItsWrites(t *testing.T) {
+	for _, auto := range []bool{true, false} {
+		t.Run(fmt.Sprintf("auto=%v", auto), func(t *testing.T) {
+			tc := newTestCluster(t, 3, func(c *Config) {
+				if auto {
+					c.Placement, c.PlacementMinIntervalMs = "auto", 1000
+				}
+			})
+			tc.leader()
+			ks := tc.keyspace("/eu", "local", fsm.SurvivalZone)
+			leaderOf := func() uint64 { return tc.servers[0].keyspaceGroups.get(ks.Group).rep.Leader() }
+			deadline := time.Now().Add(15 * time.Second)
+			for leaderOf() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the keyspace's group elected no leader")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			// Write through a member that does not lead the group.
+			via := uint64(1)
+			if leaderOf() == 1 {
+				via = 2
+			}
+			was := leaderOf()
+			writer := tc.client(tc.cfgs[via-1].Self().GRPC)
+			if _, _, err := writer.Create(ctx(t), "/eu/load", nil, client.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			end := time.Now().Add(6 * time.Second)
+			for i := 0; time.Now().Before(end); i++ {
+				if _, err := writer.Set(ctx(t), "/eu/load", []byte(fmt.Sprint(i)), -1); err != nil && !isUnknownOutcome(err) {
+					t.Fatal(err)
+				}
+				if auto && leaderOf() == via {
+					break
+				}
+			}
+			switch l := leaderOf(); {
+			case auto && l != via:
+				t.Fatalf("keyspace leader %d, want %d, the member its writes came through", l, via)
+			case !auto && l != was:
+				t.Fatalf("keyspace leader moved from %d to %d with placement off", was, l)
+			}
+			if !auto {
+				return
+			}
+			// It stays: the writes now start on the leader.
+			stop := time.Now().Add(2500 * time.Millisecond)
+			for time.Now().Before(stop) {
+				if _, err := writer.Set(ctx(t), "/eu/load", []byte("x"), -1); err != nil && !isUnknownOutcome(err) {
+					t.Fatal(err)
+				}
+				if l := leaderOf(); l != via && l != 0 {
+					t.Fatalf("keyspace leadership left %d for %d while its writes stayed there", via, l)
+				}
+			}
+		})
+	}
+}

@@ -24,6 +24,7 @@ type metrics struct {
 	proposals       *prometheus.CounterVec
 	applyDuration   prometheus.Histogram
 	fsyncDuration   prometheus.Histogram
+	proposalStage   *prometheus.HistogramVec
 	leaderChanges   prometheus.Counter
 	isLeader        prometheus.Gauge
 	hasLeader       prometheus.Gauge
@@ -56,6 +57,28 @@ const (
 // milliseconds, and the request timeout (10 s by default) the end.
 var requestBuckets = prometheus.ExponentialBuckets(100e-6, 2, 18)
 
+// stageBuckets cover 25 µs to about 13 s, doubling: a proposal's stages
+// range from a queue hop of microseconds to a wide-area commit.
+var stageBuckets = prometheus.ExponentialBuckets(25e-6, 2, 20)
+
+// Stages of meridian_proposal_stage_seconds the server measures; the
+// replica measures replica.StageCommit and replica.StageApply.
+const (
+	stageQueue        = "queue"
+	stageWaitLeader   = "wait_leader"
+	stageWaitFollower = "wait_follower"
+	stageWake         = "wake"
+)
+
+// observeStage records d in a group's stage.
+func (m *metrics) observeStage(root bool, stage string, d time.Duration) {
+	group := "keyspace"
+	if root {
+		group = "root"
+	}
+	m.proposalStage.WithLabelValues(stage, group).Observe(d.Seconds())
+}
+
 func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
@@ -70,6 +93,14 @@ func newMetrics() *metrics {
 			Name: "meridian_raft_fsync_duration_seconds", Help: "Time to persist one raft Ready (one synced Pebble batch).",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
 		}),
+		proposalStage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "meridian_proposal_stage_seconds",
+			Help: "Where a write's time goes on this member, by stage (queue: request to raft's loop taking it; " +
+				"wait_leader, wait_follower: taken to applied here, proposed on the group's leader or forwarded by a follower; " +
+				"wake: applied to the request resuming; commit: an entry in this member's log to known committed; " +
+				"apply: known committed to applied, including the disk write it waits behind) and group (root, keyspace).",
+			Buckets: stageBuckets,
+		}, []string{"stage", "group"}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_leader_changes_total", Help: "Leader changes seen."}),
 		isLeader:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_is_leader", Help: "1 if this member leads."}),
 		hasLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_has_leader",
@@ -109,7 +140,7 @@ func newMetrics() *metrics {
 	m.readWaits.WithLabelValues("apply")
 	m.readWaits.WithLabelValues("read_index")
 	m.buildInfo.WithLabelValues(Version, runtime.Version(), ZooKeeperVersion).Set(1)
-	m.register(m.proposals, m.applyDuration, m.fsyncDuration, m.leaderChanges, m.isLeader, m.hasLeader,
+	m.register(m.proposals, m.applyDuration, m.fsyncDuration, m.proposalStage, m.leaderChanges, m.isLeader, m.hasLeader,
 		m.leaderID, m.term, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.sessions, m.watches, m.znodes, m.keyspaces, m.keyspaceLeader,
 		m.requests, m.requestDuration, m.buildInfo, m.readWaits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

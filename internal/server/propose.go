@@ -209,6 +209,10 @@ type Future struct {
 	staleSince time.Time // when its term ended (zero: not yet)
 
 	result applied // written once, by whoever removes it from the waiters, before done is closed
+	// When it was submitted, raft's loop took it (and whether this member
+	// led then) and its result was delivered: meridian_proposal_stage_seconds.
+	submitted, proposed, delivered time.Time
+	proposedOnLeader               bool
 
 	waited bool
 	out    applied
@@ -273,6 +277,7 @@ func (f *Future) wait() (applied, error) {
 		if v := viewOf(f.parent); v != nil {
 			v.observe(f.g.id, a.index)
 		}
+		f.observeStages()
 		return a, nil
 	case <-f.ctx.Done():
 		s.metrics.proposals.WithLabelValues("timeout").Inc()
@@ -284,6 +289,21 @@ func (f *Future) wait() (applied, error) {
 		s.metrics.proposals.WithLabelValues("unknown").Inc()
 		return applied{}, errs.ErrOutcomeUnknown
 	}
+}
+
+// observeStages records an applied proposal's stages on this member.
+func (f *Future) observeStages() {
+	if f.proposed.IsZero() || f.delivered.IsZero() {
+		return
+	}
+	m, root := f.s.metrics, f.g.root()
+	m.observeStage(root, stageQueue, f.proposed.Sub(f.submitted))
+	wait := stageWaitFollower
+	if f.proposedOnLeader {
+		wait = stageWaitLeader
+	}
+	m.observeStage(root, wait, max(f.delivered.Sub(f.proposed), 0)) // applied before Propose returned: 0
+	m.observeStage(root, stageWake, time.Since(f.delivered))
 }
 
 // fail ends a Future whose submission failed.
@@ -326,6 +346,7 @@ func (s *Server) submit(ctx context.Context, p proposal, tries int) *Future {
 	}
 	f.ctx, f.cancel = s.withTimeout(ctx)
 	s.placement.writes.Add(1)
+	f.submitted = time.Now()
 	for {
 		err := s.submitOnce(f, id, data)
 		if err == nil {
@@ -347,6 +368,7 @@ func (s *Server) submit(ctx context.Context, p proposal, tries int) *Future {
 // submitOnce registers f under id and proposes data once, to f's group.
 func (s *Server) submitOnce(f *Future, id uint64, data []byte) error {
 	f.g.waiters.add(id, f.g.rep.Term(), f)
+	leads := f.g.rep.IsLeader()
 	if err := f.g.rep.Propose(f.ctx, data); err != nil {
 		f.g.waiters.remove(id)
 		select {
@@ -359,6 +381,7 @@ func (s *Server) submitOnce(f *Future, id uint64, data []byte) error {
 		}
 	}
 	f.id = id
+	f.proposed, f.proposedOnLeader = time.Now(), leads
 	return nil
 }
 
@@ -499,6 +522,7 @@ func (w *waiters) deliver(id uint64, a applied) {
 	w.mu.Unlock()
 	if ok {
 		f.result = a
+		f.delivered = time.Now()
 		close(f.done)
 	}
 }

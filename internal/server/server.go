@@ -184,6 +184,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		OnSideMessage:   s.onSideMessage,
 		OnConfigChange:  s.onConfigChange,
 		ObserveFsync:    func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
+		ObserveStage:    func(stage string, d time.Duration) { s.metrics.observeStage(true, stage, d) },
 	}, (*stateMachine)(s))
 	if err != nil {
 		return nil, fmt.Errorf("open replica: %w", err)

@@ -116,7 +116,7 @@ func main() {
 	gr := bench.GeoReadParams{Reads: 500}
 	lf := bench.LocalFirstParams{PerRegion: 2, Iters: 30, Hold: 2 * time.Millisecond, K: []int{0, 3}}
 	fs := bench.FollowSunParams{Phase: 30 * time.Second, Writers: 2}
-	ks := bench.KeyspacesParams{Phase: 20 * time.Second, Warmup: 5 * time.Second, Value: 100}
+	ks := bench.KeyspacesParams{Phase: 20 * time.Second, Warmup: 5 * time.Second, Value: 100, Pprof: *pprof}
 	s0grid := bench.Seed000Params{Interarrival: 500 * time.Millisecond, Service: []time.Duration{time.Millisecond}, Duration: 20 * time.Second, Sessions: 6, Poll: 5 * time.Millisecond}
 	s0cont := bench.Seed000Params{Interarrival: 200 * time.Millisecond, Service: []time.Duration{time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}, Duration: 20 * time.Second, Sessions: 6, Poll: 5 * time.Millisecond}
 	s2 := bench.Seed002Params{Same: 10, Writes: 25, Clients: []int{1, 5, 10, 20, 30, 50}, Total: 1000, RandomAtRTT: 30 * time.Millisecond}
