@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
@@ -46,6 +47,9 @@ type group struct {
 	endsAt map[int64]time.Time
 	// ledSince: since when this member leads the group (zero: it does not).
 	ledSince time.Time
+	// quorumLost: why this member judges the group without a quorum
+	// (quorum.go); nil while it does not.
+	quorumLost atomic.Pointer[string]
 }
 
 func (g *group) root() bool { return g.id == 0 }

@@ -411,6 +411,9 @@ func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid
 		linear = true
 	}
 	if linear {
+		if err := g.noQuorumRead(); err != nil { // quorum.go: no round can complete
+			return err
+		}
 		_, err := g.rep.ReadIndex(ctx)
 		return timedOut(err)
 	}

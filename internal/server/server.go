@@ -616,6 +616,7 @@ func (s *Server) duties() {
 		for _, g := range s.keyspaceGroups.all() {
 			g.waiters.sweep(time.Now(), grace)
 		}
+		s.checkQuorums(time.Now())
 		s.keyspaceDuties(time.Now())
 		if now := time.Now(); now.Sub(lastPlacement) >= placementEvery {
 			lastPlacement = now

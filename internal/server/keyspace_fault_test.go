@@ -1,0 +1,271 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	gozk "github.com/go-zookeeper/zk"
+
+	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/fsm"
+	zk "github.com/meridian-coord/meridian/internal/zkproto"
+)
+
+// Faults of a keyspace's regions, with real members (sockets, Pebble)
+// stopped as a whole: what a keyspace survives and what its clients see
+// when it does not. docs/reliability.md, "Keyspaces: what survives what".
+
+// zoneCluster is six members: 1-3 in region eu (zones a, b, c), the root
+// group's learners; 4-6 in region us (zones a, b, c), its voters. A
+// zone-survival keyspace homed in eu has voters 1-3 and learners 4-6, and
+// the root keeps its quorum when eu is lost, as it must for sessions.
+func zoneCluster(t *testing.T) *testCluster {
+	tc := newTestCluster(t, 6, func(c *Config) {
+		for i := range c.Members {
+			c.Members[i].Region, c.Members[i].Zone = "eu", string(rune('a'+i))
+			if i >= 3 {
+				c.Members[i].Region, c.Members[i].Zone = "us", string(rune('a'+i-3))
+			} else {
+				c.Members[i].Role = "learner"
+			}
+		}
+	})
+	tc.leader()
+	return tc
+}
+
+// keyspaceLeader waits until the running members agree on a leader of
+// group and returns its index.
+func (tc *testCluster) keyspaceLeader(group uint64) int {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var lead uint64
+		agree := true
+		for _, s := range tc.servers {
+			if s == nil {
+				continue
+			}
+			l := s.keyspaceGroups.get(group).rep.Leader()
+			if l == 0 || (lead != 0 && l != lead) {
+				agree = false
+				break
+			}
+			lead = l
+		}
+		if agree && lead != 0 && tc.servers[lead-1] != nil {
+			return int(lead - 1)
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("group %d: no leader the running members agree on", group)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// writeWithin retries write until it succeeds or d passes and returns
+// how long it took. Unless noQuorumOK, an error saying the keyspace has no
+// quorum fails the test at once: that is not what losing one member may
+// bring.
+func writeWithin(t *testing.T, what string, d time.Duration, noQuorumOK bool, write func(context.Context) error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := write(c)
+		cancel()
+		if err == nil {
+			return time.Since(start)
+		}
+		if !noQuorumOK && (errors.Is(err, errs.ErrNoQuorum) || errors.Is(err, errs.ErrNoQuorumInFlight) || strings.Contains(err.Error(), "-119")) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if time.Since(start) > d {
+			t.Fatalf("%s: not acknowledged within %v: %v", what, d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A zone-survival keyspace keeps writing when one member of its home
+// region is lost, its leader included: through a member of another region
+// (a learner, which forwards) and through a surviving home member, on both
+// ports.
+func TestKeyspaceZoneSurvivesHomeMemberLoss(t *testing.T) {
+	tc := zoneCluster(t)
+	ks := tc.keyspace("/eu", "eu", fsm.SurvivalZone)
+	if !slices.Equal(ks.Voters, []uint64{1, 2, 3}) || !slices.Equal(ks.Learners, []uint64{4, 5, 6}) {
+		t.Fatalf("placement: voters %v learners %v, want 1-3 (eu) and 4-6", ks.Voters, ks.Learners)
+	}
+	lead := tc.keyspaceLeader(ks.Group)
+	home := (lead + 1) % 3 // a home member that survives
+	us := tc.client(tc.endpoints()[4])
+	if _, _, err := us.Create(ctx(t), "/eu/data", []byte("0"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc.stop(lead)
+	took := writeWithin(t, "write through member 5 (us)", 10*time.Second, false, func(c context.Context) error {
+		_, err := us.Set(c, "/eu/data", []byte("1"), -1)
+		return err
+	})
+	t.Logf("keyspace leader %d stopped; first write through us acknowledged after %v", lead+1, took)
+	zc, _ := zkConnect(t, tc.zkAddrs()[home:home+1])
+	took = writeWithin(t, fmt.Sprintf("ZooKeeper write through member %d (eu)", home+1), 10*time.Second, false, func(context.Context) error {
+		_, err := zc.Create("/eu/zk", []byte("z"), 0, gozk.WorldACL(gozk.PermAll))
+		return err
+	})
+	t.Logf("ZooKeeper write through member %d acknowledged after %v", home+1, took)
+	next := tc.keyspaceLeader(ks.Group)
+	if next == lead || next >= 3 {
+		t.Fatalf("the keyspace's new leader is member %d, want another eu voter", next+1)
+	}
+	data, _, err := us.Get(ctx(t), "/eu/data")
+	if err != nil || string(data) != "1" {
+		t.Fatalf("read back: %q %v", data, err)
+	}
+}
+
+// Losing the whole home region stops a zone-survival keyspace's writes
+// with a declared error, soon and not after the request timeout, on both
+// ports: the gRPC error names the keyspace and the unreachable voters, a
+// ZooKeeper client gets NOTREADONLY (ZooKeeper's answer to a write on a
+// server cut off from its quorum). Nothing else stops: the keyspace's
+// data stays readable from the other region's members (sequential reads,
+// both ports) for sessions that have seen nothing newer than those
+// copies, a read that would need the keyspace's leader fails as soon, the
+// root's writes go on, and once the region is back the keyspace writes
+// again.
+func TestKeyspaceZoneHomeRegionLoss(t *testing.T) {
+	tc := zoneCluster(t)
+	ks := tc.keyspace("/eu", "eu", fsm.SurvivalZone)
+	us := tc.client(tc.endpoints()[3])
+	zc, _ := zkConnect(t, tc.zkAddrs()[5:6])
+	if _, _, err := us.Create(ctx(t), "/eu/data", []byte("kept"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every us member has applied it before the region goes, and the
+	// ZooKeeper session has read it.
+	for _, s := range tc.servers[3:] {
+		g := s.keyspaceGroups.get(ks.Group)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			g.fsm.RLock()
+			_, _, err := g.fsm.Tree().Get("/eu/data")
+			g.fsm.RUnlock()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("member %d never applied /eu/data: %v", s.cfg.ID, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if data, _, err := zc.Get("/eu/data"); err != nil || string(data) != "kept" {
+		t.Fatalf("ZooKeeper read before the loss: %q %v", data, err)
+	}
+	for i := 0; i < 3; i++ {
+		tc.stop(i)
+	}
+	lost := time.Now()
+
+	// Native port: within a few election timeouts every write is refused
+	// as not applied, with the keyspace and its voters named.
+	var refusal error
+	deadline := lost.Add(10 * time.Second)
+	for refusal == nil {
+		_, err := us.Set(ctx(t), "/eu/data", []byte("lost"), -1)
+		switch {
+		case errors.Is(err, errs.ErrNoQuorum):
+			refusal = err
+		case err == nil:
+			t.Fatal("a write to the keyspace was acknowledged with its home region down")
+		case time.Now().After(deadline):
+			t.Fatalf("no declared refusal %v after the home region was lost: %v", time.Since(lost), err)
+		case !errors.Is(err, errs.ErrNoQuorumInFlight) && !errors.Is(err, errs.ErrTimeout):
+			t.Fatalf("write in flight when the region was lost: %v, want an unknown outcome", err)
+		default:
+			t.Logf("at %v: %v", time.Since(lost).Round(time.Millisecond), err)
+		}
+	}
+	t.Logf("refused %v after the region was lost: %v", time.Since(lost).Round(time.Millisecond), refusal)
+	for _, want := range []string{"keyspace /eu", "home region eu", "1 (eu/a)", "2 (eu/b)", "3 (eu/c)"} {
+		if !strings.Contains(refusal.Error(), want) {
+			t.Errorf("refusal %q does not say %q", refusal, want)
+		}
+	}
+	start := time.Now()
+	if _, _, err := us.Create(ctx(t), "/eu/new", nil, client.CreateOptions{}); !errors.Is(err, errs.ErrNoQuorum) {
+		t.Fatalf("create in the keyspace: %v, want ErrNoQuorum", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the refusal took %v (request timeout %v)", took, tc.cfgs[3].requestTimeout())
+	}
+	// Each member judges for itself: wait for the others' judgement (a
+	// write in flight at that moment is an unknown outcome).
+	for _, s := range tc.servers[4:] {
+		for deadline := time.Now().Add(10 * time.Second); s.keyspaceGroups.get(ks.Group).noQuorum() == nil; {
+			if time.Now().After(deadline) {
+				t.Fatalf("member %d never judged the keyspace without a quorum", s.cfg.ID)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// ZooKeeper port: NOTREADONLY in the reply (go-zookeeper knows no
+	// such code: "unknown error: -119"), the session and its reads kept.
+	if _, err := zc.Set("/eu/data", []byte("zk"), -1); err == nil || !strings.Contains(err.Error(), "-119") {
+		t.Fatalf("ZooKeeper setData in the keyspace: %v, want ZNOTREADONLY (-119)", err)
+	}
+	if data, _, err := zc.Get("/eu/data"); err != nil || string(data) != "kept" {
+		t.Fatalf("ZooKeeper read after the refusal, same session: %q %v", data, err)
+	}
+	c, resp := zkDial(t, tc.zkAddrs()[4], false)
+	if resp == nil {
+		t.Fatal("no ZooKeeper session on member 5")
+	}
+	if h, _ := zkCall(t, c, 1, zk.OpCreate, &zk.CreateRequest{Path: "/eu/zk", ACL: []zk.ACL{{Perms: 31, ID: zk.Id{Scheme: "world", ID: "anyone"}}}}); h.Err != -119 {
+		t.Fatalf("ZooKeeper create in the keyspace: err %d, want ZNOTREADONLY (-119)", h.Err)
+	}
+
+	// Native sequential read by the session that wrote the data.
+	if data, _, err := us.Get(ctx(t), "/eu/data", client.WithConsistency(client.Sequential)); err != nil || string(data) != "kept" {
+		t.Fatalf("sequential read of the keyspace: %q %v", data, err)
+	}
+	// A session created after the loss has seen the root's newer zxid (its
+	// own creation): this copy may not answer it without the keyspace's
+	// leader, and says so at once (not after the request timeout), or
+	// answers with the data.
+	fresh := tc.client(tc.endpoints()[5])
+	start = time.Now()
+	data, _, err := fresh.Get(ctx(t), "/eu/data", client.WithConsistency(client.Sequential))
+	if (err != nil && !errors.Is(err, errs.ErrNoQuorumRead)) || (err == nil && string(data) != "kept") || time.Since(start) > time.Second {
+		t.Fatalf("a new session's sequential read: %q %v after %v", data, err, time.Since(start))
+	}
+	t.Logf("a new session's sequential read: %q %v", data, err)
+	// Linearizable: always the leader's, refused as fast.
+	start = time.Now()
+	if _, _, err := us.Get(ctx(t), "/eu/data"); !errors.Is(err, errs.ErrNoQuorumRead) || time.Since(start) > time.Second {
+		t.Fatalf("a linearizable read of the keyspace: %v after %v", err, time.Since(start))
+	}
+	// The root writes on.
+	if _, _, err := us.Create(ctx(t), "/elsewhere", nil, client.CreateOptions{}); err != nil {
+		t.Fatalf("a write outside the keyspace: %v", err)
+	}
+
+	// The region back, the keyspace writes again.
+	for i := 0; i < 3; i++ {
+		tc.start(i)
+	}
+	back := writeWithin(t, "write after the region is back", 20*time.Second, true, func(c context.Context) error {
+		_, err := us.Set(c, "/eu/data", []byte("back"), -1)
+		return err
+	})
+	t.Logf("writes again %v after the region's members restarted", back.Round(time.Millisecond))
+}
