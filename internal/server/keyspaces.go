@@ -564,9 +564,14 @@ func (s *Server) keyspaceDuties(now time.Time) {
 		if region[s.cfg.ID] != g.ks.Region && now.Sub(g.ledSince) >= groupDutyEvery && now.Sub(g.dutyAt) >= groupDutyEvery {
 			// A region-survival keyspace's leader belongs in its home
 			// region (the voters there commit with the nearest other
-			// region): hand leadership to the first home voter.
+			// region): hand leadership to the first home voter that
+			// answers the latency probes. Not to one that does not: raft
+			// refuses proposals while a transfer is under way, so every
+			// attempt at a lost home region stalled writes for an
+			// election timeout.
+			_, silent := g.rep.SilentVoters(now)
 			for _, v := range g.ks.Voters {
-				if region[v] == g.ks.Region {
+				if region[v] == g.ks.Region && !slices.Contains(silent, v) {
 					g.dutyAt = now
 					go func(rep *replica.Replica, to uint64) {
 						ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout())
