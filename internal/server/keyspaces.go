@@ -50,6 +50,10 @@ type group struct {
 	// quorumLost: why this member judges the group without a quorum
 	// (quorum.go); nil while it does not.
 	quorumLost atomic.Pointer[string]
+	// quorumApplied, quorumProgress: the applied index checkQuorums last
+	// saw and when it last saw it move (duties goroutine only).
+	quorumApplied  uint64
+	quorumProgress time.Time
 }
 
 func (g *group) root() bool { return g.id == 0 }
@@ -569,7 +573,7 @@ func (s *Server) keyspaceDuties(now time.Time) {
 			// refuses proposals while a transfer is under way, so every
 			// attempt at a lost home region stalled writes for an
 			// election timeout.
-			_, silent := g.rep.SilentVoters(now)
+			_, silent := g.rep.SilentVoters(now, 1)
 			for _, v := range g.ks.Voters {
 				if region[v] == g.ks.Region && !slices.Contains(silent, v) {
 					g.dutyAt = now

@@ -6,9 +6,14 @@ package server
 // request timeout, and its data stays readable from this member's copy.
 //
 // The judgement is the root's latency probes' (replica.SilentVoters): a
-// voter that has answered none for an election timeout (at least three
-// probe intervals) is unreachable; when a majority of the group's voters
-// are, no leader can commit. Every tick (duties) each keyspace group is
+// voter that has answered none for two election timeouts (quorumSilence;
+// each at least three probe intervals) is unreachable; when a majority
+// of the group's voters are, no leader can commit. Unless the group
+// applied something here meanwhile: then it has one, and the probes are
+// late. Both guards because on a starved machine (six members in one
+// process under the race detector, two cores, load 13) live voters went
+// two election timeouts without an answer counted, and writes that were
+// committing were answered "unknown". Every tick (duties) each keyspace group is
 // judged again; while it is judged without a quorum
 //
 //   - a write not yet handed to raft is refused (errs.ErrNoQuorum): it
@@ -20,9 +25,8 @@ package server
 //     that has seen a zxid above this member's copy) fails with
 //     errs.ErrNoQuorumRead; other reads are served from the copy.
 //
-// A member whose probes are off (replica.Config.ProbeInterval < 0) never
-// judges a group so, and its writes wait for the request timeout as
-// before. The root group is not judged: its heartbeats carry failure
+// A replica without probes (replica.Config.ProbeInterval < 0; the server
+// never turns them off) judges no group so. The root group is not judged: its heartbeats carry failure
 // detection and sessions, and a member cut off from the root's quorum is
 // ZooKeeper's partitioned server (its clients move to another).
 
@@ -34,6 +38,10 @@ import (
 
 	"github.com/meridian-coord/meridian/internal/errs"
 )
+
+// quorumSilence is how many election timeouts a voter must have answered
+// no probe for to count as unreachable in the quorum judgement.
+const quorumSilence = 2
 
 // noQuorum is the error a write to g meets while g is judged without a
 // quorum (nil otherwise).
@@ -54,13 +62,20 @@ func (g *group) noQuorumRead() error {
 	return nil
 }
 
-// checkQuorums judges every keyspace group's quorum (duties, every tick)
-// and answers the writes waiting in a group judged without one.
-func (s *Server) checkQuorums(now time.Time) {
+// checkQuorums judges every keyspace group's quorum (duties, every tick;
+// election is the election timeout at the tick in use) and answers the
+// writes waiting in a group judged without one. A group that applied
+// anything within quorumSilence election timeouts has a quorum, whatever
+// the probes say.
+func (s *Server) checkQuorums(now time.Time, election time.Duration) {
 	var where map[uint64]string
 	for _, g := range s.keyspaceGroups.all() {
-		voters, silent := g.rep.SilentVoters(now)
-		if len(voters) == 0 || len(silent) < len(voters)-len(voters)/2 {
+		if applied := g.rep.AppliedIndex(); applied != g.quorumApplied || g.quorumProgress.IsZero() {
+			g.quorumApplied, g.quorumProgress = applied, now
+		}
+		voters, silent := g.rep.SilentVoters(now, quorumSilence)
+		if len(voters) == 0 || len(silent) < len(voters)-len(voters)/2 ||
+			now.Sub(g.quorumProgress) < quorumSilence*election {
 			if g.quorumLost.Load() != nil {
 				s.log.Info("keyspace quorum reachable again", "keyspace", g.ks.Prefix)
 				g.quorumLost.Store(nil)
@@ -92,6 +107,6 @@ func quorumDetail(g *group, voters, silent []uint64, where map[uint64]string) st
 		}
 		fmt.Fprintf(&b, " %d (%s)", v, where[v])
 	}
-	fmt.Fprintf(&b, " of %v unreachable for an election timeout, %d needed", slices.Clone(voters), len(voters)/2+1)
+	fmt.Fprintf(&b, " of %v unreachable for %d election timeouts, %d needed", slices.Clone(voters), quorumSilence, len(voters)/2+1)
 	return b.String()
 }
