@@ -3,18 +3,20 @@ package server
 // A keyspace whose quorum is unreachable from this member (a zone-survival
 // keyspace whose home region is lost, or this member cut off from it):
 // its writes fail at once with a declared error instead of waiting out the
-// request timeout, and its data stays readable from this member's copy.
+// request timeout, and its reads are served from this member's copy where
+// the session's last zxid allows.
 //
 // The judgement is the root's latency probes' (replica.SilentVoters): a
 // voter that has answered none for two election timeouts (quorumSilence;
-// each at least three probe intervals) is unreachable; when a majority
-// of the group's voters are, no leader can commit. Unless the group
-// applied something here meanwhile: then it has one, and the probes are
-// late. Both guards because on a starved machine (six members in one
-// process under the race detector, two cores, load 13) live voters went
-// two election timeouts without an answer counted, and writes that were
-// committing were answered "unknown". Every tick (duties) each keyspace group is
-// judged again; while it is judged without a quorum
+// each at least three probe intervals) is unreachable; when a majority of
+// the group's voters are, no leader can commit. Unless the group applied
+// something here meanwhile: then it has one, and the probes are late.
+// Both guards because on a starved machine (six members in one process
+// under the race detector, two cores, load 13) live voters went two
+// election timeouts without an answer counted (it came after its probe
+// round expired), and writes that were committing were answered
+// "unknown". Every tick (duties) each keyspace
+// group is judged again; while it is judged without a quorum
 //
 //   - a write not yet handed to raft is refused (errs.ErrNoQuorum): it
 //     was never proposed, so it is not applied;
@@ -26,9 +28,10 @@ package server
 //     errs.ErrNoQuorumRead; other reads are served from the copy.
 //
 // A replica without probes (replica.Config.ProbeInterval < 0; the server
-// never turns them off) judges no group so. The root group is not judged: its heartbeats carry failure
-// detection and sessions, and a member cut off from the root's quorum is
-// ZooKeeper's partitioned server (its clients move to another).
+// never turns them off) judges no group so. The root group is not judged:
+// its heartbeats carry failure detection and sessions, and a member cut
+// off from the root's quorum is ZooKeeper's partitioned server (its
+// clients move to another).
 
 import (
 	"fmt"
