@@ -52,6 +52,14 @@ test: vet staticcheck
 	MERIDIAN_PYTHON=$(CURDIR)/.venv/bin/python ZKCLI=/usr/share/zookeeper/bin/zkCli.sh \
 		$(GO) test -tags compat -count=1 -run 'TestKazoo|TestZkCli' ./cmd/meridian
 	./scripts/kazoo-test.sh
+	MERIDIAN_KEYSPACE=/kazootests ./scripts/kazoo-test.sh -k '$(KAZOO_KEYSPACE_TESTS)'
+
+# kazoo's tests `make test` runs again with their chroots in a regional
+# keyspace (docs/compatibility.md, "Regional keyspaces"); the whole suite
+# so: MERIDIAN_KEYSPACE=/kazootests ./scripts/kazoo-test.sh. Left out:
+# test_request_queuing_session_recovered, which fails now and then only
+# with a keyspace (open; docs/compatibility.md says how often).
+KAZOO_KEYSPACE_TESTS ?= (test_client or test_lock or test_election or test_queue or test_barrier or test_watchers or test_counter or test_party or test_partitioner or test_cache or test_lease) and not test_request_queuing_session_recovered
 
 # kazoo's own test suite against Meridian (part of `make test`).
 kazoo-test:

@@ -64,6 +64,14 @@ var (
 	ErrNotParticipant          = errs.ErrNotParticipant
 	ErrBarrierWaitTimeout      = errs.ErrBarrierWaitTimeout
 	ErrClosed                  = errors.New("meridian: client closed")
+	// ErrNoQuorum: a keyspace's voters are unreachable; not applied.
+	ErrNoQuorum = errs.ErrNoQuorum
+	// ErrNoQuorumInFlight: a keyspace lost its quorum while the write
+	// waited; outcome unknown.
+	ErrNoQuorumInFlight = errs.ErrNoQuorumInFlight
+	// ErrNoQuorumRead: the read needed a keyspace's leader, which its
+	// unreachable voters leave it without.
+	ErrNoQuorumRead = errs.ErrNoQuorumRead
 )
 
 // Stat is a znode's metadata (ZooKeeper's Stat).

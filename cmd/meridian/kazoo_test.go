@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/server"
 )
 
@@ -61,6 +62,46 @@ func startZKClusterWith(t *testing.T, tweak func(*server.Config)) ([]string, []*
 		procs = append(procs, startServer(t, p, filepath.Join(dir, fmt.Sprintf("n%d.log", i+1))))
 	}
 	return zkAddrs, procs
+}
+
+// startZKClusterInKeyspace is startZKCluster with the members in zones
+// z1-z3 of region local and the regional keyspace prefix (zone survival,
+// its own raft group) created before it returns, through the native API
+// as the dev admin.
+func startZKClusterInKeyspace(t *testing.T, prefix string) []string {
+	var tlsDir string
+	var grpc []string
+	zkAddrs, _ := startZKClusterWith(t, func(c *server.Config) {
+		for i := range c.Members {
+			c.Members[i].Zone = fmt.Sprintf("z%d", i+1)
+		}
+		tlsDir, grpc = filepath.Dir(c.TLS.CA), nil
+		for _, m := range c.Members {
+			grpc = append(grpc, m.GRPC)
+		}
+	})
+	tlsc, err := client.DevTLS(tlsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Endpoints: grpc, TLS: tlsc, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer c.Close()
+	for {
+		ks, err := c.CreateKeyspace(ctx, prefix, "local", "zone")
+		if err == nil {
+			t.Logf("keyspace %s: group %d, voters %v", ks.GetPrefix(), ks.GetGroup(), ks.GetVoters())
+			return zkAddrs
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("create keyspace %s: %v", prefix, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // zkLeader returns the index of the member whose ZooKeeper port reports
@@ -137,6 +178,95 @@ func TestKazoo(t *testing.T) {
 	out, err := exec.Command(py, script, strings.Join(zkAddrs, ",")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "KAZOO SMOKE OK") {
 		t.Fatalf("kazoo smoke failed: %v\n%s", err, out)
+	}
+}
+
+// TestKazooInKeyspace is TestKazoo with every path the smoke test uses
+// (/kz and below) in a regional keyspace: kazoo's recipes, watches and
+// transactions against a keyspace's own raft group.
+func TestKazooInKeyspace(t *testing.T) {
+	py := os.Getenv("MERIDIAN_PYTHON")
+	if py == "" {
+		t.Fatal("MERIDIAN_PYTHON is not set: run through `make test` (it prepares .venv)")
+	}
+	zkAddrs := startZKClusterInKeyspace(t, "/kz")
+	script, _ := filepath.Abs("../../tests/compat/kazoo_smoke.py")
+	out, err := exec.Command(py, script, strings.Join(zkAddrs, ",")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "KAZOO SMOKE OK") {
+		t.Fatalf("kazoo smoke in a keyspace failed: %v\n%s", err, out)
+	}
+}
+
+// TestZkCliInKeyspace is TestZkCli's session under a regional keyspace
+// /eu: create, get, ls, set, delete through different servers and data
+// and child watches, all in the keyspace's group; ls / shows the
+// keyspace's root, and deleting it is refused (it goes with the keyspace).
+func TestZkCliInKeyspace(t *testing.T) {
+	zkcli := os.Getenv("ZKCLI")
+	if zkcli == "" {
+		t.Fatal("ZKCLI is not set: run through `make test` (scripts/install-zookeeper.sh provides zkCli.sh)")
+	}
+	zkAddrs := startZKClusterInKeyspace(t, "/eu")
+	cli := func(server string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, zkcli, append([]string{"-server", server}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("zkCli.sh %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := cli(zkAddrs[0], "ls", "/"); !strings.Contains(out, "[eu, meridian, zookeeper]") {
+		t.Fatalf("ls /:\n%s", out)
+	}
+	if out := cli(zkAddrs[0], "create", "/eu/cli", "hello"); !strings.Contains(out, "Created /eu/cli") {
+		t.Fatalf("create:\n%s", out)
+	}
+	if out := cli(zkAddrs[1], "get", "/eu/cli"); !strings.Contains(out, "\nhello\n") {
+		t.Fatalf("get:\n%s", out)
+	}
+	if out := cli(zkAddrs[2], "ls", "/eu"); !strings.Contains(out, "[cli]") {
+		t.Fatalf("ls /eu:\n%s", out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	watcher := exec.CommandContext(ctx, zkcli, "-server", zkAddrs[0])
+	stdin, _ := watcher.StdinPipe()
+	var out strings.Builder
+	watcher.Stdout, watcher.Stderr = &out, &out
+	if err := watcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("get -w /eu/cli\nls -w /eu\n"))
+	// The watches are set once the session has printed their replies.
+	time.Sleep(3 * time.Second)
+	cli(zkAddrs[1], "set", "/eu/cli", "world")
+	cli(zkAddrs[2], "create", "/eu/cli2")
+	time.Sleep(2 * time.Second)
+	stdin.Write([]byte("quit\n"))
+	stdin.Close()
+	watcher.Wait()
+	for _, want := range []string{"type:NodeDataChanged path:/eu/cli", "type:NodeChildrenChanged path:/eu"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("watcher session did not see %q:\n%s", want, out.String())
+		}
+	}
+	if got := cli(zkAddrs[0], "get", "/eu/cli"); !strings.Contains(got, "\nworld\n") {
+		t.Fatalf("get after set:\n%s", got)
+	}
+	cli(zkAddrs[1], "delete", "/eu/cli")
+	if got := cli(zkAddrs[2], "ls", "/eu"); !strings.Contains(got, "[cli2]") {
+		t.Fatalf("ls after delete:\n%s", got)
+	}
+	// ZooKeeper's BadArguments: zkCli.sh says so and exits 1.
+	got, err := exec.CommandContext(ctx, zkcli, "-server", zkAddrs[0], "delete", "/eu").CombinedOutput()
+	if err == nil || !strings.Contains(string(got), "Arguments are not valid : /eu") {
+		t.Fatalf("delete of the keyspace root: %v\n%s", err, got)
+	}
+	if got := cli(zkAddrs[1], "ls", "/"); !strings.Contains(got, "[eu, meridian, zookeeper]") {
+		t.Fatalf("ls / after the refused delete:\n%s", got)
 	}
 }
 

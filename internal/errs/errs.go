@@ -142,6 +142,22 @@ var (
 	// ErrKeyspaceRoot: the root znode of a keyspace is deleted with the
 	// keyspace (keyspace rm), not by a delete.
 	ErrKeyspaceRoot = &Error{zkBadArguments, codes.InvalidArgument, "a keyspace's root znode is removed with the keyspace"}
+	// ErrNoQuorum: a majority of a keyspace's voters (all three of a
+	// zone-survival keyspace's are in its home region) have answered no
+	// latency probe for an election timeout, so the member refused the
+	// write before proposing it: not applied. The data stays readable;
+	// ZooKeeper clients get ZooKeeper's answer to a write on a server that
+	// is cut off from its quorum and serves reads only (NOTREADONLY).
+	ErrNoQuorum = &Error{zkNotReadOnly, codes.Unavailable, "keyspace has no quorum (a majority of its voters unreachable); write not applied"}
+	// ErrNoQuorumInFlight: the keyspace lost its quorum while the write
+	// waited for its commit; it may still apply once the voters are back.
+	ErrNoQuorumInFlight = &Error{zkConnectionLoss, codes.Unavailable, "keyspace lost its quorum while the write was in flight; outcome unknown"}
+	// ErrNoQuorumRead: a read that needs the keyspace's leader (a
+	// linearizable read, or one for a session that has seen a zxid above
+	// this member's copy of the keyspace) while its quorum is unreachable.
+	// ZooKeeper clients see the connection closed, as from a server
+	// outside its quorum.
+	ErrNoQuorumRead = &Error{zkConnectionLoss, codes.Unavailable, "keyspace has no quorum and this member's copy is older than the session has seen; read not served"}
 
 	// Session errors.
 	ErrSessionExpired = &Error{zkSessionExpired, codes.FailedPrecondition, "session expired"}
@@ -189,6 +205,7 @@ var all = []*Error{
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,
 	ErrRequestTimeout, ErrTooManyGroups, ErrWrongGroup, ErrCrossKeyspace, ErrKeyspaceRoot,
+	ErrNoQuorum, ErrNoQuorumInFlight, ErrNoQuorumRead,
 }
 
 var byMsg = func() map[string]*Error {

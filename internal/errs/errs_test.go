@@ -12,7 +12,8 @@ import (
 // request now" or "its outcome is unknown", and no other.
 func TestZKConnectionLossSet(t *testing.T) {
 	lost := map[*Error]bool{ErrNotLeader: true, ErrUnavailable: true, ErrOutcomeUnknown: true,
-		ErrStopped: true, ErrConnectionLoss: true, ErrTimeout: true, ErrWrongGroup: true}
+		ErrStopped: true, ErrConnectionLoss: true, ErrTimeout: true, ErrWrongGroup: true,
+		ErrNoQuorumInFlight: true, ErrNoQuorumRead: true}
 	for _, e := range all {
 		if got := ZKConnectionLoss(e); got != lost[e] {
 			t.Errorf("ZKConnectionLoss(%q) = %v, want %v", e.Msg, got, lost[e])

@@ -255,6 +255,38 @@ func (r *Replica) silentSince(id uint64, from, now time.Time) bool {
 	return now.Sub(last) > r.silenceLimit()
 }
 
+// SilentVoters returns the group's voters and those of them, other than
+// this member, that have answered no latency probe of the root's for
+// timeouts election timeouts (each at least three probe intervals) while
+// this replica ran: with timeouts 1, the judgement leaderSilent makes of
+// a quiet group's leader, made of every voter. When a majority is silent
+// no leader can commit (a write proposed now will not apply until they
+// answer again). Both are nil when this member sends no probes (nothing
+// to judge by). Any goroutine.
+func (r *Replica) SilentVoters(now time.Time, timeouts int) (voters, silent []uint64) {
+	if r.cfg.ProbeInterval <= 0 || r.lat == nil {
+		return nil, nil
+	}
+	limit := time.Duration(timeouts) * max(time.Duration(r.tickNow.Load())*time.Duration(r.cfg.ElectionTicks), 3*r.cfg.ProbeInterval)
+	for _, p := range r.conf.Load().peers {
+		if p.Learner {
+			continue
+		}
+		voters = append(voters, p.ID)
+		if p.ID == r.cfg.ID {
+			continue
+		}
+		last := r.lat.LastReply(p.ID)
+		if last.Before(r.quiesce.started) {
+			last = r.quiesce.started
+		}
+		if now.Sub(last) > limit {
+			silent = append(silent, p.ID)
+		}
+	}
+	return voters, silent
+}
+
 func (r *Replica) silenceLimit() time.Duration {
 	return max(r.tick*time.Duration(r.cfg.ElectionTicks), 3*r.cfg.ProbeInterval)
 }

@@ -288,7 +288,8 @@ type Replica struct {
 	snapIndex     uint64
 	handover      handover // step-down notices, sent and received (handover.go)
 	quiesce       quiescence
-	quiet         atomic.Bool // quiesce.quiet for other goroutines
+	quiet         atomic.Bool  // quiesce.quiet for other goroutines
+	tickNow       atomic.Int64 // tick for other goroutines (SilentVoters)
 	pendingReads  []*readReq
 	inflight      map[string]*readBatch
 	readSeq       uint64
@@ -818,6 +819,7 @@ func (r *Replica) loop() {
 		}
 	}()
 	r.tick = r.cfg.TickInterval
+	r.tickNow.Store(int64(r.tick))
 	period := r.tick
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
@@ -991,6 +993,7 @@ func (r *Replica) adaptTick() {
 	r.log.Info("raft tick from measured network round trips", "tick", want, "was", r.tick, "slowest_voter_median", slowest,
 		"election_timeout", want*time.Duration(r.cfg.ElectionTicks))
 	r.tick = want
+	r.tickNow.Store(int64(want))
 }
 
 // maxDrain bounds how many queued proposals, messages and reads one Ready

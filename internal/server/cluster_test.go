@@ -20,6 +20,7 @@ import (
 
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/testutil"
 	"github.com/meridian-coord/meridian/internal/tree"
 )
@@ -61,6 +62,10 @@ func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 		tc.start(i)
 	}
 	t.Cleanup(tc.closeAll)
+	if strings.HasPrefix(t.Name(), withKeyspaceTest+"/") {
+		tc.leader()
+		tc.keyspace(withKeyspacePrefix, tc.cfgs[0].Members[0].Region, fsm.SurvivalZone)
+	}
 	return tc
 }
 

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
@@ -57,6 +58,13 @@ type group struct {
 	// led, since writesSince (followWrites; keyspaceDuties' goroutine only).
 	writes      map[uint64]uint64
 	writesSince time.Time
+	// quorumLost: why this member judges the group without a quorum
+	// (quorum.go); nil while it does not.
+	quorumLost atomic.Pointer[string]
+	// quorumApplied, quorumProgress: the applied index checkQuorums last
+	// saw and when it last saw it move (duties goroutine only).
+	quorumApplied  uint64
+	quorumProgress time.Time
 }
 
 func (g *group) root() bool { return g.id == 0 }
@@ -591,9 +599,15 @@ func (s *Server) keyspaceDuties(now time.Time) {
 		if region[s.cfg.ID] != g.ks.Region && now.Sub(g.ledSince) >= groupDutyEvery && now.Sub(g.dutyAt) >= groupDutyEvery {
 			// A region-survival keyspace's leader belongs in its home
 			// region (the voters there commit with the nearest other
-			// region): hand leadership to the first home voter.
+			// region): hand leadership to the first home voter that
+			// answers the latency probes. Not to one that does not: raft
+			// refuses proposals while a transfer is under way, so every
+			// attempt at a lost home region stalled writes for an
+			// election timeout. The group's voters now, not the table's
+			// first ones (groupconf.go).
+			_, silent := g.rep.SilentVoters(now, 1)
 			for _, p := range g.rep.Members() {
-				if v := p.ID; !p.Learner && region[v] == g.ks.Region {
+				if v := p.ID; !p.Learner && region[v] == g.ks.Region && !slices.Contains(silent, v) {
 					g.dutyAt = now
 					go func(rep *replica.Replica, to uint64) {
 						ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout())

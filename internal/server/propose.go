@@ -337,6 +337,9 @@ func (s *Server) submit(ctx context.Context, p proposal, tries int) *Future {
 		return f.fail(err)
 	}
 	f.g = g
+	if err := g.noQuorum(); err != nil { // never proposed: not applied
+		return f.fail(err)
+	}
 	if d, ok := p.(dutyProposal); ok {
 		return s.submitDuty(f, d.proposal)
 	}
@@ -353,6 +356,9 @@ func (s *Server) submit(ctx context.Context, p proposal, tries int) *Future {
 			return f
 		}
 		if !errors.Is(err, errs.ErrNotLeader) {
+			return f.fail(err)
+		}
+		if err := g.noQuorum(); err != nil { // raft dropped it: not applied
 			return f.fail(err)
 		}
 		select {
@@ -504,6 +510,18 @@ func (w *waiters) sweep(now time.Time, grace time.Duration) {
 			f.result = applied{err: errs.ErrOutcomeUnknown}
 			close(f.done)
 		}
+	}
+}
+
+// failAll answers every waiting proposal with err, an unknown outcome
+// (quorum.go: the group lost its quorum with them in flight).
+func (w *waiters) failAll(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, f := range w.m {
+		delete(w.m, id)
+		f.result = applied{err: err}
+		close(f.done)
 	}
 }
 

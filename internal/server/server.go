@@ -623,6 +623,7 @@ func (s *Server) duties() {
 		for _, g := range s.keyspaceGroups.all() {
 			g.waiters.sweep(time.Now(), grace)
 		}
+		s.checkQuorums(time.Now(), max(st.Tick, s.cfg.tick())*time.Duration(s.cfg.ElectionTicks))
 		s.keyspaceDuties(time.Now())
 		if now := time.Now(); now.Sub(lastPlacement) >= placementEvery {
 			lastPlacement = now

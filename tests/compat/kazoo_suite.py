@@ -12,6 +12,9 @@ A test in RACES (a race in kazoo's own test, seen against ZooKeeper too)
 that fails is run once more on its own and counts as passed only if that
 run passes; the report names every test that needed the second run.
 
+With MERIDIAN_KEYSPACE=/kazootests every test's chroot is in a regional
+keyspace (meridian_keyspace.py).
+
 Usage: kazoo_suite.py MERIDIAN_BIN [pytest args...]
 """
 
@@ -110,16 +113,21 @@ def main():
         # 4lw.commands.whitelist=* and maxClientCnxns=0 map as written.
         MERIDIAN_SHIM_DEFINES="meridian.insecure=true",
     )
+    pytest_args = ["--pyargs", "kazoo.tests"]
+    if env.get("MERIDIAN_KEYSPACE"):
+        # Every test's chroot inside a regional keyspace (meridian_keyspace.py).
+        env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+        pytest_args = ["-p", "meridian_keyspace"] + pytest_args
     with tempfile.TemporaryDirectory() as tmp:
         # Every server's log in one file: a server that hangs while stopping
         # exits after 30 s with its goroutine stacks there (cmd/meridian's
         # shutdown watchdog); the run fails and shows them.
         env["MERIDIAN_SHIM_LOG"] = os.path.join(tmp, "servers.log")
-        results = run_pytest(env, tmp, "junit.xml", ["--pyargs", "kazoo.tests"] + sys.argv[2:])
+        results = run_pytest(env, tmp, "junit.xml", pytest_args + sys.argv[2:])
         retried = []
         for name, (expr, _) in RACES.items():
             if results.get(name) == "failed":
-                again = run_pytest(env, tmp, "retry.xml", ["--pyargs", "kazoo.tests", "-k", expr])
+                again = run_pytest(env, tmp, "retry.xml", pytest_args + ["-k", expr])
                 retried.append((name, again.get(name, "not run")))
                 if again.get(name) == "passed":
                     results[name] = "passed"
@@ -134,8 +142,9 @@ def main():
     missing = sorted(n for n in expected if n not in results)
     rate = len(passed) / max(1, len(results))
 
-    print("\nkazoo suite: %d tests, %d passed, %d failed, %d skipped: %.1f%% pass"
-          % (len(results), len(passed), len(failed), len(skipped), 100 * rate))
+    where = " (chroots in keyspace %s)" % env["MERIDIAN_KEYSPACE"] if env.get("MERIDIAN_KEYSPACE") else ""
+    print("\nkazoo suite%s: %d tests, %d passed, %d failed, %d skipped: %.1f%% pass"
+          % (where, len(results), len(passed), len(failed), len(skipped), 100 * rate))
     for n in failed:
         print("  %s %s  %s" % ("expected" if n in expected else "UNEXPECTED", n, expected.get(n, "")))
     for n in skipped:
