@@ -176,6 +176,20 @@ func (e *Env) Exited() []string {
 	return out
 }
 
+// Finish closes the environment after a run and reports what went wrong
+// in it: the processes that exited during the run, as a failure that
+// names the run (what); their directory (logs, data) is then kept, and
+// named, whatever keep says, so that the exit can be diagnosed. "" when
+// every process ran to the end.
+func (e *Env) Finish(keep bool, what string) string {
+	ex := e.Exited()
+	e.Close(keep || len(ex) > 0)
+	if len(ex) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: processes exited during the run: %v (logs kept in %s)", what, ex, e.Dir)
+}
+
 // OnClose registers cleanup run by Close (last registered, first run).
 func (e *Env) OnClose(f func()) {
 	e.mu.Lock()

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +39,37 @@ func TestEnvCPU(t *testing.T) {
 			t.Fatalf("CPU %v after 30 s of a busy loop", e.CPU())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A run whose process exited keeps its directory (the logs) and says so;
+// one whose processes ran to the end removes it unless asked to keep it.
+func TestEnvFinishKeepsAnExitedRun(t *testing.T) {
+	for _, exits := range []bool{true, false} {
+		e, err := NewEnv(&Topology{}, t.TempDir(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := "sleep 60"
+		if exits {
+			script = "exit 3"
+		}
+		if err := e.Start("srv", "sh", "-c", script); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); exits && len(e.Exited()) == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the process never exited")
+			}
+		}
+		f := e.Finish(false, "w on t")
+		_, statErr := os.Stat(e.Dir)
+		switch {
+		case exits && (!strings.Contains(f, "w on t: processes exited during the run: [srv] (logs kept in "+e.Dir+")") || statErr != nil):
+			t.Errorf("an exit: %q, directory %v", f, statErr)
+		case !exits && (f != "" || !os.IsNotExist(statErr)):
+			t.Errorf("no exit: %q, directory %v", f, statErr)
+		}
+		os.RemoveAll(e.Dir)
 	}
 }

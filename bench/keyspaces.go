@@ -145,10 +145,9 @@ func RunKeyspaces(newEnv func() (*Env, error), bin string, p KeyspacesParams, li
 			failures = append(failures, fmt.Sprintf("keyspaces %s on %s: %v", variant, e.Topo.Name, err))
 			progress(fmt.Sprintf("keyspaces %s: %v", variant, err))
 		}
-		if ex := e.Exited(); len(ex) > 0 {
-			failures = append(failures, fmt.Sprintf("keyspaces %s on %s: processes exited during the run: %v", variant, e.Topo.Name, ex))
+		if f := e.Finish(p.Keep, fmt.Sprintf("keyspaces %s on %s", variant, e.Topo.Name)); f != "" {
+			failures = append(failures, f)
 		}
-		e.Close(p.Keep)
 	}
 	return out, failures
 }

@@ -227,10 +227,9 @@ func main() {
 				rep.Failures = append(rep.Failures, fmt.Sprintf("georead on %s: %v", topo.Name, err))
 			}
 			rep.Results = append(rep.Results, res...)
-			if ex := env.Exited(); len(ex) > 0 {
-				rep.Failures = append(rep.Failures, fmt.Sprintf("georead on %s: processes exited during the run: %v", topo.Name, ex))
+			if f := env.Finish(*keep, "georead on "+topo.Name); f != "" {
+				rep.Failures = append(rep.Failures, f)
 			}
-			env.Close(*keep)
 		}
 		if len(ks.Variants) > 0 && slices.Contains(strings.Split(*workloads, ","), "keyspaces") {
 			if !topo.HasZones() {
@@ -347,10 +346,9 @@ func main() {
 					}
 				}
 			}
-			if ex := env.Exited(); len(ex) > 0 {
-				rep.Failures = append(rep.Failures, fmt.Sprintf("%s on %s: processes exited during the run: %v", sys, topo.Name, ex))
+			if f := env.Finish(*keep, sys+" on "+topo.Name); f != "" {
+				rep.Failures = append(rep.Failures, f)
 			}
-			env.Close(*keep)
 		}
 	}
 	rep.Duration = time.Since(start).Round(time.Second).String()
