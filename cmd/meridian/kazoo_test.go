@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -202,65 +203,12 @@ func TestKazooInKeyspace(t *testing.T) {
 // and child watches, all in the keyspace's group; ls / shows the
 // keyspace's root, and deleting it is refused (it goes with the keyspace).
 func TestZkCliInKeyspace(t *testing.T) {
-	zkcli := os.Getenv("ZKCLI")
-	if zkcli == "" {
-		t.Fatal("ZKCLI is not set: run through `make test` (scripts/install-zookeeper.sh provides zkCli.sh)")
-	}
+	zkcli, cli := zkCliRunner(t)
 	zkAddrs := startZKClusterInKeyspace(t, "/eu")
-	cli := func(server string, args ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, zkcli, append([]string{"-server", server}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("zkCli.sh %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	if out := cli(zkAddrs[0], "ls", "/"); !strings.Contains(out, "[eu, meridian, zookeeper]") {
-		t.Fatalf("ls /:\n%s", out)
-	}
-	if out := cli(zkAddrs[0], "create", "/eu/cli", "hello"); !strings.Contains(out, "Created /eu/cli") {
-		t.Fatalf("create:\n%s", out)
-	}
-	if out := cli(zkAddrs[1], "get", "/eu/cli"); !strings.Contains(out, "\nhello\n") {
-		t.Fatalf("get:\n%s", out)
-	}
-	if out := cli(zkAddrs[2], "ls", "/eu"); !strings.Contains(out, "[cli]") {
-		t.Fatalf("ls /eu:\n%s", out)
-	}
-
+	zkCliSession(t, zkcli, cli, zkAddrs, "/eu")
+	// ZooKeeper's BadArguments: zkCli.sh says so and exits 1.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	watcher := exec.CommandContext(ctx, zkcli, "-server", zkAddrs[0])
-	stdin, _ := watcher.StdinPipe()
-	var out strings.Builder
-	watcher.Stdout, watcher.Stderr = &out, &out
-	if err := watcher.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stdin.Write([]byte("get -w /eu/cli\nls -w /eu\n"))
-	// The watches are set once the session has printed their replies.
-	time.Sleep(3 * time.Second)
-	cli(zkAddrs[1], "set", "/eu/cli", "world")
-	cli(zkAddrs[2], "create", "/eu/cli2")
-	time.Sleep(2 * time.Second)
-	stdin.Write([]byte("quit\n"))
-	stdin.Close()
-	watcher.Wait()
-	for _, want := range []string{"type:NodeDataChanged path:/eu/cli", "type:NodeChildrenChanged path:/eu"} {
-		if !strings.Contains(out.String(), want) {
-			t.Fatalf("watcher session did not see %q:\n%s", want, out.String())
-		}
-	}
-	if got := cli(zkAddrs[0], "get", "/eu/cli"); !strings.Contains(got, "\nworld\n") {
-		t.Fatalf("get after set:\n%s", got)
-	}
-	cli(zkAddrs[1], "delete", "/eu/cli")
-	if got := cli(zkAddrs[2], "ls", "/eu"); !strings.Contains(got, "[cli2]") {
-		t.Fatalf("ls after delete:\n%s", got)
-	}
-	// ZooKeeper's BadArguments: zkCli.sh says so and exits 1.
 	got, err := exec.CommandContext(ctx, zkcli, "-server", zkAddrs[0], "delete", "/eu").CombinedOutput()
 	if err == nil || !strings.Contains(string(got), "Arguments are not valid : /eu") {
 		t.Fatalf("delete of the keyspace root: %v\n%s", err, got)
@@ -274,21 +222,8 @@ func TestZkCliInKeyspace(t *testing.T) {
 // (zkCli.sh from Debian's zookeeper 3.8 package): create, ls, get, set,
 // delete, each through a different server, and data and child watches.
 func TestZkCli(t *testing.T) {
-	zkcli := os.Getenv("ZKCLI")
-	if zkcli == "" {
-		t.Fatal("ZKCLI is not set: run through `make test` (scripts/install-zookeeper.sh provides zkCli.sh)")
-	}
+	zkcli, cli := zkCliRunner(t)
 	zkAddrs := startZKCluster(t)
-	cli := func(server string, args ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, zkcli, append([]string{"-server", server}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("zkCli.sh %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
 	// zkCli.sh tries for a while before giving up on a server; make sure
 	// the cluster has a leader first.
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -299,18 +234,49 @@ func TestZkCli(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if out := cli(zkAddrs[0], "create", "/cli", "hello"); !strings.Contains(out, "Created /cli") {
+	zkCliSession(t, zkcli, cli, zkAddrs, "/", "meridian", "zookeeper")
+}
+
+// zkCliRunner is zkCli.sh's path and a runner of one command of it
+// against a server, failing the test when the command fails.
+func zkCliRunner(t *testing.T) (string, func(server string, args ...string) string) {
+	zkcli := os.Getenv("ZKCLI")
+	if zkcli == "" {
+		t.Fatal("ZKCLI is not set: run through `make test` (scripts/install-zookeeper.sh provides zkCli.sh)")
+	}
+	return zkcli, func(server string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, zkcli, append([]string{"-server", server}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("zkCli.sh %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+}
+
+// zkCliSession creates dir/cli, reads and lists it through other servers,
+// then an interactive session sets a data watch on it and a child watch
+// on dir while other processes change both, then deletes it. others are
+// dir's other children.
+func zkCliSession(t *testing.T, zkcli string, cli func(string, ...string) string, zkAddrs []string, dir string, others ...string) {
+	t.Helper()
+	node := strings.TrimSuffix(dir, "/") + "/cli"
+	list := func(kids ...string) string {
+		all := append(slices.Clone(kids), others...)
+		slices.Sort(all)
+		return "[" + strings.Join(all, ", ") + "]"
+	}
+	if out := cli(zkAddrs[0], "create", node, "hello"); !strings.Contains(out, "Created "+node) {
 		t.Fatalf("create:\n%s", out)
 	}
-	if out := cli(zkAddrs[1], "get", "/cli"); !strings.Contains(out, "\nhello\n") {
+	if out := cli(zkAddrs[1], "get", node); !strings.Contains(out, "\nhello\n") {
 		t.Fatalf("get:\n%s", out)
 	}
-	if out := cli(zkAddrs[2], "ls", "/"); !strings.Contains(out, "[cli, meridian, zookeeper]") {
-		t.Fatalf("ls:\n%s", out)
+	if out := cli(zkAddrs[2], "ls", dir); !strings.Contains(out, list("cli")) {
+		t.Fatalf("ls %s:\n%s", dir, out)
 	}
-
-	// An interactive session sets a data watch and a child watch, then
-	// another process changes both.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	watcher := exec.CommandContext(ctx, zkcli, "-server", zkAddrs[0])
@@ -320,25 +286,25 @@ func TestZkCli(t *testing.T) {
 	if err := watcher.Start(); err != nil {
 		t.Fatal(err)
 	}
-	stdin.Write([]byte("get -w /cli\nls -w /\n"))
+	stdin.Write([]byte("get -w " + node + "\nls -w " + dir + "\n"))
 	// The watches are set once the session has printed their replies.
 	time.Sleep(3 * time.Second)
-	cli(zkAddrs[1], "set", "/cli", "world")
-	cli(zkAddrs[2], "create", "/cli2")
+	cli(zkAddrs[1], "set", node, "world")
+	cli(zkAddrs[2], "create", node+"2")
 	time.Sleep(2 * time.Second)
 	stdin.Write([]byte("quit\n"))
 	stdin.Close()
 	watcher.Wait()
-	for _, want := range []string{"type:NodeDataChanged path:/cli", "type:NodeChildrenChanged path:/"} {
+	for _, want := range []string{"type:NodeDataChanged path:" + node, "type:NodeChildrenChanged path:" + dir} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("watcher session did not see %q:\n%s", want, out.String())
 		}
 	}
-	if got := cli(zkAddrs[0], "get", "/cli"); !strings.Contains(got, "\nworld\n") {
+	if got := cli(zkAddrs[0], "get", node); !strings.Contains(got, "\nworld\n") {
 		t.Fatalf("get after set:\n%s", got)
 	}
-	cli(zkAddrs[1], "delete", "/cli")
-	if got := cli(zkAddrs[2], "ls", "/"); !strings.Contains(got, "[cli2, meridian, zookeeper]") {
+	cli(zkAddrs[1], "delete", node)
+	if got := cli(zkAddrs[2], "ls", dir); !strings.Contains(got, list("cli2")) {
 		t.Fatalf("ls after delete:\n%s", got)
 	}
 }
