@@ -179,14 +179,9 @@ func Inspect(m Manifest, snaps [][]byte) ([]Summary, error) {
 		f := fsm.New(fsm.Hooks{})
 		base := 0
 		if g.Group != 0 {
-			var ks fsm.Keyspace
-			for _, k := range table {
-				if k.Group == g.Group {
-					ks = k
-				}
-			}
-			if ks.Group == 0 {
-				return nil, fmt.Errorf("%w: group %d is not in the root's keyspace table", ErrCorrupt, g.Group)
+			ks, err := keyspaceOf(table, g.Group)
+			if err != nil {
+				return nil, err
 			}
 			f = fsm.NewKeyspace(fsm.Hooks{}, ks)
 			base = f.Tree().NodeCount()
@@ -205,4 +200,14 @@ func Inspect(m Manifest, snaps [][]byte) ([]Summary, error) {
 		out[i] = s
 	}
 	return out, nil
+}
+
+// keyspaceOf is group's keyspace in the root's table.
+func keyspaceOf(table []fsm.Keyspace, group uint64) (fsm.Keyspace, error) {
+	for _, k := range table {
+		if k.Group == group {
+			return k, nil
+		}
+	}
+	return fsm.Keyspace{}, fmt.Errorf("%w: group %d is not in the root's keyspace table", ErrCorrupt, group)
 }

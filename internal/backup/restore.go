@@ -52,14 +52,9 @@ func Prepare(m Manifest, snaps [][]byte, nowMs int64, members []uint64) (Prepare
 	out.Root, out.RootIndex = data, idx
 	table := root.Keyspaces().List()
 	for i, g := range m.Groups[1:] {
-		var ks fsm.Keyspace
-		for _, k := range table {
-			if k.Group == g.Group {
-				ks = k
-			}
-		}
-		if ks.Group == 0 {
-			return out, fmt.Errorf("%w: group %d is not in the root's keyspace table", ErrCorrupt, g.Group)
+		ks, err := keyspaceOf(table, g.Group)
+		if err != nil {
+			return out, err
 		}
 		for _, id := range append(slices.Clone(ks.Voters), ks.Learners...) {
 			if !slices.Contains(members, id) {

@@ -623,8 +623,8 @@ func TestKeyspaceCountedOnce(t *testing.T) {
 
 // A backup saved from a running cluster while it takes writes holds every
 // write acknowledged before the save began, in the root group and in a
-// keyspace, and the locks held; each group's snapshot restores; a client
-// without the admin identity is refused.
+// keyspace, and the locks held; each group's snapshot restores. (A caller
+// without the admin identity: TestAdminOperationsNeedAdmin.)
 func TestSnapshotSaveUnderLoad(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	lead := tc.leader()
@@ -694,7 +694,6 @@ func TestSnapshotSaveUnderLoad(t *testing.T) {
 	if l, ok := eu.Coord().Get("eu/job"); !ok || len(l.Holders) != 1 {
 		t.Fatalf("the held lock eu/job: %+v %v", l, ok)
 	}
-	// (A caller without the admin identity: TestAdminOperationsNeedAdmin.)
 }
 
 // treeDump is every znode of t below path (data and ACL), path first.
