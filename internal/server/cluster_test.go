@@ -110,7 +110,14 @@ func (tc *testCluster) endpoints() []string {
 // leader waits for a leader that every running server agrees on.
 func (tc *testCluster) leader() int {
 	tc.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	return tc.agreedLeader(15*time.Second, "no leader elected", func(s *Server) uint64 { return s.Replica().Status().Leader })
+}
+
+// agreedLeader waits up to d until every running server names the same
+// running leader by leaderOf, and returns its index; fails with why.
+func (tc *testCluster) agreedLeader(d time.Duration, why string, leaderOf func(*Server) uint64) int {
+	tc.t.Helper()
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		var lead uint64
 		agree := true
@@ -118,7 +125,7 @@ func (tc *testCluster) leader() int {
 			if s == nil {
 				continue
 			}
-			l := s.Replica().Status().Leader
+			l := leaderOf(s)
 			if l == 0 || (lead != 0 && l != lead) {
 				agree = false
 				break
@@ -130,7 +137,7 @@ func (tc *testCluster) leader() int {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	tc.t.Fatal("no leader elected")
+	tc.t.Fatal(why)
 	return -1
 }
 

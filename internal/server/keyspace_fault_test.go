@@ -92,55 +92,15 @@ func zoneCluster(t *testing.T) *testCluster {
 // machine took up to 15 s to agree.
 func (tc *testCluster) rootLeader() {
 	tc.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var lead uint64
-		agree := true
-		for _, s := range tc.servers {
-			if l := s.Replica().Status().Leader; l == 0 || (lead != 0 && l != lead) {
-				agree = false
-				break
-			} else {
-				lead = l
-			}
-		}
-		if agree {
-			return
-		}
-		if time.Now().After(deadline) {
-			tc.t.Fatal("no root leader the members agree on")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	tc.agreedLeader(60*time.Second, "no root leader the members agree on", func(s *Server) uint64 { return s.Replica().Status().Leader })
 }
 
 // keyspaceLeader waits until the running members agree on a leader of
 // group and returns its index.
 func (tc *testCluster) keyspaceLeader(group uint64) int {
 	tc.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var lead uint64
-		agree := true
-		for _, s := range tc.servers {
-			if s == nil {
-				continue
-			}
-			l := s.keyspaceGroups.get(group).rep.Leader()
-			if l == 0 || (lead != 0 && l != lead) {
-				agree = false
-				break
-			}
-			lead = l
-		}
-		if agree && lead != 0 && tc.servers[lead-1] != nil {
-			return int(lead - 1)
-		}
-		if time.Now().After(deadline) {
-			tc.t.Fatalf("group %d: no leader the running members agree on", group)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return tc.agreedLeader(30*time.Second, fmt.Sprintf("group %d: no leader the running members agree on", group),
+		func(s *Server) uint64 { return s.keyspaceGroups.get(group).rep.Leader() })
 }
 
 // writeWithin retries write until it succeeds or d passes and returns
