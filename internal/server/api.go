@@ -284,7 +284,7 @@ func (a *api) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
 	// node the client saw as deleted, or fire watches for changes the client
 	// already knows. Wait until it has caught up, as AttachSession does.
 	bctx, cancel := context.WithTimeout(stream.Context(), a.s.cfg.requestTimeout())
-	err := a.s.barrierAll(bctx, newView(max(r.GetRelativeZxid(), r.GetMinZxid())))
+	err := a.s.barrierAll(bctx, newView(max(r.GetRelativeZxid(), r.GetMinZxid())), false)
 	cancel()
 	if err != nil {
 		return a.done("Watch", err)

@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -370,14 +371,17 @@ func (s *Server) regionDistance() func(from, to string) (time.Duration, bool) {
 
 // barrierAll brings every group this member runs up to what v requires
 // (viewBarrier): a client resuming its session, or re-registering watches
-// anywhere in the tree (setWatches, a watch stream), must find every
-// group at least as fresh as what it saw.
-func (s *Server) barrierAll(ctx context.Context, v *view) error {
+// anywhere in the tree (a watch stream), must find every group at least
+// as fresh as what it saw. With spareLost, a keyspace that has no quorum
+// (errs.ErrNoQuorumRead) does not fail the barrier: it stays below v's
+// floor, so the client's first read of it waits (or fails) then; a
+// resume must not cost a session that may never use that keyspace.
+func (s *Server) barrierAll(ctx context.Context, v *view, spareLost bool) error {
 	if err := s.viewBarrier(ctx, s.root, false, v); err != nil {
 		return err
 	}
 	for _, g := range s.keyspaceGroups.all() {
-		if err := s.viewBarrier(ctx, g, false, v); err != nil {
+		if err := s.viewBarrier(ctx, g, false, v); err != nil && !(spareLost && errors.Is(err, errs.ErrNoQuorumRead)) {
 			return err
 		}
 	}

@@ -330,20 +330,9 @@ func (s *Server) resumeSession(ctx context.Context, id int64, password []byte, v
 		err = s.readBarrier(ctx, s.root, true, 0)
 	}
 	if err == nil {
-		// The root, where sessions live, as fresh as what the client saw;
-		// then every keyspace. A keyspace that cannot get there now (it
-		// has no quorum) does not cost the session: the view keeps it
-		// below the floor, and the session's first read of it waits (or
-		// fails) then.
-		err = s.viewBarrier(ctx, s.root, false, v)
-		for _, g := range s.keyspaceGroups.all() {
-			if err != nil {
-				break
-			}
-			if gerr := s.viewBarrier(ctx, g, false, v); gerr != nil && !errors.Is(gerr, errs.ErrNoQuorumRead) {
-				err = gerr
-			}
-		}
+		// Every group as fresh as what the client saw; a keyspace without
+		// a quorum does not cost the session (barrierAll, spareLost).
+		err = s.barrierAll(ctx, v, true)
 	}
 	if err != nil {
 		return tree.SessionInfo{}, err
