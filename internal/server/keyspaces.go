@@ -70,6 +70,20 @@ type group struct {
 
 func (g *group) root() bool { return g.id == 0 }
 
+// members are the group's voters and learners now: its configuration
+// follows the cluster's membership (groupconf.go), so the keyspace
+// table's first configuration may be out of date.
+func (g *group) members() (voters, learners []uint64) {
+	for _, p := range g.rep.Members() {
+		if p.Learner {
+			learners = append(learners, p.ID)
+		} else {
+			voters = append(voters, p.ID)
+		}
+	}
+	return voters, learners
+}
+
 // lastZxid is the zxid of the last entry the group applied here.
 func (g *group) lastZxid() int64 {
 	g.fsm.RLock()
@@ -521,16 +535,7 @@ func (s *Server) keyspaceInfo(ks fsm.Keyspace) *pb.Keyspace {
 		Voters: slices.Clone(ks.Voters), Learners: slices.Clone(ks.Learners)}
 	if g := s.keyspaceGroups.get(ks.Group); g != nil {
 		out.LeaderId, out.LastZxid = g.rep.Leader(), g.lastZxid()
-		// The group's current configuration (it follows the cluster's
-		// membership, groupconf.go), not the table's first one.
-		out.Voters, out.Learners = nil, nil
-		for _, p := range g.rep.Members() {
-			if p.Learner {
-				out.Learners = append(out.Learners, p.ID)
-			} else {
-				out.Voters = append(out.Voters, p.ID)
-			}
-		}
+		out.Voters, out.Learners = g.members()
 	}
 	return out
 }
@@ -609,9 +614,9 @@ func (s *Server) keyspaceDuties(now time.Time) {
 			// attempt at a lost home region stalled writes for an
 			// election timeout. The group's voters now, not the table's
 			// first ones (groupconf.go).
-			_, silent := g.rep.SilentVoters(now, 1)
-			for _, p := range g.rep.Members() {
-				if v := p.ID; !p.Learner && region[v] == g.ks.Region && !slices.Contains(silent, v) {
+			voters, silent := g.rep.SilentVoters(now, 1)
+			for _, v := range voters {
+				if region[v] == g.ks.Region && !slices.Contains(silent, v) {
 					g.dutyAt = now
 					go func(rep *replica.Replica, to uint64) {
 						ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout())
@@ -730,9 +735,10 @@ func (s *Server) followWrites(g *group, now time.Time, region map[uint64]string)
 	counts := g.writes
 	g.writes, g.writesSince = map[uint64]uint64{}, now
 	var to uint64
+	voters, _ := g.members()
 	for id, n := range counts {
 		total += n
-		if id != s.cfg.ID && region[id] == g.ks.Region && slices.Contains(g.ks.Voters, id) && n > counts[to] {
+		if id != s.cfg.ID && region[id] == g.ks.Region && slices.Contains(voters, id) && n > counts[to] {
 			to = id
 		}
 	}

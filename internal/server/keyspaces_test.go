@@ -525,13 +525,7 @@ func TestKeyspaceGroupFollowsMembership(t *testing.T) {
 		if g == nil {
 			return nil, nil
 		}
-		for _, p := range g.rep.Members() {
-			if p.Learner {
-				learners = append(learners, p.ID)
-			} else {
-				voters = append(voters, p.ID)
-			}
-		}
+		voters, learners = g.members()
 		slices.Sort(voters)
 		slices.Sort(learners)
 		return voters, learners
