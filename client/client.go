@@ -66,6 +66,9 @@ var (
 	ErrClosed                  = errors.New("meridian: client closed")
 	// ErrNoQuorum: a keyspace's voters are unreachable; not applied.
 	ErrNoQuorum = errs.ErrNoQuorum
+	// ErrClusterVersion: some member runs an older binary that cannot
+	// apply the write's entry format (an upgrade under way); not applied.
+	ErrClusterVersion = errs.ErrClusterVersion
 	// ErrNoQuorumInFlight: a keyspace lost its quorum while the write
 	// waited; outcome unknown.
 	ErrNoQuorumInFlight = errs.ErrNoQuorumInFlight

@@ -4936,9 +4936,15 @@ type StatusResponse struct {
 	// The cluster's id, hex; empty on a joiner not yet contacted.
 	ClusterId string `protobuf:"bytes,20,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// The regional keyspaces, with this member's view of each one's group.
-	Keyspaces     []*Keyspace `protobuf:"bytes,21,rep,name=keyspaces,proto3" json:"keyspaces,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Keyspaces []*Keyspace `protobuf:"bytes,21,rep,name=keyspaces,proto3" json:"keyspaces,omitempty"`
+	// The entry formats this member's binary applies (its apply version),
+	// and the cluster's: the lowest over the members, as the root's leader
+	// recorded it (0: none recorded yet). A write whose entry format needs
+	// more than the cluster version is refused (ErrClusterVersion).
+	ApplyVersion   int64 `protobuf:"varint,22,opt,name=apply_version,json=applyVersion,proto3" json:"apply_version,omitempty"`
+	ClusterVersion int64 `protobuf:"varint,23,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -5116,6 +5122,20 @@ func (x *StatusResponse) GetKeyspaces() []*Keyspace {
 		return x.Keyspaces
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetApplyVersion() int64 {
+	if x != nil {
+		return x.ApplyVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterVersion() int64 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
 }
 
 type MemberListRequest struct {
@@ -6602,7 +6622,7 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\alearner\x18\t \x01(\bR\alearner\x12\x1a\n" +
 	"\bidentity\x18\n" +
 	" \x01(\tR\bidentity\x12\x12\n" +
-	"\x04role\x18\v \x01(\tR\x04role\"\xc5\x05\n" +
+	"\x04role\x18\v \x01(\tR\x04role\"\x93\x06\n" +
 	"\x0eStatusResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
@@ -6628,7 +6648,9 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"last_index\x18\x13 \x01(\x04R\tlastIndex\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x14 \x01(\tR\tclusterId\x123\n" +
-	"\tkeyspaces\x18\x15 \x03(\v2\x15.meridian.v1.KeyspaceR\tkeyspaces\"\x13\n" +
+	"\tkeyspaces\x18\x15 \x03(\v2\x15.meridian.v1.KeyspaceR\tkeyspaces\x12#\n" +
+	"\rapply_version\x18\x16 \x01(\x03R\fapplyVersion\x12'\n" +
+	"\x0fcluster_version\x18\x17 \x01(\x03R\x0eclusterVersion\"\x13\n" +
 	"\x11MemberListRequest\"\x93\x01\n" +
 	"\x12MemberListResponse\x12+\n" +
 	"\x06header\x18\x01 \x01(\v2\x13.meridian.v1.HeaderR\x06header\x12-\n" +

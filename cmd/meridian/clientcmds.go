@@ -444,6 +444,10 @@ func statusAll() (err error) {
 				s.GetLeaderId(), s.GetTerm(), s.GetCommitIndex(), s.GetAppliedIndex(), s.GetZnodes(), s.GetSessions(), s.GetWatches())
 		}
 		w.Flush()
+		var statuses []*pb.StatusResponse
+		for _, r := range rows {
+			statuses = append(statuses, r.Status)
+		}
 		// The leader's view of placement: the operator's preference and
 		// the last decision with its reason.
 		for _, r := range rows {
@@ -457,6 +461,7 @@ func statusAll() (err error) {
 				if s.GetTickMs() > 0 {
 					fmt.Printf("raft tick: %d ms (election timeout %d ms)\n", s.GetTickMs(), s.GetElectionTimeoutMs())
 				}
+				fmt.Printf("cluster version: %s%s\n", clusterVersion(s.GetClusterVersion()), olderMembers(statuses, s.GetClusterVersion()))
 				for _, ks := range s.GetKeyspaces() {
 					fmt.Printf("keyspace %s: home %s, %s survival, voters %s, leader %d\n", ks.GetPrefix(), ks.GetHome(),
 						ks.GetSurvival(), ids(ks.GetVoters()), ks.GetLeaderId())
@@ -464,6 +469,33 @@ func statusAll() (err error) {
 			}
 		}
 	})
+}
+
+// clusterVersion is a recorded cluster version as status shows it.
+func clusterVersion(v int64) string {
+	if v == 0 {
+		return "not recorded yet"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// olderMembers names the answering members whose binary applies less than
+// the newest binary among them: what holds the cluster version back.
+func olderMembers(sts []*pb.StatusResponse, cluster int64) string {
+	newest := cluster
+	for _, s := range sts {
+		newest = max(newest, s.GetApplyVersion())
+	}
+	var old []string
+	for _, s := range sts {
+		if s != nil && s.GetApplyVersion() < newest {
+			old = append(old, fmt.Sprintf("member %d applies %d", s.GetMemberId(), s.GetApplyVersion()))
+		}
+	}
+	if len(old) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(old, ", ") + ": upgrade them to raise it)"
 }
 
 func probeCmd() *cobra.Command {

@@ -188,6 +188,13 @@ var (
 	// ErrTooManyGroups: a member runs as many raft groups as it may
 	// (replica.MaxGroups besides the root group).
 	ErrTooManyGroups = &Error{zkQuotaExceeded, codes.ResourceExhausted, "too many raft groups on this member"}
+	// ErrClusterVersion: the write needs an entry format that some
+	// member's binary cannot apply (the cluster version is below it: a
+	// rolling upgrade is under way), so it was not proposed. Not applied;
+	// retry once every member runs the newer binary. ZooKeeper clients get
+	// the answer of a server that serves reads only (NOTREADONLY), as for
+	// ErrNoQuorum: the write was refused, reads go on.
+	ErrClusterVersion = &Error{zkNotReadOnly, codes.Unavailable, "a member runs an older binary that cannot apply this write's entry format; not applied, retry after the upgrade"}
 )
 
 // all lists every declared error, for the reverse mappings.
@@ -205,7 +212,7 @@ var all = []*Error{
 	ErrNotLeader, ErrUnavailable, ErrTimeout, ErrOutcomeUnknown, ErrStopped, ErrConnectionLoss, ErrRequestTooLarge,
 	ErrThrottled, ErrTooManyWatches, ErrNotReadOnly, ErrSystem, ErrMarshalling, ErrDataInconsistency,
 	ErrRequestTimeout, ErrTooManyGroups, ErrWrongGroup, ErrCrossKeyspace, ErrKeyspaceRoot,
-	ErrNoQuorum, ErrNoQuorumInFlight, ErrNoQuorumRead,
+	ErrNoQuorum, ErrNoQuorumInFlight, ErrNoQuorumRead, ErrClusterVersion,
 }
 
 var byMsg = func() map[string]*Error {

@@ -30,6 +30,27 @@ import (
 // with dependencies (deps.go) and snapshot version 4.
 const ApplyVersion = 5
 
+// UnadvertisedVersion is the apply version a member counts as until it
+// advertises its own (server: the cluster version): 4, the last binary
+// that did not advertise. Upgrading from a binary older than that means
+// upgrading to one of apply version 4 first.
+const UnadvertisedVersion = 4
+
+// DepsVersion is the apply version clock envelopes with dependencies
+// (DepsTag) need.
+const DepsVersion = 5
+
+// EntryVersion is the lowest apply version a binary needs to apply data,
+// an entry as proposed. Every kind a binary that does not advertise
+// applies counts as UnadvertisedVersion: the cluster version never falls
+// below it, so only kinds of later versions are named here.
+func EntryVersion(data []byte) int {
+	if len(data) > 0 && data[0] == DepsTag {
+		return DepsVersion
+	}
+	return UnadvertisedVersion
+}
+
 const (
 	futureTreeMin     byte = 0x03
 	futureTreeMax     byte = 0x0F

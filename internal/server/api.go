@@ -397,6 +397,7 @@ func (a *api) status() *pb.StatusResponse {
 		Sessions: int64(sessions), Znodes: int64(nodes), Watches: int64(a.s.watches.Count()), Version: Version,
 		Placement: a.s.PlacementDecision().Reason, PreferRegion: a.s.preferredRegion(),
 		TickMs: st.Tick.Milliseconds(), ElectionTimeoutMs: (st.Tick * time.Duration(a.s.cfg.ElectionTicks)).Milliseconds(),
+		ApplyVersion: int64(a.s.applyVersion()), ClusterVersion: int64(a.s.recordedVersion()),
 	}
 	for _, m := range a.s.members() {
 		out.Members = append(out.Members, toPBMember(m, st.Progress[m.ID]))

@@ -184,6 +184,11 @@ type Config struct {
 	ZKTLSKey        string `yaml:"zk_tls_key,omitempty"`
 	ZKTLSClientCA   string `yaml:"zk_tls_client_ca,omitempty"`
 	ZKTLSClientAuth string `yaml:"zk_tls_client_auth,omitempty"`
+
+	// ApplyVersion, when set, is the apply version this member advertises
+	// instead of its binary's (version.go): tests simulate a member that
+	// runs an older binary. Not a configuration key.
+	ApplyVersion int `yaml:"-"`
 }
 
 // LoadConfig reads and validates a YAML config file. A key the config

@@ -831,7 +831,11 @@ func TestKeyspaceDutySparesUnseenSessions(t *testing.T) {
 	ks := tc.keyspace("/eu", "local", fsm.SurvivalZone)
 	s := tc.servers[0]
 	g := s.keyspaceGroups.get(ks.Group)
-	unseen := s.lastZxid() + 1<<40 // as if created in the root after every member's state
+	// As if created in the root after every member's state: an hour past
+	// the clock zxids the root assigns once it is clocked (a root write
+	// after this one, such as the cluster version's record, gets such a
+	// zxid, far above an index).
+	unseen := max(s.lastZxid(), time.Now().Add(time.Hour).UnixMilli()<<fsm.LogicalBits)
 	cmd := &tree.Command{Session: unseen, Op: tree.Op{Type: tree.OpCreate, Path: "/eu/e", Data: []byte{},
 		ACL: tree.OpenACL, Mode: tree.ModeEphemeral}}
 	if out, err := s.Submit(ctx(t), inGroup{treeCommand(cmd), g}).Wait(); err != nil || out.res.Err != nil {

@@ -412,7 +412,8 @@ func (s *Server) submitDuty(f *Future, p proposal) *Future {
 // the requesting session has seen (ctx's seenZxid, bounded by this clock
 // plus maxZxidAhead, so that no client can push a group's zxids far
 // ahead) and, when ctx carries the client's view, what it saw in other
-// groups (view.go: the write's dependencies).
+// groups (view.go: the write's dependencies). An entry some member's
+// binary cannot apply is refused (version.go).
 func (s *Server) encodeFor(ctx context.Context, g *group, p proposal) (uint64, []byte, error) {
 	now := time.Now().UnixMilli()
 	id, data, err := p.encode(s, now)
@@ -427,6 +428,9 @@ func (s *Server) encodeFor(ctx context.Context, g *group, p proposal) (uint64, [
 	}
 	bound := (now + maxZxidAhead.Milliseconds()) << fsm.LogicalBits
 	data, err = fsm.WrapClockDeps(uint64(now), uint64(min(max(seenZxid(ctx), 0), bound)), deps, data)
+	if err == nil {
+		err = s.checkVersion(ctx, data)
+	}
 	return id, data, err
 }
 

@@ -53,6 +53,7 @@ type Server struct {
 	metrics   *metrics
 	saslUsers map[string]string // DIGEST-MD5 users from cfg.JAASConfig
 	placement placementState
+	versions  versionState // the cluster version (version.go)
 
 	// fsm is the replicated state (tree and coord); the replica's raft loop
 	// applies to it through stateMachine.
@@ -129,6 +130,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.dutyKick = make(chan struct{}, 1)
 	s.keyspaceGroups.m = map[uint64]*group{}
+	s.setApplyVersion(cfg.ApplyVersion)
 	if cfg.JAASConfig != "" {
 		users, err := LoadJAASUsers(cfg.JAASConfig)
 		if err != nil {
@@ -576,6 +578,10 @@ func (s *Server) onSideMessage(from uint64, payload []byte) {
 		s.onPlacementReport(from, payload)
 		return
 	}
+	if len(payload) > 0 && payload[0] == versionTag {
+		s.onVersion(from, payload)
+		return
+	}
 	ids, err := session.DecodeTouches(payload)
 	if err != nil {
 		s.log.Warn("bad keepalive batch", "from", from, "err", err)
@@ -625,6 +631,7 @@ func (s *Server) duties() {
 		}
 		s.checkQuorums(time.Now(), max(st.Tick, s.cfg.tick())*time.Duration(s.cfg.ElectionTicks))
 		s.keyspaceDuties(time.Now())
+		s.advertiseVersion(time.Now(), st.Leader)
 		if now := time.Now(); now.Sub(lastPlacement) >= placementEvery {
 			lastPlacement = now
 			s.placementTick(now, st.Leader == s.cfg.ID)
@@ -640,6 +647,7 @@ func (s *Server) duties() {
 			s.resetSessions()
 			continue
 		}
+		s.recordVersion(time.Now(), st.Term, max(st.Tick, s.cfg.tick())*time.Duration(s.cfg.ElectionTicks))
 		// A latency snapshot merges and walks every peer's histograms
 		// (milliseconds of CPU, and garbage); the slack it yields moves
 		// slowly, so it is refreshed once a second, not every tick.

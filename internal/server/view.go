@@ -208,7 +208,14 @@ func (s *Server) viewBarrier(ctx context.Context, g *group, linear bool, v *view
 	}
 	v.mu.Lock()
 	met := v.floor == 0 || v.met[g.id]
+	others := len(v.at) > 1 || len(v.at) == 1 && v.at[g.id] == 0
 	v.mu.Unlock()
+	if !linear && others && !s.depsTrusted() {
+		// Some member runs a binary that writes no dependencies
+		// (version.go): what the client saw elsewhere may depend on
+		// anything committed in g, so g's leader is asked.
+		return s.readBarrier(ctx, g, true, v.floor)
+	}
 	if !linear && met {
 		return nil
 	}
