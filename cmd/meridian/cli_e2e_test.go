@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/server"
 )
 
@@ -251,6 +252,21 @@ func TestCLIAgainstCluster(t *testing.T) {
 	})
 
 	t.Run("status -o json is /status", func(t *testing.T) { checkStatusJSONIsHTTPStatus(t, dir, ok("status", "-o", "json")) })
+
+	// Every member runs this binary: the leader records its apply version
+	// as the cluster's within moments of the election.
+	t.Run("status shows the cluster version", func(t *testing.T) {
+		want := fmt.Sprintf("cluster version: %d", fsm.ApplyVersion)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			got := ok("status")
+			if slices.Contains(strings.Split(got, "\n"), want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status never showed the line %q:\n%s", want, got)
+			}
+		}
+	})
 
 	t.Run("observe exits 0 on Ctrl-C", func(t *testing.T) {
 		cmd := exec.Command(binary, "--endpoints", eps, "observe", "sched")

@@ -89,6 +89,7 @@ func ZxidPhysicalMs(zxid int64) uint64 { return uint64(zxid) >> LogicalBits }
 
 // clockStamp is what an envelope carries; the zero value is "no envelope".
 type clockStamp struct {
+	tag        byte // ClockTag or DepsTag; 0: no envelope
 	physicalMs uint64
 	minZxid    uint64
 	deps       []Dep // a DepsTag envelope's dependencies (deps.go)
@@ -133,7 +134,7 @@ func unwrapClock(data []byte) ([]byte, clockStamp, error) {
 	case b[0] == ClockTag || b[0] == DepsTag:
 		return bad("nested envelope")
 	}
-	return b, clockStamp{physicalMs: physical, minZxid: minZxid, deps: deps}, nil
+	return b, clockStamp{tag: data[0], physicalMs: physical, minZxid: minZxid, deps: deps}, nil
 }
 
 // nextZxid is the zxid rule (see the comment at the top of this file). It

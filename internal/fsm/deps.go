@@ -53,6 +53,53 @@ import (
 // DepsTag is the first byte of a clock envelope with dependencies.
 const DepsTag byte = 0xC4
 
+// Dependency markers: from where a group's dependencies are complete.
+//
+// A binary from before dependencies (apply version 4) writes entries
+// without them, in clock envelopes (ClockTag). While such a member is in
+// the cluster every proposer does the same (server: the cluster version),
+// and a group's Deps miss what those entries depended on. Once every
+// member writes dependencies, the group's leader asks every other group
+// for its commit index (a ReadIndex round, so at or past anything an
+// earlier entry of this group can have depended on) and proposes a
+// marker: a DepsTag envelope naming those indexes around the one byte
+// DepsMarkerTag. Applying it merges them like any dependencies and
+// records its index (DepsFrom): from it on the group's Deps are complete,
+// for its earlier entries too. After it the group refuses, with
+// errs.ErrClusterVersion and without applying, a command in a clock
+// envelope without dependencies: a proposer that had not yet seen the
+// cluster version rise proposed it, and proposes it again with
+// dependencies. A marker outside a DepsTag envelope is skipped; a second
+// one changes nothing but the dependencies it names.
+const DepsMarkerTag byte = 0xC5
+
+// DepsMarker is the entry a marker wraps (WrapDeps with the indexes).
+func DepsMarker() []byte { return []byte{DepsMarkerTag} }
+
+// applyMarker applies a dependency marker (its dependencies are merged).
+func (f *FSM) applyMarker(r *Result, inner []byte) {
+	if len(inner) != 1 || f.stamp.tag != DepsTag {
+		r.Skipped = fmt.Errorf("%w: dependency marker outside a dependency envelope", errs.ErrMarshalling)
+		return
+	}
+	if f.depsFrom == 0 {
+		f.depsFrom = r.Index
+	}
+}
+
+// undepended is errs.ErrClusterVersion for a command in a clock envelope
+// without dependencies applied after the group's marker, nil otherwise.
+func (f *FSM) undepended() error {
+	if f.depsFrom != 0 && f.stamp.tag == ClockTag {
+		return fmt.Errorf("%w: an entry without dependencies after this group's dependency marker", errs.ErrClusterVersion)
+	}
+	return nil
+}
+
+// DepsFrom is the index of the group's dependency marker, 0 when none is
+// applied: from it on Deps are complete. Call it under RLock.
+func (f *FSM) DepsFrom() uint64 { return f.depsFrom }
+
 // MaxDeps bounds the dependencies one entry carries and one group keeps:
 // every group a member can run (1,000 keyspaces and the root) twice over,
 // for ids of keyspaces removed meanwhile. A group holding MaxDeps forgets
@@ -92,6 +139,13 @@ func WrapClockDeps(physicalMs, minZxid uint64, deps []Dep, inner []byte) ([]byte
 	if len(deps) == 0 {
 		return WrapClock(physicalMs, minZxid, inner)
 	}
+	return WrapDeps(physicalMs, minZxid, deps, inner)
+}
+
+// WrapDeps is WrapClockDeps always in a DepsTag envelope, also with no
+// dependencies: what a proposer writes once every member writes
+// dependencies (a group past its marker refuses ClockTag envelopes).
+func WrapDeps(physicalMs, minZxid uint64, deps []Dep, inner []byte) ([]byte, error) {
 	if len(inner) == 0 || inner[0] == ClockTag || inner[0] == DepsTag || physicalMs > MaxPhysicalMs ||
 		minZxid >= MaxZxid || len(deps) > MaxDeps {
 		return nil, errs.ErrBadArguments
@@ -185,29 +239,40 @@ func (f *FSM) DepsInto(d Deps) {
 }
 
 // encodeDeps is the snapshot form of a group's dependencies: uvarint n,
-// then n × (uvarint group, uvarint index) by group.
-func encodeDeps(d Deps) []byte {
+// then n × (uvarint group, uvarint index) by group, then, once the group
+// applied its marker, uvarint DepsFrom (absent before).
+func encodeDeps(d Deps, from uint64) []byte {
 	sorted := d.Sorted()
 	b := binary.AppendUvarint(nil, uint64(len(sorted)))
 	for _, dep := range sorted {
 		b = binary.AppendUvarint(b, dep.Group)
 		b = binary.AppendUvarint(b, dep.Index)
 	}
+	if from > 0 {
+		b = binary.AppendUvarint(b, from)
+	}
 	return b
 }
 
 // restoreDeps decodes encodeDeps' form; false when it is malformed.
-func restoreDeps(b []byte) (Deps, bool) {
+func restoreDeps(b []byte) (Deps, uint64, bool) {
 	if len(b) == 0 {
-		return nil, true
+		return nil, 0, true
 	}
 	deps, rest, err := decodeDeps(b)
-	if err != nil || len(rest) != 0 {
-		return nil, false
+	if err != nil {
+		return nil, 0, false
+	}
+	var from uint64
+	if len(rest) > 0 {
+		var k int
+		if from, k = binary.Uvarint(rest); k != len(rest) || from == 0 {
+			return nil, 0, false
+		}
 	}
 	d := make(Deps, len(deps))
 	for _, dep := range deps {
 		d[dep.Group] = dep.Index
 	}
-	return d, true
+	return d, from, true
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/meridian-coord/meridian/internal/coord"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/tree"
 )
@@ -154,5 +155,94 @@ func TestDepsBounded(t *testing.T) {
 	}
 	if _, ok := d[2]; ok {
 		t.Fatal("the lowest keyspace id was kept")
+	}
+}
+
+// A dependency marker makes the group's Deps complete from its index: it
+// merges the indexes it names and, after it, a command in a clock
+// envelope without dependencies is refused (errs.ErrClusterVersion, so
+// that its proposer retries it with them), changing nothing, on every
+// member alike; in a dependency envelope, even an empty one, commands
+// apply. The marker survives a snapshot; a marker outside a dependency
+// envelope is skipped.
+func TestDepsMarker(t *testing.T) {
+	ks := Keyspace{Prefix: "/eu", Region: "eu", Group: 7, Voters: []uint64{1}}
+	f := NewKeyspace(Hooks{}, ks)
+	create := func(path string) []byte {
+		return treeEntry(t, &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: path, ACL: tree.OpenACL}})
+	}
+	clock := func(inner []byte) []byte {
+		b, err := WrapClock(1000, 0, inner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	deps := func(d []Dep, inner []byte) []byte {
+		b, err := WrapDeps(1000, 0, d, inner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// Before the marker: commands without dependencies apply (an older
+	// member's), and a bare marker is skipped.
+	if r := apply(t, f, clock(create("/eu/old"))); r.TreeResult.Err != nil {
+		t.Fatal(r.TreeResult.Err)
+	}
+	if r := f.Apply(f.Applied()+1, clock(DepsMarker())); r.Skipped == nil || f.DepsFrom() != 0 {
+		t.Fatalf("a marker in a clock envelope: skipped %v, marker at %d", r.Skipped, f.DepsFrom())
+	}
+	at := f.Applied() + 1
+	if r := apply(t, f, deps([]Dep{{0, 30}, {9, 4}}, DepsMarker())); r.TreeResult.Err != nil || r.CoordResult.Err != nil {
+		t.Fatalf("marker: %+v", r)
+	}
+	if f.DepsFrom() != at || !maps.Equal(f.Deps(), Deps{0: 30, 9: 4}) {
+		t.Fatalf("after the marker: from %d deps %v, want %d and the marker's", f.DepsFrom(), f.Deps(), at)
+	}
+	// After it: refused without dependencies, applied with (none needed).
+	state := func() []byte { // tree and coordination state (a refusal still takes a zxid)
+		var b bytes.Buffer
+		if err := f.Tree().Snapshot(&b); err != nil {
+			t.Fatal(err)
+		}
+		return append(b.Bytes(), f.Coord().Snapshot()...)
+	}
+	before := state()
+	lock := coordEntry(t, &coord.Command{Op: coord.OpAcquire, Name: "eu/l", Session: 5})
+	for name, entry := range map[string][]byte{"tree": clock(create("/eu/new")), "coord": clock(lock)} {
+		r := apply(t, f, entry)
+		if !errors.Is(r.TreeResult.Err, errs.ErrClusterVersion) && !errors.Is(r.CoordResult.Err, errs.ErrClusterVersion) {
+			t.Fatalf("%s command without dependencies after the marker: %+v, want ErrClusterVersion", name, r)
+		}
+	}
+	if !bytes.Equal(before, state()) {
+		t.Fatal("a refused command changed the state")
+	}
+	if r := apply(t, f, deps(nil, create("/eu/new"))); r.TreeResult.Err != nil {
+		t.Fatalf("command in an empty dependency envelope after the marker: %v", r.TreeResult.Err)
+	}
+	if r := apply(t, f, deps([]Dep{{9, 9}}, DepsMarker())); f.DepsFrom() != at || f.Deps()[9] != 9 || r.Skipped != nil {
+		t.Fatalf("a second marker: from %d deps %v skipped %v", f.DepsFrom(), f.Deps(), r.Skipped)
+	}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewKeyspace(Hooks{}, ks)
+	if err := g.Restore(f.Applied(), snap); err != nil {
+		t.Fatal(err)
+	}
+	if g.DepsFrom() != at || !maps.Equal(g.Deps(), f.Deps()) {
+		t.Fatalf("restored: from %d deps %v, want %d %v", g.DepsFrom(), g.Deps(), at, f.Deps())
+	}
+	// A group with only a marker (no dependencies) keeps it too.
+	h := New(Hooks{})
+	apply(t, h, clock(create("/a")))
+	apply(t, h, deps(nil, DepsMarker()))
+	snap, _ = h.Snapshot()
+	r := New(Hooks{})
+	if err := r.Restore(h.Applied(), snap); err != nil || r.DepsFrom() != 2 {
+		t.Fatalf("restored root: from %d, %v", r.DepsFrom(), err)
 	}
 }

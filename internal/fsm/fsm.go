@@ -72,8 +72,11 @@ type FSM struct {
 	sessions *sessionTable
 	// stamp is the clock envelope of the entry being applied (zero: none).
 	stamp clockStamp
-	// deps are the group's dependencies on other groups (deps.go).
-	deps Deps
+	// deps are the group's dependencies on other groups (deps.go);
+	// depsFrom the index of its dependency marker (0: none applied), from
+	// which they are complete.
+	deps     Deps
+	depsFrom uint64
 }
 
 // New returns an empty state machine at index 0: the root group's, or
@@ -201,7 +204,11 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 		}
 		f.stamp = stamp
 		f.mergeDeps(stamp.deps)
-		f.applyEntry(&r, inner)
+		if len(inner) > 0 && inner[0] == DepsMarkerTag {
+			f.applyMarker(&r, inner)
+		} else {
+			f.applyEntry(&r, inner)
+		}
 		f.stamp = clockStamp{}
 	}
 	f.applied = index

@@ -304,6 +304,10 @@ func (f *FSM) applyKeyspace(r *Result, data []byte) {
 		return
 	}
 	r.ID, r.KeyspaceCommand = c.ID, c
+	if err := f.undepended(); err != nil {
+		r.KeyspaceResult = KeyspaceResult{Err: err}
+		return
+	}
 	switch c.Op {
 	case KeyspaceCreate:
 		r.KeyspaceResult = f.createKeyspace(r, c)

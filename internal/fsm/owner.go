@@ -69,6 +69,9 @@ func (f *FSM) OwnsName(name string) bool {
 // treeOwned checks that every path cmd touches is this group's and that
 // it does not delete a keyspace's root znode.
 func (f *FSM) treeOwned(cmd *tree.Command) error {
+	if err := f.undepended(); err != nil {
+		return err
+	}
 	ops := cmd.Ops
 	if cmd.Op.Type != tree.OpMulti {
 		ops = []tree.Op{cmd.Op}
@@ -91,6 +94,9 @@ func (f *FSM) treeOwned(cmd *tree.Command) error {
 // tick and cluster settings name no object (a tick is each group's own,
 // settings are the root's).
 func (f *FSM) coordOwned(c *coord.Command) error {
+	if err := f.undepended(); err != nil {
+		return err
+	}
 	switch c.Op {
 	case coord.OpTick:
 		return nil

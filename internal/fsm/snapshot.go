@@ -78,8 +78,8 @@ func (f *FSM) snapshotLocked() ([]byte, error) {
 		return nil, err
 	}
 	treeSnap, coordSnap := buf.Bytes(), f.coord.Snapshot()
-	if len(f.deps) > 0 {
-		return encodeSnapshotV4(f.lastZxid, f.keyspaces.snapshot(), f.sessions.snapshot(), encodeDeps(f.deps), treeSnap, coordSnap), nil
+	if len(f.deps) > 0 || f.depsFrom > 0 {
+		return encodeSnapshotV4(f.lastZxid, f.keyspaces.snapshot(), f.sessions.snapshot(), encodeDeps(f.deps, f.depsFrom), treeSnap, coordSnap), nil
 	}
 	if sessions := f.sessions.snapshot(); len(sessions) > 0 {
 		return encodeSnapshotV3(f.lastZxid, f.keyspaces.snapshot(), sessions, treeSnap, coordSnap), nil
@@ -114,7 +114,7 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	if !ok {
 		return fmt.Errorf("%w: snapshot: bad keyspace table", errs.ErrDataInconsistency)
 	}
-	deps, ok := restoreDeps(snap.deps)
+	deps, depsFrom, ok := restoreDeps(snap.deps)
 	if !ok {
 		return fmt.Errorf("%w: snapshot: bad dependencies", errs.ErrDataInconsistency)
 	}
@@ -136,7 +136,7 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.tree, f.coord, f.keyspaces, f.applied, f.deps = t, c, ks, index, deps
+	f.tree, f.coord, f.keyspaces, f.applied, f.deps, f.depsFrom = t, c, ks, index, deps, depsFrom
 	if f.sessions != nil {
 		f.sessions = sessions
 	}

@@ -18,7 +18,7 @@ import (
 // the member must stop applying (the replica fails and the process exits)
 // until it runs a binary that knows the entry. Reserved: an entry (or a
 // fenced write's inner command) starting with 0x03-0x0F (later tree
-// codecs) or 0xC5-0xCF (later entry kinds and envelopes), coordination
+// codecs) or 0xC6-0xCF (later entry kinds and envelopes), coordination
 // operations and extension block versions above the last known
 // (coord.ErrNewerFormat), keyspace codec versions 2-15. A later format
 // must use those values, never change what existing bytes mean.
@@ -27,7 +27,8 @@ import (
 // cluster version a later binary will gate new kinds on: 1 trees, locks,
 // counters; 2 queues and barriers; 3 local-first locks and cluster
 // settings; 4 clock envelopes and regional keyspaces; 5 clock envelopes
-// with dependencies (deps.go) and snapshot version 4.
+// with dependencies and dependency markers (deps.go) and snapshot
+// version 4.
 const ApplyVersion = 5
 
 // UnadvertisedVersion is the apply version a member counts as until it
@@ -45,7 +46,7 @@ const DepsVersion = 5
 // applies counts as UnadvertisedVersion: the cluster version never falls
 // below it, so only kinds of later versions are named here.
 func EntryVersion(data []byte) int {
-	if len(data) > 0 && data[0] == DepsTag {
+	if len(data) > 0 && (data[0] == DepsTag || data[0] == DepsMarkerTag) {
 		return DepsVersion
 	}
 	return UnadvertisedVersion
@@ -54,7 +55,7 @@ func EntryVersion(data []byte) int {
 const (
 	futureTreeMin     byte = 0x03
 	futureTreeMax     byte = 0x0F
-	futureKindMin     byte = 0xC5
+	futureKindMin     byte = 0xC6
 	futureKindMax     byte = 0xCF
 	futureKeyspaceMax byte = 15
 )

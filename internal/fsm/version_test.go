@@ -29,7 +29,7 @@ func TestNewerEntriesRefused(t *testing.T) {
 	}
 	for name, data := range map[string][]byte{
 		"later tree codec":    append([]byte{0x05}, create[1:]...),
-		"later entry kind":    {0xC5, 1, 2},
+		"later entry kind":    {0xC6, 1, 2},
 		"last reserved kind":  {0xCF},
 		"later coord op":      laterOp,
 		"later fenced inner":  fenced,

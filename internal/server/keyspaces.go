@@ -66,6 +66,9 @@ type group struct {
 	// saw and when it last saw it move (duties goroutine only).
 	quorumApplied  uint64
 	quorumProgress time.Time
+	// markedAt: when this member, leading, last proposed the group's
+	// dependency marker (duties goroutine only; version.go).
+	markedAt time.Time
 }
 
 func (g *group) root() bool { return g.id == 0 }
@@ -602,6 +605,7 @@ func (s *Server) keyspaceDuties(now time.Time) {
 			g.ledSince = now
 		}
 		s.followMembership(g, members, now)
+		s.markDeps(g, now, s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
 		// Not at once: a leader that just took over away from home (an
 		// operator's move, the home voters' trouble) leads a while first,
 		// and a hand-off is not repeated while one is under way.

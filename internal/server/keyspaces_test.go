@@ -34,14 +34,35 @@ func (tc *testCluster) keyspace(prefix, home string, survival fsm.Survival) fsm.
 	return ks
 }
 
-// waitGroupOpen waits until every running server runs the keyspace's group.
-func (tc *testCluster) waitGroupOpen(group uint64) {
+// waitGroupOpen waits until every running server runs the keyspace's
+// group and serves its reads as a settled cluster does: the cluster
+// version recorded and, when every member writes dependencies, the
+// group's and the root's dependency markers applied (version.go; until
+// then reads across groups are linearizable).
+func (tc *testCluster) waitGroupOpen(id uint64) {
 	tc.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for _, s := range tc.servers {
-		for s != nil && s.keyspaceGroups.get(group) == nil {
+		for s != nil && s.keyspaceGroups.get(id) == nil {
 			if time.Now().After(deadline) {
-				tc.t.Fatalf("server %d does not run group %d", s.cfg.ID, group)
+				tc.t.Fatalf("server %d does not run group %d", s.cfg.ID, id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	marked := func(g *group) bool {
+		g.fsm.RLock()
+		defer g.fsm.RUnlock()
+		return g.fsm.DepsFrom() > 0
+	}
+	for _, s := range tc.servers {
+		for s != nil {
+			v := s.recordedVersion()
+			if v > 0 && (v < fsm.DepsVersion || marked(s.root) && marked(s.keyspaceGroups.get(id))) {
+				break
+			}
+			if time.Now().After(deadline) {
+				tc.t.Fatalf("server %d: cluster version %d, dependency markers of the root and group %d not both applied", s.cfg.ID, v, id)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -180,12 +180,18 @@ func appliedOf(r *fsm.Result) applied {
 	return applied{index: r.Index, zxid: uint64(r.Zxid), res: r.TreeResult, coord: r.CoordResult, keyspace: r.KeyspaceResult}
 }
 
-// wrongGroup reports whether an applied result is a refusal by a group
-// that does not own the request (routed before this member knew of a
-// keyspace): nothing was applied.
-func (a applied) wrongGroup() bool {
-	return errors.Is(a.res.Err, errs.ErrWrongGroup) || errors.Is(a.coord.Err, errs.ErrWrongGroup) ||
-		errors.Is(a.keyspace.Err, errs.ErrWrongGroup)
+// refused reports whether an applied result is a refusal that applied
+// nothing and that proposing again fixes: by a group that does not own
+// the request (routed before this member knew of a keyspace), or of an
+// entry without dependencies by a group past its dependency marker
+// (encoded before this member saw the cluster version rise).
+func (a applied) refused() bool {
+	for _, err := range []error{a.res.Err, a.coord.Err, a.keyspace.Err} {
+		if errors.Is(err, errs.ErrWrongGroup) || errors.Is(err, errs.ErrClusterVersion) {
+			return true
+		}
+	}
+	return false
 }
 
 // Future is a submitted proposal. Done is closed once its outcome is known
@@ -228,10 +234,11 @@ func (f *Future) Done() <-chan struct{} { return f.done }
 // long enough ago that it may have been lost (see waiters.sweep). A
 // proposal a group refused as not its own (errs.ErrWrongGroup: routed
 // before this member applied a keyspace's creation, and so not applied)
-// is routed and proposed again, at most maxRouteTries times.
+// or for want of dependencies (errs.ErrClusterVersion, version.go) is
+// routed, encoded and proposed again, at most maxRouteTries times.
 func (f *Future) Wait() (applied, error) {
 	a, err := f.WaitOnce()
-	for err == nil && a.wrongGroup() && f.tries < maxRouteTries {
+	for err == nil && a.refused() && f.tries < maxRouteTries {
 		f = f.retry()
 		a, err = f.WaitOnce()
 	}
@@ -394,7 +401,7 @@ func (s *Server) submitOnce(f *Future, id uint64, data []byte) error {
 // submitDuty proposes a leader duty's command once, bounded by an election
 // timeout; its Future is done at once, with the proposal's error.
 func (s *Server) submitDuty(f *Future, p proposal) *Future {
-	_, data, err := s.encodeFor(context.Background(), f.g, p)
+	_, data, err := s.encodeFor(f.parent, f.g, p)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
 		err = f.g.rep.Propose(ctx, data)
@@ -412,8 +419,8 @@ func (s *Server) submitDuty(f *Future, p proposal) *Future {
 // the requesting session has seen (ctx's seenZxid, bounded by this clock
 // plus maxZxidAhead, so that no client can push a group's zxids far
 // ahead) and, when ctx carries the client's view, what it saw in other
-// groups (view.go: the write's dependencies). An entry some member's
-// binary cannot apply is refused (version.go).
+// groups (view.go: the write's dependencies), in a dependency envelope
+// once every member writes them and without them before (version.go).
 func (s *Server) encodeFor(ctx context.Context, g *group, p proposal) (uint64, []byte, error) {
 	now := time.Now().UnixMilli()
 	id, data, err := p.encode(s, now)
@@ -427,9 +434,15 @@ func (s *Server) encodeFor(ctx context.Context, g *group, p proposal) (uint64, [
 		}
 	}
 	bound := (now + maxZxidAhead.Milliseconds()) << fsm.LogicalBits
-	data, err = fsm.WrapClockDeps(uint64(now), uint64(min(max(seenZxid(ctx), 0), bound)), deps, data)
+	minZxid := uint64(min(max(seenZxid(ctx), 0), bound))
+	if s.depsTrusted() {
+		data, err = fsm.WrapDeps(uint64(now), minZxid, deps, data)
+	} else {
+		// A member's binary would skip a dependency envelope (version.go).
+		data, err = fsm.WrapClock(uint64(now), minZxid, data)
+	}
 	if err == nil {
-		err = s.checkVersion(ctx, data)
+		err = s.checkVersion(data)
 	}
 	return id, data, err
 }

@@ -648,6 +648,7 @@ func (s *Server) duties() {
 			continue
 		}
 		s.recordVersion(time.Now(), st.Term, max(st.Tick, s.cfg.tick())*time.Duration(s.cfg.ElectionTicks))
+		s.markDeps(s.root, time.Now(), max(st.Tick, s.cfg.tick())*time.Duration(s.cfg.ElectionTicks))
 		// A latency snapshot merges and walks every peer's histograms
 		// (milliseconds of CPU, and garbage); the slack it yields moves
 		// slowly, so it is refreshed once a second, not every tick.

@@ -16,21 +16,21 @@ package server
 // with an older binary is a downgrade, which is not supported (such a
 // binary refuses the entries it cannot apply and stops, fsm/version.go).
 //
-// encodeFor refuses (errs.ErrClusterVersion) an entry whose
-// fsm.EntryVersion is above the recorded version, so no member is ever
-// sent an entry its binary would skip or refuse; until a version is
-// recorded (the first moments of a new cluster) such a write waits for
-// the record, within its deadline.
+// A proposer encodes for the recorded version (none recorded: as for
+// fsm.UnadvertisedVersion), and refuses (errs.ErrClusterVersion) an entry
+// whose fsm.EntryVersion is above it, so no member is ever sent an entry
+// its binary would skip or refuse.
 //
-// Dependencies (fsm.DepsVersion) are the case in point. Below it, writes
-// that carry them are refused — in practice every regional keyspace
-// write of a session that used another keyspace or the root, which is
-// every ZooKeeper session's — and, since an older member's writes carry
-// none, a read of a group by a client that saw another group is a
-// linearizable read (viewBarrier) instead of a local one. Left open: the
-// entries written before the version rose keep their missing
-// dependencies, so for a moment after it rises a read may not wait for
-// what such an entry depended on.
+// Dependencies (fsm.DepsVersion) are the case in point. Below it, entries
+// go in plain clock envelopes, without dependencies, as an older binary
+// writes them. Once it is recorded, entries go in dependency envelopes,
+// and each group's leader proposes the group's dependency marker
+// (markDeps, fsm/deps.go), which completes the group's dependencies for
+// its earlier entries too and after which the group refuses entries
+// without them (a proposer that had not seen the version rise proposes
+// again: Future.Wait). A read of group g by a client that saw another
+// group h is local only when this member's copy of h has applied h's
+// marker (viewBarrier), a linearizable read otherwise.
 
 import (
 	"context"
@@ -232,35 +232,75 @@ func (s *Server) warnLowVersions(recorded int) {
 }
 
 // checkVersion refuses data, an entry about to be proposed, when its
-// format is above the cluster version; with no version recorded yet it
-// waits for one, within ctx and the request timeout.
-func (s *Server) checkVersion(ctx context.Context, data []byte) error {
+// format is above the cluster version.
+func (s *Server) checkVersion(data []byte) error {
 	need := fsm.EntryVersion(data)
 	if need <= fsm.UnadvertisedVersion {
 		return nil // every member applies it: no need to look
 	}
-	have, known := s.clusterVersion()
-	if need <= have {
-		return nil
+	if have, _ := s.clusterVersion(); need > have {
+		return fmt.Errorf("%w: the entry needs apply version %d; the cluster version is %d", errs.ErrClusterVersion, need, have)
 	}
-	if !known {
-		ctx, cancel := s.withTimeout(ctx)
-		defer cancel()
-		t := time.NewTicker(s.cfg.tick())
-		defer t.Stop()
-		for !known {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%w: no cluster version recorded yet (the root's leader records it once every member advertised its binary's)", errs.ErrClusterVersion)
-			case <-s.stop:
-				return errs.ErrStopped
-			case <-t.C:
-			}
-			have, known = s.clusterVersion()
-		}
-		if need <= have {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: the entry needs apply version %d; the cluster version is %d", errs.ErrClusterVersion, need, have)
+	return nil
 }
+
+// markDeps, on the leader of group g, proposes g's dependency marker
+// (fsm/deps.go) once every member writes dependencies and g has none:
+// a ReadIndex round at every other group, then a dependency envelope
+// naming their commit indexes around the marker. In its own goroutine
+// (the rounds may cross regions); again an election timeout later until
+// this member sees it applied.
+func (s *Server) markDeps(g *group, now time.Time, electionTimeout time.Duration) {
+	if !s.depsTrusted() || !s.clocked() {
+		return
+	}
+	g.fsm.RLock()
+	from := g.fsm.DepsFrom()
+	g.fsm.RUnlock()
+	if from != 0 || now.Sub(g.markedAt) < electionTimeout {
+		return
+	}
+	g.markedAt = now
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := s.withTimeout(context.Background())
+		defer cancel()
+		// The rounds run side by side: one round trip, however many groups.
+		v := newView(0)
+		var wg sync.WaitGroup
+		var failed atomic.Bool
+		for _, h := range append([]*group{s.root}, s.keyspaceGroups.all()...) {
+			if h.id == g.id {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				index, err := h.rep.ReadIndex(ctx)
+				if err != nil {
+					failed.Store(true)
+					s.log.Debug("dependency marker: no commit index", "group", g.id, "of_group", h.id, "err", err)
+					return
+				}
+				if index > 0 {
+					v.observe(h.id, index)
+				}
+			}()
+		}
+		if wg.Wait(); failed.Load() {
+			return
+		}
+		if _, err := s.Submit(withView(ctx, v), leaderDuty(inGroup{depsMarker{}, g})).Wait(); err != nil {
+			s.log.Debug("dependency marker not proposed", "group", g.id, "err", err)
+			return
+		}
+		s.log.Info("proposed the dependency marker", "group", g.id, "deps", len(v.at))
+	}()
+}
+
+// depsMarker is the proposal of a dependency marker (with inGroup).
+type depsMarker struct{}
+
+func (depsMarker) encode(*Server, int64) (uint64, []byte, error) { return 0, fsm.DepsMarker(), nil }
+func (depsMarker) route(*Server) (*group, error)                 { return nil, errs.ErrBadArguments }

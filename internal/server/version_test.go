@@ -1,14 +1,13 @@
 package server
 
 import (
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/fsm"
 )
 
@@ -54,18 +53,18 @@ func TestClusterVersionRecorded(t *testing.T) {
 	}
 }
 
-// TestClusterVersionGatesDependentWrites: with one member running (that
-// is, advertising) an older binary, apply version 4, the cluster version
-// stays 4 and a write that must carry dependencies on other groups (a
-// ZooKeeper session that wrote the root, then writes a keyspace) is
-// refused on every member, NOTREADONLY, never proposed: the older binary
-// would skip such an entry and its copy would diverge. Writes that need
-// no newer format go on. Once the member is upgraded the leader records
-// the new cluster version and the same write applies, with its
-// dependency.
-func TestClusterVersionGatesDependentWrites(t *testing.T) {
+// TestClusterVersionUpgrade: a rolling upgrade with a regional keyspace.
+// With one member running (advertising) an older binary, apply version
+// 4, the cluster version stays 4: every write, in the keyspace too, goes
+// in an envelope that binary applies, without dependencies, and nothing
+// newer is proposed; a read of the keyspace by a session that saw the
+// root is linearizable (a ReadIndex round), since the dependencies are
+// missing. Once the member is "upgraded" the leader records 5, each
+// group's leader proposes its dependency marker, and a flag written
+// before the upgrade leads a new reader to wait for the keyspace write it
+// followed (the marker covers entries from before it).
+func TestClusterVersionUpgrade(t *testing.T) {
 	tc := newTestCluster(t, 3, func(c *Config) {
-		c.RequestTimeoutMs = 2000
 		if c.ID == 3 {
 			c.ApplyVersion = fsm.UnadvertisedVersion
 		}
@@ -80,37 +79,26 @@ func TestClusterVersionGatesDependentWrites(t *testing.T) {
 	acl := gozk.WorldACL(gozk.PermAll)
 	for i, addr := range tc.zkAddrs() {
 		zc, _ := zkConnect(t, []string{addr})
-		flag, err := zc.Create("/flag", nil, gozk.FlagSequence, acl)
-		if err != nil {
-			t.Fatalf("member %d: root write: %v", i+1, err)
+		if _, err := zc.Create(fmt.Sprintf("/eu/c%d", i), []byte("v1"), 0, acl); err != nil {
+			t.Fatalf("member %d: keyspace write with an older member: %v", i+1, err)
 		}
-		// go-zookeeper knows no NOTREADONLY: "unknown error: -119".
-		if _, err := zc.Create("/eu/config", []byte("v1"), 0, acl); err == nil || !strings.Contains(err.Error(), "-119") {
-			t.Fatalf("member %d: keyspace write after a root write with an older member: %v, want NOTREADONLY (-119)", i+1, err)
-		}
-		if _, _, err := zc.Get(flag); err != nil {
-			t.Fatalf("member %d: read after the refusal, same session: %v", i+1, err)
+		if _, err := zc.Create(fmt.Sprintf("/flag%d", i), nil, 0, acl); err != nil {
+			t.Fatalf("member %d: root write with an older member: %v", i+1, err)
 		}
 		zc.Close()
 	}
-	// Root writes need no newer format: they go on, native ones too.
-	c := tc.client(tc.endpoints()[lead])
-	if _, _, err := c.Create(ctx(t), "/plain", nil, client.CreateOptions{}); err != nil {
-		t.Fatalf("root write with an older member: %v", err)
-	}
+	config := tc.servers[lead].keyspaceGroups.get(ks.Group).rep.AppliedIndex()
 	for i, s := range tc.servers {
-		g := s.keyspaceGroups.get(ks.Group)
-		g.fsm.RLock()
-		_, err := g.fsm.Tree().Exists("/eu/config")
-		deps, exists := g.fsm.Deps(), err == nil
-		g.fsm.RUnlock()
-		if len(deps) != 0 || exists {
-			t.Fatalf("member %d: /eu depends on %v, /eu/config exists %v: an entry the older member cannot apply was proposed", i+1, deps, exists)
+		for _, g := range []*group{s.root, s.keyspaceGroups.get(ks.Group)} {
+			g.fsm.RLock()
+			deps, from := g.fsm.Deps(), g.fsm.DepsFrom()
+			g.fsm.RUnlock()
+			if len(deps) != 0 || from != 0 {
+				t.Fatalf("member %d group %d: dependencies %v, marker at %d: an entry the older member cannot apply was proposed", i+1, g.id, deps, from)
+			}
 		}
 	}
-	// An older member's writes carry no dependencies, so a read of /eu
-	// by a session that saw the root asks /eu's leader (a ReadIndex
-	// round), where it would be local once every member writes them.
+	// A read of /eu for a session that saw the root asks /eu's leader.
 	f := (lead + 1) % 3
 	readIndex := func() float64 {
 		var out dto.Metric
@@ -120,24 +108,43 @@ func TestClusterVersionGatesDependentWrites(t *testing.T) {
 		return out.GetCounter().GetValue()
 	}
 	zf, _ := zkConnect(t, tc.zkAddrs()[f:f+1])
-	if _, _, err := zf.Get("/plain"); err != nil {
+	if _, _, err := zf.Get("/flag0"); err != nil {
 		t.Fatal(err)
 	}
 	before := readIndex()
-	if _, _, err := zf.Get("/eu"); err != nil {
+	if _, _, err := zf.Get("/eu/c0"); err != nil {
 		t.Fatal(err)
 	}
 	if readIndex() == before {
-		t.Fatalf("member %d read /eu for a session that saw the root without a ReadIndex round while a member writes no dependencies", f+1)
+		t.Fatalf("member %d read /eu locally for a session that saw the root while dependencies are missing", f+1)
 	}
 
 	tc.servers[2].setApplyVersion(fsm.ApplyVersion) // "upgraded"
 	waitRecorded(t, tc, fsm.ApplyVersion)
-	zc, _ := zkConnect(t, tc.zkAddrs()[lead:lead+1])
-	if _, err := zc.Create("/flag", nil, gozk.FlagSequence, acl); err != nil {
+	tc.waitGroupOpen(ks.Group) // and the markers applied everywhere
+	// A new reader of a flag written before the upgrade waits for the
+	// keyspace write that preceded it: the root's marker names /eu's
+	// commit index, at or past that write.
+	zr, _ := zkConnect(t, tc.zkAddrs()[f:f+1])
+	if _, _, err := zr.Get("/flag2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := zc.Create("/eu/config", []byte("v1"), 0, acl); err != nil {
+	if v := zkView(t, tc.servers[f], zr); v.need(ks.Group) < config {
+		t.Fatalf("after the upgrade a reader of the old flag has /eu at %d in its view, below the write at %d", v.need(ks.Group), config)
+	}
+	before = readIndex()
+	if data, _, err := zr.Get("/eu/c2"); err != nil || string(data) != "v1" {
+		t.Fatalf("read after the upgrade: %q %v", data, err)
+	}
+	if readIndex() != before {
+		t.Fatalf("member %d still asked /eu's leader after every marker applied", f+1)
+	}
+	// New writes carry their dependencies.
+	zw, _ := zkConnect(t, tc.zkAddrs()[lead:lead+1])
+	if _, err := zw.Create("/flag9", nil, 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Create("/eu/c9", nil, 0, acl); err != nil {
 		t.Fatalf("keyspace write after the upgrade: %v", err)
 	}
 	g := tc.servers[lead].keyspaceGroups.get(ks.Group)
@@ -147,6 +154,19 @@ func TestClusterVersionGatesDependentWrites(t *testing.T) {
 	if deps[0] == 0 {
 		t.Fatalf("after the upgrade /eu depends on %v, want the root", deps)
 	}
+}
+
+// zkView is the view of ZooKeeper session zc's connection on server s.
+func zkView(t *testing.T, s *Server, zc *gozk.Conn) *view {
+	t.Helper()
+	s.zk.mu.Lock()
+	c := s.zk.bySes[zc.SessionID()]
+	s.zk.mu.Unlock()
+	if c == nil {
+		t.Fatal("no connection for the session")
+	}
+	s.settle(c.view)
+	return c.view
 }
 
 // TestClusterVersionNeverFalls: a member that advertises less than the

@@ -41,8 +41,10 @@ type view struct {
 	// never held while a group's is taken.
 	fresh  map[uint64]bool
 	events []string
-	// met are the groups known to have reached floor here.
+	// met are the groups known to have reached floor here; complete
+	// those whose dependencies in at are known complete (depsComplete).
 	met        map[uint64]bool
+	complete   map[uint64]bool
 	eventsFull bool // more than maxViewEvents: every group counts as observed
 }
 
@@ -53,7 +55,7 @@ type view struct {
 const maxViewEvents = 256
 
 func newView(floor int64) *view {
-	return &view{floor: max(floor, 0), at: fsm.Deps{}, fresh: map[uint64]bool{}, met: map[uint64]bool{}}
+	return &view{floor: max(floor, 0), at: fsm.Deps{}, fresh: map[uint64]bool{}, met: map[uint64]bool{}, complete: map[uint64]bool{}}
 }
 
 // observe records that the client saw group g's state at index.
@@ -206,16 +208,15 @@ func (s *Server) viewBarrier(ctx context.Context, g *group, linear bool, v *view
 	if err := s.waitApplied(ctx, g, v.need(g.id)); err != nil {
 		return err
 	}
-	v.mu.Lock()
-	met := v.floor == 0 || v.met[g.id]
-	others := len(v.at) > 1 || len(v.at) == 1 && v.at[g.id] == 0
-	v.mu.Unlock()
-	if !linear && others && !s.depsTrusted() {
-		// Some member runs a binary that writes no dependencies
-		// (version.go): what the client saw elsewhere may depend on
-		// anything committed in g, so g's leader is asked.
+	if !linear && !s.depsComplete(v, g.id) {
+		// What the client saw in another group may depend on entries of
+		// g that its dependencies do not name (version.go): g's leader
+		// is asked.
 		return s.readBarrier(ctx, g, true, v.floor)
 	}
+	v.mu.Lock()
+	met := v.floor == 0 || v.met[g.id]
+	v.mu.Unlock()
 	if !linear && met {
 		return nil
 	}
@@ -228,6 +229,55 @@ func (s *Server) viewBarrier(ctx context.Context, g *group, linear bool, v *view
 	v.met[g.id] = true
 	v.mu.Unlock()
 	return nil
+}
+
+// depsComplete reports whether the dependencies v holds of every group
+// it observed other than g are complete: this member's copy of each has
+// applied its dependency marker (fsm/deps.go), and v took them from a
+// copy past it. A group observed before its marker has its dependencies
+// merged again from this member's copy. A group that does not run here
+// (a removed keyspace) is left out.
+func (s *Server) depsComplete(v *view, g uint64) bool {
+	v.mu.Lock()
+	var check []fsm.Dep
+	for h, index := range v.at {
+		if h != g && !v.complete[h] {
+			check = append(check, fsm.Dep{Group: h, Index: index})
+		}
+	}
+	v.mu.Unlock()
+	if len(check) == 0 {
+		return true
+	}
+	ok, again := true, false
+	for _, d := range check {
+		h := s.groupByID(d.Group)
+		if h == nil {
+			continue
+		}
+		h.fsm.RLock()
+		from := h.fsm.DepsFrom()
+		h.fsm.RUnlock()
+		switch {
+		case from == 0:
+			ok = false
+		case d.Index < from:
+			// The copy here is past the marker (it applied it), so its
+			// dependencies, merged now, cover what the client observed.
+			v.mu.Lock()
+			v.fresh[d.Group], v.complete[d.Group] = true, true
+			v.mu.Unlock()
+			again = true
+		default:
+			v.mu.Lock()
+			v.complete[d.Group] = true
+			v.mu.Unlock()
+		}
+	}
+	if again {
+		s.settle(v)
+	}
+	return ok
 }
 
 // viewRoute waits until the root has applied the creation of every

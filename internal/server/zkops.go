@@ -217,9 +217,10 @@ func (c *zkConn) pipeline(pkt []byte, start time.Time) bool {
 		defer c.s.wg.Done()
 		a, err := f.WaitOnce()
 		<-prev
-		if err == nil && a.wrongGroup() {
-			// Routed before this member knew of a keyspace: again, now that
-			// the writes before it are answered (their order is kept).
+		if err == nil && a.refused() {
+			// Routed before this member knew of a keyspace, or encoded
+			// before it saw the cluster version rise: again, now that the
+			// writes before it are answered (their order is kept).
 			a, err = f.retry().Wait()
 		}
 		res, idx, err := writeOutcome(a, err)
