@@ -21,6 +21,7 @@ dev: build
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags compat,browser ./cmd/meridian
 	cd bench && $(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
@@ -51,6 +52,8 @@ test: vet staticcheck
 	./scripts/install-zookeeper.sh
 	MERIDIAN_PYTHON=$(CURDIR)/.venv/bin/python ZKCLI=/usr/share/zookeeper/bin/zkCli.sh \
 		$(GO) test -tags compat -count=1 -run 'TestKazoo|TestZkCli' ./cmd/meridian
+	./scripts/install-chromium.sh
+	CHROMIUM=/usr/bin/chromium $(GO) test -tags browser -count=1 -run TestDashboardInChromium ./cmd/meridian
 	./scripts/kazoo-test.sh
 	MERIDIAN_KEYSPACE=/kazootests ./scripts/kazoo-test.sh -k '$(KAZOO_KEYSPACE_TESTS)'
 

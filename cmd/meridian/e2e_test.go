@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,10 +214,17 @@ func TestDevCommand(t *testing.T) {
 	if eps == "" {
 		t.Fatal("dev printed no endpoints")
 	}
+	var dashboard string
+	if sc.Scan() {
+		dashboard, _, _ = strings.Cut(strings.TrimPrefix(sc.Text(), "dashboard: "), " ")
+	}
 	go func() {
 		for sc.Scan() {
 		}
 	}()
+	// The dashboard printed is open to a browser on this machine, which
+	// has no client certificate; /status is not.
+	checkDevDashboard(t, dir, dashboard)
 	run := func(args ...string) string {
 		t.Helper()
 		full := append([]string{"--endpoints", eps, "--timeout", "20s"}, args...)
@@ -398,6 +407,32 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// checkDevDashboard fetches the dashboard dev printed without a client
+// certificate, trusting dev's CA under dir/data/dev/tls.
+func checkDevDashboard(t *testing.T, dir, url string) {
+	t.Helper()
+	if !strings.HasPrefix(url, "https://127.0.0.1:") {
+		t.Fatalf("dev printed no dashboard address (got %q)", url)
+	}
+	pool, err := pki.LoadPool(filepath.Join(dir, "data", "dev", "tls", pki.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer cl.CloseIdleConnections()
+	for path, want := range map[string]int{"": 200, "dashboard/state": 200, "status": 403} {
+		resp, err := cl.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (path == "" && !strings.Contains(string(b), "<title>Meridian dashboard</title>")) {
+			t.Errorf("GET %s%s without a client certificate: %d, want %d\n%.200s", url, path, resp.StatusCode, want, b)
+		}
+	}
 }
 
 // devTLS is the client TLS configuration of a test cluster whose dev PKI

@@ -272,6 +272,8 @@ Data persists across runs; delete the directory to start afresh.`,
 				return err
 			}
 			fmt.Printf("\nendpoints: %s\n", strings.Join(endpoints, ","))
+			fmt.Printf("dashboard: https://%s/   (open to this machine; the certificate is the dev CA's, %s)\n",
+				cfgs[0].Self().HTTP, cfgs[0].TLS.CA)
 			fmt.Printf("try:       meridian --endpoints %s create /hello world && meridian --endpoints %s get /hello\n",
 				endpoints[0], endpoints[len(endpoints)-1])
 			fmt.Println("Ctrl-C stops the cluster. Type stop N or restart N (then Enter) to stop or restart node N.")

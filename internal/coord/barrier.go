@@ -288,3 +288,23 @@ func (s *State) DoubleBarrier(name string) (DoubleBarrierInfo, bool) {
 	return DoubleBarrierInfo{Name: name, Parties: b.parties, Open: b.open,
 		Entered: append([]int64(nil), b.entered...), Leaving: append([]int64(nil), b.leaving...)}, true
 }
+
+// Barriers lists the simple barriers that are set and the double barriers
+// with participants, each by name and at most limit, and how many of each
+// there are.
+func (s *State) Barriers(limit int) (simple []string, double []DoubleBarrierInfo, simpleTotal, doubleTotal int) {
+	for n := range s.simple {
+		simple = append(simple, n)
+	}
+	sort.Strings(simple)
+	names := make([]string, 0, len(s.double))
+	for n := range s.double {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names[:min(limit, len(names))] {
+		info, _ := s.DoubleBarrier(n)
+		double = append(double, info)
+	}
+	return simple[:min(limit, len(simple))], double, len(s.simple), len(names)
+}

@@ -506,3 +506,18 @@ func (s *State) DeliveryFor(name string, session int64, waiter uint64) *Delivery
 	}
 	return nil
 }
+
+// Queues lists the summaries of the queues with items or waiting
+// consumers, by name, at most limit, and how many such queues there are.
+func (s *State) Queues(limit int) ([]QueueInfo, int) {
+	names := make([]string, 0, len(s.qs))
+	for n := range s.qs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]QueueInfo, 0, min(limit, len(names)))
+	for _, n := range names[:min(limit, len(names))] {
+		out = append(out, s.QueueStats(n))
+	}
+	return out, len(names)
+}

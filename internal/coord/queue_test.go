@@ -481,3 +481,36 @@ func TestExpireBatchQueueHandOff(t *testing.T) {
 		t.Fatalf("grants %+v: want the item for session 30 only", grants)
 	}
 }
+
+// TestQueueAndBarrierListings: the listings a monitor shows name the
+// queues and barriers in use, by name, at most the limit, with the totals.
+func TestQueueAndBarrierListings(t *testing.T) {
+	s := New()
+	idx := uint64(0)
+	do := func(c *Command) {
+		idx++
+		if r, _ := apply(s, idx, c); r.Err != nil {
+			t.Fatalf("%+v: %v", c, r.Err)
+		}
+	}
+	for _, q := range []string{"qc", "qa", "qb"} {
+		do(&Command{Op: OpPush, Name: q, Value: []byte("xy")})
+	}
+	do(&Command{Op: OpPush, Name: "qa"})
+	do(&Command{Op: OpPop, Name: "qa", Session: 1})
+	do(&Command{Op: OpBarrierSet, Name: "b2"})
+	do(&Command{Op: OpBarrierSet, Name: "b1"})
+	do(&Command{Op: OpEnter, Name: "d1", Session: 1, Parties: 3})
+	qs, n := s.Queues(2)
+	if n != 3 || len(qs) != 2 || qs[0].Name != "qa" || qs[0].Ready != 1 || qs[0].InFlight != 1 || qs[1].Name != "qb" || qs[1].Bytes != 2 {
+		t.Fatalf("Queues(2) = %+v, %d", qs, n)
+	}
+	simple, double, ns, nd := s.Barriers(1)
+	if ns != 2 || nd != 1 || len(simple) != 1 || simple[0] != "b1" || len(double) != 1 || double[0].Name != "d1" ||
+		double[0].Parties != 3 || len(double[0].Entered) != 1 {
+		t.Fatalf("Barriers(1) = %v, %+v, %d, %d", simple, double, ns, nd)
+	}
+	if qs, n := New().Queues(10); len(qs) != 0 || n != 0 {
+		t.Fatalf("empty state: %v, %d", qs, n)
+	}
+}

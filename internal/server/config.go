@@ -90,6 +90,17 @@ type Config struct {
 	// transfer and preference, ForceUnlock, closing another session).
 	// The super digest's user may too.
 	AdminSubjects []string `yaml:"admin_subjects,omitempty"`
+	// MonitorSubjects: x509 subjects whose client certificates may read
+	// the HTTP port's dashboard (/ and /dashboard/state: members, round
+	// trips, keyspaces, locks, queues, barriers, counts) and nothing else
+	// that needs an identity: not /status, not the profiles, no change.
+	MonitorSubjects []string `yaml:"monitor_subjects,omitempty"`
+	// DashboardOpenOnLoopback: the dashboard answers a caller that
+	// connects from a loopback address (127.0.0.0/8, ::1) without a client
+	// certificate. Only with listen_http on a loopback address (refused
+	// otherwise), so only processes on this machine can reach it; every
+	// other path keeps its rule. meridian dev sets it.
+	DashboardOpenOnLoopback bool `yaml:"dashboard_open_on_loopback,omitempty"`
 
 	// Listen addresses; empty ones default to this member's entry in Members.
 	ListenGRPC string `yaml:"listen_grpc,omitempty"`
@@ -309,6 +320,9 @@ func (c *Config) Normalize() error {
 	def(&c.ListenHTTP, self.HTTP)
 	def(&c.ListenPeer, self.Peer)
 	def(&c.ListenZK, self.ZK)
+	if err := c.checkDashboard(); err != nil {
+		return err
+	}
 	// 0 (absent) means the default; a negative value is a mistake, not a
 	// request for the default.
 	for _, f := range []struct {
@@ -396,6 +410,30 @@ func (c *Config) Normalize() error {
 	}
 	if c.ElectionTicks <= c.HeartbeatTicks {
 		return fmt.Errorf("election_ticks (%d) must exceed heartbeat_ticks (%d)", c.ElectionTicks, c.HeartbeatTicks)
+	}
+	return nil
+}
+
+// checkDashboard refuses an empty monitor subject and an open dashboard
+// on a listener that is not loopback-only.
+func (c *Config) checkDashboard() error {
+	for _, subj := range c.MonitorSubjects {
+		if strings.TrimSpace(subj) == "" {
+			return fmt.Errorf("monitor_subjects: empty subject")
+		}
+	}
+	if !c.DashboardOpenOnLoopback {
+		return nil
+	}
+	if c.ListenHTTP == "" {
+		return fmt.Errorf("dashboard_open_on_loopback: there is no HTTP listener (listen_http or this member's http address)")
+	}
+	host, _, err := net.SplitHostPort(c.ListenHTTP)
+	if err != nil {
+		return fmt.Errorf("dashboard_open_on_loopback: listen_http %q: %w", c.ListenHTTP, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("dashboard_open_on_loopback: listen_http %s is not a loopback address: an open dashboard is only for a port other machines cannot reach (give them monitor_subjects instead)", c.ListenHTTP)
 	}
 	return nil
 }
@@ -524,7 +562,8 @@ func DevPorts(i, base int) (zk, grpc, http, peer int) {
 // regions > 1 spreads the members over that many regions, named region-1
 // and on, in consecutive runs (9 members in 3 regions: 1-3, 4-6, 7-9),
 // zones a, b, c... within each: labels for placement and keyspaces, not
-// emulated distance.
+// emulated distance. The dashboard is open on loopback (no certificate
+// needed in a browser on this machine).
 func DevConfigs(n, regions, base int, dir string) ([]Config, error) {
 	if regions < 1 || regions > n {
 		return nil, fmt.Errorf("regions must be 1..%d (the number of members)", n)
@@ -545,7 +584,8 @@ func DevConfigs(n, regions, base int, dir string) ([]Config, error) {
 	}
 	out := make([]Config, n)
 	for i := 1; i <= n; i++ {
-		out[i-1] = Config{ID: uint64(i), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Members: members}
+		out[i-1] = Config{ID: uint64(i), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i)), Members: members,
+			DashboardOpenOnLoopback: true}
 		if err := out[i-1].UseDevTLS(filepath.Join(dir, "tls")); err != nil {
 			return nil, err
 		}

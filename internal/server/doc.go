@@ -66,6 +66,10 @@
 //     CLI's JSON form: internal/jsonform) and pprof; metrics.go: every
 //     Prometheus metric, request latency observed once per port (the
 //     gRPC interceptor in core.go, zkConn.finish in zkops.go).
+//   - dashboard.go: the read-only dashboard on the HTTP port (/, its
+//     embedded page in web/, /dashboard/state from api.status, the
+//     placement reports' round trips and every group's coordination
+//     state), who may see it, and each group's leader history.
 //   - config.go: the YAML configuration and its defaults; zoocfg.go and
 //     jks.go: starting from a ZooKeeper zoo.cfg and its Java keystores;
 //     limits.go: connection caps per client address, the file-descriptor

@@ -11,10 +11,11 @@ import (
 	"github.com/meridian-coord/meridian/internal/tree"
 )
 
-// httpHandler serves /metrics, /livez, /readyz and /status, and with
-// enable_pprof Go's profiles under /debug/pprof/. What a monitoring system
-// scrapes needs no identity; /status (terms, indexes, addresses) and the
-// profiles need an admin (adminOnly).
+// httpHandler serves /metrics, /livez, /readyz, /status and the
+// dashboard (/, dashboard.go), and with enable_pprof Go's profiles under
+// /debug/pprof/. What a monitoring system scrapes needs no identity;
+// /status (terms, indexes, addresses) and the profiles need an admin
+// (adminOnly); the dashboard an admin or a monitor (dashboardOnly).
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	if s.cfg.EnablePprof {
@@ -43,6 +44,7 @@ func (s *Server) httpHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		jsonform.Write(w, (&api{s: s}).status())
 	}))
+	s.dashboardHandlers(mux)
 	return mux
 }
 

@@ -191,9 +191,12 @@ func (s *Server) openKeyspace(ks fsm.Keyspace) {
 	g.baseNodes = fsm.NewKeyspace(fsm.Hooks{}, ks).Tree().NodeCount()
 	g.fsm = fsm.NewKeyspace(fsm.Hooks{Applied: s.triggerLocked, Restored: func() { s.restoredKeyspace(g) }}, ks)
 	rep, err := s.rep.OpenGroup(replica.GroupConfig{Group: ks.Group, Voters: ks.Voters, Learners: ks.Learners,
-		OnLeaderChange: func(leader, term uint64) { g.waiters.newTerm(term, time.Now()) },
-		ObserveFsync:   func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
-		ObserveStage:   func(stage string, d time.Duration) { s.metrics.observeStage(false, stage, d) },
+		OnLeaderChange: func(leader, term uint64) {
+			g.waiters.newTerm(term, time.Now())
+			s.leaders.record(ks.Group, leader, term, time.Now())
+		},
+		ObserveFsync: func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
+		ObserveStage: func(stage string, d time.Duration) { s.metrics.observeStage(false, stage, d) },
 	}, (*groupMachine)(g))
 	if err != nil {
 		s.log.Error("cannot run a keyspace's group; its requests fail here", "keyspace", ks.Prefix, "group", ks.Group, "err", err)
@@ -226,6 +229,7 @@ func (s *Server) closeKeyspace(id uint64, drop bool) {
 	if g == nil {
 		return
 	}
+	s.leaders.forget(id)
 	g.rep.Close()
 	if drop {
 		if err := s.rep.DropGroup(id); err != nil {

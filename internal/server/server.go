@@ -90,6 +90,11 @@ type Server struct {
 	idPrefix   uint64
 	idSeq      atomic.Uint64
 
+	// leaders: each group's recent leader changes; dashboard: the last
+	// state the dashboard served (dashboard.go).
+	leaders   leaderHistory
+	dashboard dashboardCache
+
 	zk     *zkListener // nil when no ZooKeeper address is configured
 	grpc   *grpc.Server
 	http   *http.Server
@@ -542,6 +547,7 @@ func (realClock) Now() time.Time { return time.Now() }
 
 func (s *Server) onLeaderChange(leader, term uint64) {
 	s.waiters.newTerm(term, time.Now())
+	s.leaders.record(0, leader, term, time.Now())
 	s.metrics.leaderChanges.Inc()
 	if leader == s.cfg.ID {
 		s.metrics.isLeader.Set(1)
