@@ -33,6 +33,8 @@ type metrics struct {
 	commitIndex     prometheus.Gauge
 	appliedIndex    prometheus.Gauge
 	snapshotIndex   prometheus.Gauge
+	applyVersion    prometheus.Gauge
+	clusterVersion  prometheus.Gauge
 	sessions        prometheus.Gauge
 	watches         prometheus.Gauge
 	znodes          prometheus.Gauge
@@ -113,6 +115,10 @@ func newMetrics() *metrics {
 		appliedIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_applied_index", Help: "Last applied log index (zxid)."}),
 		snapshotIndex: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_snapshot_index",
 			Help: "Log index of this member's latest snapshot; the log before it is compacted."}),
+		applyVersion: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_apply_version",
+			Help: "The entry formats this member's binary applies (its apply version)."}),
+		clusterVersion: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_cluster_version",
+			Help: "The cluster version the root's leader recorded: the lowest apply version over the members (0: none recorded yet)."}),
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_sessions", Help: "Live sessions."}),
 		watches:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_watches", Help: "Watch registrations on this member."}),
 		znodes:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_znodes", Help: "Znodes in the tree."}),
@@ -141,7 +147,7 @@ func newMetrics() *metrics {
 	m.readWaits.WithLabelValues("read_index")
 	m.buildInfo.WithLabelValues(Version, runtime.Version(), ZooKeeperVersion).Set(1)
 	m.register(m.proposals, m.applyDuration, m.fsyncDuration, m.proposalStage, m.leaderChanges, m.isLeader, m.hasLeader,
-		m.leaderID, m.term, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.sessions, m.watches, m.znodes, m.keyspaces, m.keyspaceLeader,
+		m.leaderID, m.term, m.commitIndex, m.appliedIndex, m.snapshotIndex, m.applyVersion, m.clusterVersion, m.sessions, m.watches, m.znodes, m.keyspaces, m.keyspaceLeader,
 		m.requests, m.requestDuration, m.buildInfo, m.readWaits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -732,6 +732,8 @@ func (s *Server) updateGauges(st replica.Status) {
 	s.metrics.sessions.Set(float64(sessions))
 	s.metrics.watches.Set(float64(s.watches.Count()))
 	s.metrics.setRaftGauges(st)
+	s.metrics.applyVersion.Set(float64(s.applyVersion()))
+	s.metrics.clusterVersion.Set(float64(s.recordedVersion()))
 	s.mu.RLock()
 	list := s.fsm.Keyspaces().List()
 	s.mu.RUnlock()
