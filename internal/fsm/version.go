@@ -46,6 +46,11 @@ const DepsVersion = 5
 // applies counts as UnadvertisedVersion: the cluster version never falls
 // below it, so only kinds of later versions are named here.
 func EntryVersion(data []byte) int {
+	if len(data) > 0 && data[0] == ClockTag {
+		if inner, _, err := unwrapClock(data); err == nil {
+			data = inner
+		}
+	}
 	if len(data) > 0 && (data[0] == DepsTag || data[0] == DepsMarkerTag) {
 		return DepsVersion
 	}

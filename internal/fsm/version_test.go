@@ -63,3 +63,26 @@ func TestNewerEntriesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestEntryVersion: what a proposer checks against the cluster version.
+func TestEntryVersion(t *testing.T) {
+	create := []byte{0x01, 0x02}
+	clocked, _ := WrapClock(1000, 0, create)
+	deps, _ := WrapDeps(1000, 0, nil, create)
+	marker, _ := WrapClock(1000, 0, DepsMarker())
+	for name, c := range map[string]struct {
+		data []byte
+		want int
+	}{
+		"plain":                      {create, UnadvertisedVersion},
+		"clock envelope":             {clocked, UnadvertisedVersion},
+		"dependency envelope":        {deps, DepsVersion},
+		"marker in a clock envelope": {marker, DepsVersion},
+		"bare marker":                {DepsMarker(), DepsVersion},
+		"empty":                      {nil, UnadvertisedVersion},
+	} {
+		if got := EntryVersion(c.data); got != c.want {
+			t.Errorf("%s: EntryVersion %d, want %d", name, got, c.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/fsm"
 )
 
@@ -96,6 +98,14 @@ func TestClusterVersionUpgrade(t *testing.T) {
 			if len(deps) != 0 || from != 0 {
 				t.Fatalf("member %d group %d: dependencies %v, marker at %d: an entry the older member cannot apply was proposed", i+1, g.id, deps, from)
 			}
+		}
+	}
+	// A kind of entry only this binary applies is refused at the
+	// proposer, on every member: here the dependency marker.
+	for i, s := range tc.servers {
+		_, err := s.Submit(ctx(t), inGroup{depsMarker{}, s.keyspaceGroups.get(ks.Group)}).Wait()
+		if !errors.Is(err, errs.ErrClusterVersion) {
+			t.Fatalf("member %d proposed a dependency marker with an older member: %v, want ErrClusterVersion", i+1, err)
 		}
 	}
 	// A read of /eu for a session that saw the root asks /eu's leader.
