@@ -404,8 +404,8 @@ func fmtMiB(xs []float64) string {
 // ScaleMarkdown is the results of a scale run as a Markdown section.
 func ScaleMarkdown(results []ScaleResult, plotFile string) string {
 	var b strings.Builder
-	b.WriteString("| system | created (failed) | fill creates/s | first slice /s | last slice /s | RSS per server MiB | Go heap MiB | RSS B/znode | disk MiB | snapshots (max s, last MiB) | restart to first write s |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| system | created (failed) | fill creates/s | first slice /s | last slice /s | RSS per server MiB | Go heap MiB | RSS B/znode | disk MiB | server 1 snapshots (longest s, last MiB) | restart to first write s | RSS after restart MiB |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		first, lastRate := 0.0, 0.0
 		if n := len(r.Slices); n > 0 {
@@ -423,9 +423,9 @@ func ScaleMarkdown(results []ScaleResult, plotFile string) string {
 		if len(r.HeapMiB) > 0 {
 			heap = fmtMiB(r.HeapMiB)
 		}
-		fmt.Fprintf(&b, "| %s | %d (%d) | %.0f | %.0f | %.0f | %s | %s | %.0f | %s | %s | %.1f |\n",
+		fmt.Fprintf(&b, "| %s | %d (%d) | %.0f | %.0f | %.0f | %s | %s | %.0f | %s | %s | %.1f | %s |\n",
 			r.System, r.Created, r.Errors, r.FillOpsPerSec, first, lastRate, fmtMiB(r.RSSMiB), heap, r.RSSPerZnodeB,
-			fmtMiB(r.DiskMiB), snaps, r.RestartSec)
+			fmtMiB(r.DiskMiB), snaps, r.RestartSec, fmtMiB(r.RestartRSSMiB))
 	}
 	b.WriteString("\nPer slice (znodes acknowledged: creates/s, RSS of the three servers MiB, Go heap MiB):\n\n")
 	for _, r := range results {
