@@ -183,7 +183,7 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	if err != nil {
 		return err
 	}
-	t, err := tree.Restore(bytes.NewReader(snap.tree))
+	t, err := tree.RestoreBytes(snap.tree)
 	if err != nil {
 		return err
 	}

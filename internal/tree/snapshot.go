@@ -182,6 +182,13 @@ func Restore(r io.Reader) (*Tree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot: read: %w", errs.ErrDataInconsistency, err)
 	}
+	return RestoreBytes(b)
+}
+
+// RestoreBytes is Restore of a snapshot already in memory, without
+// copying it first (a million znodes snapshot to 140 MiB). The tree keeps
+// nothing of b: every path and value is copied out.
+func RestoreBytes(b []byte) (*Tree, error) {
 	const header = len(snapshotMagic) + 1
 	if len(b) < header+4 {
 		return nil, corrupt("too short (%d bytes)", len(b))

@@ -314,3 +314,24 @@ func TestViewIsPointInTime(t *testing.T) {
 		t.Fatalf("second WriteTo: %v", err)
 	}
 }
+
+// RestoreBytes copies out what it keeps: overwriting its input afterwards
+// changes nothing in the restored tree.
+func TestRestoreBytesKeepsNothing(t *testing.T) {
+	b := snapshot(t, richTree(t))
+	tr, err := RestoreBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := snapshot(t, tr)
+	if !bytes.Equal(want, b) {
+		t.Fatal("restored tree snapshots differently")
+	}
+	for i := range b {
+		b[i] = 0xff
+	}
+	if !bytes.Equal(snapshot(t, tr), want) {
+		t.Fatal("the restored tree shares its input's bytes")
+	}
+	checkInvariants(t, tr)
+}
