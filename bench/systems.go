@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -253,6 +254,9 @@ type ZKOptions struct {
 	// server of each region votes and every other one is an observer
 	// (ZooKeeper's non-voting replica, serving reads and forwarding writes).
 	Observers bool
+	// Heap is the JVM's -Xmx ("": 512m, enough for every workload but the
+	// scale experiment's fill).
+	Heap string
 }
 
 // StartZooKeeperWith starts 3 ZooKeeper servers as StartZooKeeper does.
@@ -325,7 +329,8 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 			"admin.enableServer=false\n4lw.commands.whitelist=*\nmaxClientCnxns=0\n%s\n", data, p[3*i+2], strings.Join(lines, "\n"))
 		path := filepath.Join(e.Dir, fmt.Sprintf("zoo%d.cfg", i+1))
 		os.WriteFile(path, []byte(cfg), 0o644)
-		if err := e.Start(fmt.Sprintf("zk%d", i+1), "java", "-Xmx512m",
+		heap := cmp.Or(o.Heap, "512m")
+		if err := e.Start(fmt.Sprintf("zk%d", i+1), "java", "-Xmx"+heap,
 			"-cp", "/etc/zookeeper/conf:"+ZooKeeperJar, "-Dzookeeper.log.dir="+e.Dir,
 			"org.apache.zookeeper.server.quorum.QuorumPeerMain", path); err != nil {
 			return nil, err

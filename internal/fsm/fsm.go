@@ -27,8 +27,9 @@
 // in one envelope (snapshot.go); its bytes are part of the on-disk and peer
 // format.
 //
-// Concurrency: Apply, Snapshot and Restore are called from one goroutine
-// (the replica's raft loop). Readers on other goroutines take RLock and
+// Concurrency: Apply, Snapshot, View and Restore are called from one
+// goroutine (the replica's raft loop); a View, the state as of the entry
+// applied last, may be written on any goroutine while Apply goes on. Readers on other goroutines take RLock and
 // read Tree, Coord, Keyspaces, Applied and LastZxid. Apply and Restore hold the write lock while
 // they change the state and while they call the Hooks, so a reader that
 // registers a watch under RLock sees either the state before a change (and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 
 	"github.com/meridian-coord/meridian/internal/coord"
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -58,36 +59,116 @@ var (
 // Snapshot serializes the whole state (tree, coord, keyspace table, last
 // zxid) as of Applied.
 func (f *FSM) Snapshot() ([]byte, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.snapshotLocked()
+	v := f.View()
+	var buf bytes.Buffer
+	if _, err := v.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // SnapshotAt is Snapshot with the index and last zxid it is at (a backup
 // records them).
 func (f *FSM) SnapshotAt() (data []byte, index uint64, lastZxid int64, err error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	data, err = f.snapshotLocked()
-	return data, f.applied, f.lastZxid, err
+	v := f.View()
+	var buf bytes.Buffer
+	if _, err := v.WriteTo(&buf); err != nil {
+		return nil, 0, 0, err
+	}
+	return buf.Bytes(), v.index, v.lastZxid, nil
 }
 
-func (f *FSM) snapshotLocked() ([]byte, error) {
-	var buf bytes.Buffer
-	if err := f.tree.Snapshot(&buf); err != nil {
+// View is the whole state as of one applied index, ready to be written as
+// a snapshot (WriteTo, the bytes Snapshot returns) on any goroutine while
+// Apply goes on: the tree's part is a point-in-time copy (tree.View), the
+// rest is encoded when the view is taken.
+type View struct {
+	index                 uint64
+	lastZxid              int64
+	version               int // envelope version (1 to 4)
+	table, sessions, deps []byte
+	tree                  *tree.View
+	coord                 []byte
+}
+
+// View takes a view of the state under the read lock: a pass over the
+// tree's nodes, no encoding of them.
+func (f *FSM) View() *View {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	v := &View{index: f.applied, lastZxid: f.lastZxid, table: f.keyspaces.snapshot(), tree: f.tree.View(), coord: f.coord.Snapshot()}
+	if f.sessions != nil {
+		v.sessions = f.sessions.snapshot()
+	}
+	switch {
+	case len(f.deps) > 0 || f.depsFrom > 0:
+		v.version, v.deps = 4, encodeDeps(f.deps, f.depsFrom)
+	case len(v.sessions) > 0:
+		v.version = 3
+	case f.lastZxid == int64(f.applied) && f.keyspaces.Len() == 0:
+		v.version = 1
+	default:
+		v.version = 2
+	}
+	return v
+}
+
+// Index is the applied index the view is at.
+func (v *View) Index() uint64 { return v.index }
+
+// WriteTo writes the snapshot envelope: the bytes Snapshot returns.
+func (v *View) WriteTo(w io.Writer) (int64, error) {
+	var body bytes.Buffer
+	prefix, err := v.WriteSnapshot(&body)
+	if err != nil {
+		return 0, err
+	}
+	n, err := w.Write(prefix)
+	if err != nil {
+		return int64(n), err
+	}
+	m, err := body.WriteTo(w)
+	return int64(n) + m, err
+}
+
+// WriteSnapshot streams the snapshot envelope without holding it: it
+// writes everything after the envelope's header (the tree snapshot, then
+// coord's) to w, and returns the header, which gives the tree snapshot's
+// length and so is known only after it. The envelope is the header
+// followed by what was written. Not safe for concurrent use.
+func (v *View) WriteSnapshot(w io.Writer) (header []byte, err error) {
+	treeLen, err := v.tree.WriteTo(w)
+	if err != nil {
 		return nil, err
 	}
-	treeSnap, coordSnap := buf.Bytes(), f.coord.Snapshot()
-	if len(f.deps) > 0 || f.depsFrom > 0 {
-		return encodeSnapshotV4(f.lastZxid, f.keyspaces.snapshot(), f.sessions.snapshot(), encodeDeps(f.deps, f.depsFrom), treeSnap, coordSnap), nil
+	if _, err := w.Write(v.coord); err != nil {
+		return nil, err
 	}
-	if sessions := f.sessions.snapshot(); len(sessions) > 0 {
-		return encodeSnapshotV3(f.lastZxid, f.keyspaces.snapshot(), sessions, treeSnap, coordSnap), nil
+	switch v.version {
+	case 1:
+		header = append(header, snapshotMagic...)
+	case 2:
+		header = append(header, snapshotMagicV2...)
+		header = binary.AppendUvarint(header, uint64(v.lastZxid))
+		header = appendSection(header, v.table)
+	case 3:
+		header = append(header, snapshotMagicV3...)
+		header = binary.AppendUvarint(header, uint64(v.lastZxid))
+		header = appendSection(header, v.table)
+		header = appendSection(header, v.sessions)
+	default:
+		header = append(header, snapshotMagicV4...)
+		header = binary.AppendUvarint(header, uint64(v.lastZxid))
+		header = appendSection(header, v.table)
+		header = appendSection(header, v.sessions)
+		header = appendSection(header, v.deps)
 	}
-	if f.lastZxid == int64(f.applied) && f.keyspaces.Len() == 0 {
-		return encodeSnapshot(treeSnap, coordSnap), nil
-	}
-	return encodeSnapshotV2(f.lastZxid, f.keyspaces.snapshot(), treeSnap, coordSnap), nil
+	return binary.AppendUvarint(header, uint64(treeLen)), nil
+}
+
+func appendSection(b, section []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(section)))
+	return append(b, section...)
 }
 
 // Restore replaces the state with a snapshot taken at index and calls
@@ -102,7 +183,7 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	if err != nil {
 		return err
 	}
-	t, err := tree.Restore(bytes.NewReader(snap.tree))
+	t, err := tree.RestoreBytes(snap.tree)
 	if err != nil {
 		return err
 	}
@@ -147,41 +228,11 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	return nil
 }
 
-func encodeSnapshot(treeSnap, coordSnap []byte) []byte {
-	out := make([]byte, 0, len(snapshotMagic)+10+len(treeSnap)+len(coordSnap))
-	out = append(out, snapshotMagic...)
-	out = binary.AppendUvarint(out, uint64(len(treeSnap)))
-	out = append(out, treeSnap...)
-	return append(out, coordSnap...)
-}
-
-func encodeSnapshotV2(lastZxid int64, table, treeSnap, coordSnap []byte) []byte {
-	out := make([]byte, 0, len(snapshotMagicV2)+30+len(table)+len(treeSnap)+len(coordSnap))
-	out = append(out, snapshotMagicV2...)
-	out = binary.AppendUvarint(out, uint64(lastZxid))
-	out = binary.AppendUvarint(out, uint64(len(table)))
-	out = append(out, table...)
-	out = binary.AppendUvarint(out, uint64(len(treeSnap)))
-	out = append(out, treeSnap...)
-	return append(out, coordSnap...)
-}
-
 func encodeSnapshotV4(lastZxid int64, table, sessions, deps, treeSnap, coordSnap []byte) []byte {
 	out := make([]byte, 0, len(snapshotMagicV4)+50+len(table)+len(sessions)+len(deps)+len(treeSnap)+len(coordSnap))
 	out = append(out, snapshotMagicV4...)
 	out = binary.AppendUvarint(out, uint64(lastZxid))
 	for _, section := range [][]byte{table, sessions, deps, treeSnap} {
-		out = binary.AppendUvarint(out, uint64(len(section)))
-		out = append(out, section...)
-	}
-	return append(out, coordSnap...)
-}
-
-func encodeSnapshotV3(lastZxid int64, table, sessions, treeSnap, coordSnap []byte) []byte {
-	out := make([]byte, 0, len(snapshotMagicV3)+40+len(table)+len(sessions)+len(treeSnap)+len(coordSnap))
-	out = append(out, snapshotMagicV3...)
-	out = binary.AppendUvarint(out, uint64(lastZxid))
-	for _, section := range [][]byte{table, sessions, treeSnap} {
 		out = binary.AppendUvarint(out, uint64(len(section)))
 		out = append(out, section...)
 	}

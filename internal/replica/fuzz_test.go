@@ -188,7 +188,7 @@ func fuzzRaftNode(t *testing.T, leader bool) (*raft.RawNode, *raft.MemoryStorage
 		ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}})
 	ms.Append([]*pb.Entry{{Index: new(uint64(2)), Term: new(uint64(2)), Type: &normal}, {Index: new(uint64(3)), Term: new(uint64(2)), Type: &normal}})
 	ms.SetHardState(&pb.HardState{Term: new(uint64(2)), Commit: new(uint64(3)), Vote: new(uint64(2))})
-	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: raftStorage{ms}, Applied: 1,
+	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: raftStorage{MemoryStorage: ms}, Applied: 1,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 64, CheckQuorum: true, PreVote: true, StepDownOnRemoval: true,
 		Logger: raftLogger{slog.New(slog.DiscardHandler)}})
 	if err != nil {

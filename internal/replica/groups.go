@@ -143,6 +143,7 @@ func (r *Replica) openGroup(gc GroupConfig, sm StateMachine, wrap func(Network) 
 		r.groups = map[uint64]*Replica{}
 	}
 	r.groups[gc.Group] = g
+	g.snaps.async = make(chan snapResult, 1)
 	go g.loop()
 	return g, nil
 }

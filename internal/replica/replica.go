@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime/debug"
 	"slices"
@@ -34,6 +35,26 @@ type StateMachine interface {
 	Snapshot() ([]byte, error)
 	// Restore replaces the state with a snapshot taken at index.
 	Restore(index uint64, data []byte) error
+}
+
+// SnapshotViewer is a StateMachine that can take its snapshots off the
+// raft loop: SnapshotView, called from the loop between Apply calls,
+// returns a point-in-time view of the state as of the last applied index,
+// which another goroutine writes (the bytes Snapshot would return) to a
+// file while Apply goes on. A running replica takes its periodic
+// snapshots this way (snapshots.go).
+type SnapshotViewer interface {
+	SnapshotView() (SnapshotView, error)
+}
+
+// SnapshotView is a state machine's state as of the last entry applied
+// when it was taken; it must not change as Apply goes on, and is written
+// once. WriteSnapshot streams the bytes Snapshot would have returned then,
+// all but a head it returns once the rest is written: the snapshot is
+// head followed by what was written to w (a length that comes first in
+// the format is known only at the end).
+type SnapshotView interface {
+	WriteSnapshot(w io.Writer) (head []byte, err error)
 }
 
 // Peer is a member and its peer-transport address.
@@ -94,8 +115,9 @@ type Config struct {
 	TickInterval     time.Duration // default 100ms
 	ElectionTicks    int           // default 10
 	HeartbeatTicks   int           // default 1
-	SnapshotEntries  uint64        // snapshot every N applied entries (default 10000)
-	CatchUpEntries   uint64        // entries kept behind a snapshot for slow followers (default SnapshotEntries/2 = 5000)
+	SnapshotEntries  uint64        // snapshot every N applied entries (default 100,000, as ZooKeeper's snapCount)
+	SnapshotBytes    uint64        // or once the entries applied since the last one hold this many bytes (default 32 MiB)
+	CatchUpEntries   uint64        // entries kept behind a snapshot for slow followers (default SnapshotEntries/2, at most 10,000; and at most SnapshotBytes/2 bytes of them)
 	MaxSizePerMsg    uint64        // default 1 MiB
 	MaxInflightMsgs  int           // default 256
 	MaxPendingReads  int           // default 10000; beyond: errs.ErrThrottled
@@ -150,10 +172,13 @@ func (c *Config) defaults() {
 		c.HeartbeatTicks = 1
 	}
 	if c.SnapshotEntries == 0 {
-		c.SnapshotEntries = 10000
+		c.SnapshotEntries = 100_000
+	}
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = 32 << 20
 	}
 	if c.CatchUpEntries == 0 {
-		c.CatchUpEntries = c.SnapshotEntries / 2
+		c.CatchUpEntries = min(c.SnapshotEntries/2, 10_000)
 	}
 	if c.MaxSizePerMsg == 0 {
 		c.MaxSizePerMsg = 1 << 20
@@ -286,7 +311,8 @@ type Replica struct {
 	learnersAsked time.Time // last proposal adding configured learners
 	promoteAsked  time.Time // last automatic promotion proposed
 	snapIndex     uint64
-	handover      handover // step-down notices, sent and received (handover.go)
+	snaps         snapshots // taken off the loop, bytes applied (snapshots.go)
+	handover      handover  // step-down notices, sent and received (handover.go)
 	quiesce       quiescence
 	quiet         atomic.Bool  // quiesce.quiet for other goroutines
 	tickNow       atomic.Int64 // tick for other goroutines (SilentVoters)
@@ -376,6 +402,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 	}
 	r.tr = tr
 	r.net = transportNetwork{t: tr}
+	r.snaps.async = make(chan snapResult, 1)
 	go r.loop()
 	return r, nil
 }
@@ -413,6 +440,13 @@ func newReplica(cfg Config, sm StateMachine, store Storage, tune func(*raft.Conf
 	}
 	slices.SortFunc(r.book.Peers, func(x, y Peer) int { return cmpU64(x.ID, y.ID) })
 	r.applied.ch = make(chan struct{})
+	r.snaps.disk, _ = store.(*disk)
+	r.snaps.markBytes = max(cfg.SnapshotBytes/256, 1)
+	if r.snaps.disk != nil {
+		if err := r.snaps.disk.removeSnapTemps(); err != nil {
+			return nil, false, err
+		}
+	}
 	// Read request contexts: a random start makes them unique across members
 	// (the leader keys pending reads by context) and across restarts.
 	var seed [8]byte
@@ -428,7 +462,7 @@ func newReplica(cfg Config, sm StateMachine, store Storage, tune func(*raft.Conf
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   raftStorage{r.mem},
+		Storage:                   raftStorage{MemoryStorage: r.mem, disk: r.snaps.disk},
 		Applied:                   r.snapIndex,
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxCommittedSizePerReady:  64 << 20,
@@ -484,7 +518,7 @@ func (r *Replica) restore() (bool, error) {
 		return true, nil
 	}
 	if !raft.IsEmptySnap(snap) {
-		if err := r.mem.ApplySnapshot(snap); err != nil {
+		if err := r.mem.ApplySnapshot(r.snaps.inMemory(snap)); err != nil {
 			return false, err
 		}
 		bk, data, err := unwrapSnapshot(snap.GetData())
@@ -859,6 +893,12 @@ func (r *Replica) loop() {
 		case req := <-r.confc:
 			r.unquiesce()
 			r.proposeMembers(req)
+		case res := <-r.snaps.async:
+			if err := r.finishSnapshot(res); err != nil {
+				r.log.Error("snapshot failed; replica stopping", "err", err)
+				r.fail(fmt.Errorf("snapshot: %w", err))
+				return
+			}
 		}
 		if p := r.tickPeriod(); p != period { // a new tick, or quiesced
 			period = p
@@ -1274,7 +1314,7 @@ func (r *Replica) handleReady() error {
 		}
 	}
 	if snap != nil {
-		if err := r.mem.ApplySnapshot(snap); err != nil {
+		if err := r.mem.ApplySnapshot(r.snaps.inMemory(snap)); err != nil {
 			return err
 		}
 		idx := snap.GetMetadata().GetIndex()
@@ -1366,6 +1406,7 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 	for i, e := range ents {
 		switch e.GetType() {
 		case pb.EntryNormal:
+			r.snaps.appliedBytes += uint64(len(e.GetData()))
 			if len(e.GetData()) > 0 {
 				if err := r.sm.Apply(e.GetIndex(), e.GetTerm(), e.GetData()); err != nil {
 					if i > 0 {
@@ -1402,6 +1443,7 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 		}
 	}
 	r.applied.set(ents[len(ents)-1].GetIndex())
+	r.snaps.mark(ents[len(ents)-1].GetIndex())
 	return nil
 }
 
@@ -1422,11 +1464,17 @@ func decodeConfChange(e *pb.Entry) (*pb.ConfChangeV2, error) {
 }
 
 // maybeSnapshot snapshots the state machine every SnapshotEntries applied
-// entries and compacts the log, keeping CatchUpEntries for slow followers.
+// entries, or SnapshotBytes of them, and compacts the log, keeping a tail
+// for slow followers (compactIndex). A running replica whose state machine
+// hands out views (SnapshotViewer) writes the snapshot on another goroutine
+// and saves it when it is done (finishSnapshot); one at a time.
 func (r *Replica) maybeSnapshot() error {
 	_, applied := r.applied.get()
-	if applied-r.snapIndex < r.cfg.SnapshotEntries {
+	if r.snaps.running || applied-r.snapIndex < r.cfg.SnapshotEntries && r.snaps.appliedBytes-r.snaps.bytesAtSnap < r.cfg.SnapshotBytes {
 		return nil
+	}
+	if v, ok := r.sm.(SnapshotViewer); ok && r.snaps.async != nil && r.snaps.disk != nil {
+		return r.startSnapshot(v, applied)
 	}
 	return r.snapshotAt(applied)
 }
@@ -1439,15 +1487,25 @@ func (r *Replica) snapshotAt(applied uint64) error {
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	snap, err := r.mem.CreateSnapshot(applied, r.confState, wrapSnapshot(r.book, data))
+	return r.saveSnapshot(snapResult{index: applied, conf: r.confState, data: wrapSnapshot(r.book, data),
+		appliedBytes: r.snaps.appliedBytes, start: start})
+}
+
+// saveSnapshot stores a snapshot taken at res.index and compacts the log.
+// With a disk, raft's memory keeps the snapshot's metadata only: the bytes
+// stay on disk, and raft reads them back for a follower that needs them
+// (raftStorage.Snapshot).
+func (r *Replica) saveSnapshot(res snapResult) error {
+	kept := res.data
+	if r.snaps.disk != nil {
+		kept = nil
+	}
+	snap, err := r.mem.CreateSnapshot(res.index, res.conf, kept)
 	if err != nil {
 		return err
 	}
-	var compact uint64
-	if applied > r.cfg.CatchUpEntries {
-		compact = applied - r.cfg.CatchUpEntries
-	}
-	if err := r.store.SaveSnapshot(snap, compact); err != nil {
+	compact := r.compactIndex(res.index, res.appliedBytes)
+	if err := r.store.SaveSnapshot(&pb.Snapshot{Metadata: snap.Metadata, Data: res.data}, compact); err != nil {
 		return err
 	}
 	if compact > 0 {
@@ -1455,8 +1513,14 @@ func (r *Replica) snapshotAt(applied uint64) error {
 			return err
 		}
 	}
-	r.snapIndex = applied
-	r.log.Info("snapshot taken", "index", applied, "bytes", len(data), "compacted_to", compact, "took", time.Since(start))
+	r.snapIndex, r.snaps.bytesAtSnap = res.index, res.appliedBytes
+	r.snaps.forget(compact)
+	size := res.size
+	if size == 0 {
+		size = uint64(len(res.data))
+	}
+	r.log.Info("snapshot taken", "index", res.index, "bytes", size, "compacted_to", compact,
+		"took", time.Since(res.start).Round(time.Millisecond), "paused_apply", res.paused.Round(time.Microsecond))
 	return nil
 }
 

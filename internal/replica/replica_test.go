@@ -149,11 +149,19 @@ type cluster struct {
 	reps  []*Replica
 	sms   []*kv
 	tweak func(*Config)
+	// views, if set, gives each replica its kv as a SnapshotViewer
+	// (snapshots_test.go).
+	views *viewGate
 }
 
 func newCluster(t testing.TB, n int, tweak func(*Config)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, tweak: tweak}
+	return startCluster(t, n, &cluster{t: t, tweak: tweak})
+}
+
+// startCluster starts n replicas as c says.
+func startCluster(t testing.TB, n int, c *cluster) *cluster {
+	t.Helper()
 	for i, port := range testutil.FreePorts(t, n) {
 		c.peers = append(c.peers, Peer{ID: uint64(i + 1), Addr: fmt.Sprintf("127.0.0.1:%d", port)})
 		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i+1)))
@@ -190,7 +198,11 @@ func (c *cluster) config(i int) Config {
 func (c *cluster) start(i int) {
 	c.t.Helper()
 	c.sms[i] = newKV()
-	r, err := Open(c.config(i), c.sms[i])
+	var sm StateMachine = c.sms[i]
+	if c.views != nil {
+		sm = viewKV{c.sms[i], c.views}
+	}
+	r, err := Open(c.config(i), sm)
 	if err != nil {
 		c.t.Fatalf("open %d: %v", i+1, err)
 	}

@@ -33,6 +33,11 @@ import (
 // encoding, so a corrupt value is reported at open and never applied.
 type disk struct {
 	db *pebble.DB
+	// fs and dir hold the snapshot files (snapfile.go) beside the store.
+	fs  vfs.FS
+	dir string
+	// groupID is this group's id (0: the root).
+	groupID uint64
 	// prefix is empty for the root group and "g" + BE64(group) for others.
 	prefix []byte
 	// shared: the store belongs to the root group's disk, which closes it.
@@ -52,7 +57,7 @@ func groupPrefix(group uint64) []byte {
 
 // group returns the disk of another group in the same store.
 func (d *disk) group(group uint64) *disk {
-	return &disk{db: d.db, prefix: groupPrefix(group), shared: true}
+	return &disk{db: d.db, fs: d.fs, dir: d.dir, groupID: group, prefix: groupPrefix(group), shared: true}
 }
 
 // key is k under this group's prefix.
@@ -117,11 +122,14 @@ func (p pebbleLogger) Fatalf(f string, a ...any) {
 
 // openDisk opens the store in dir, on fs (nil: the operating system's).
 func openDisk(dir string, fs vfs.FS, log *slog.Logger) (*disk, error) {
+	if fs == nil {
+		fs = vfs.Default
+	}
 	db, err := pebble.Open(dir, &pebble.Options{FS: fs, Logger: pebbleLogger{log.With("component", "pebble")}})
 	if err != nil {
 		return nil, err
 	}
-	return &disk{db: db}, nil
+	return &disk{db: db, fs: fs, dir: dir}, nil
 }
 
 // close closes the store (the root group's disk only: the groups sharing
@@ -142,7 +150,10 @@ func (d *disk) drop() error {
 	if g := binary.BigEndian.Uint64(d.prefix[1:]); g < math.MaxUint64 {
 		end = groupPrefix(g + 1)
 	}
-	return d.db.DeleteRange(d.prefix, end, pebble.Sync)
+	if err := d.db.DeleteRange(d.prefix, end, pebble.Sync); err != nil {
+		return err
+	}
+	return d.removeSnapFiles("")
 }
 
 // entriesEnd is the exclusive upper bound of the entry key space.
@@ -152,11 +163,11 @@ var entriesEnd = []byte{'e' + 1}
 // the entries after the snapshot, in order.
 func (d *disk) Load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error) {
 	hs := &pb.HardState{}
-	snap := &pb.Snapshot{}
 	if err := d.get(d.key(keyHardState), hs); err != nil {
 		return nil, nil, nil, fmt.Errorf("hard state: %w", err)
 	}
-	if err := d.get(d.key(keySnapshot), snap); err != nil {
+	snap, err := d.snapshot()
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("snapshot: %w", err)
 	}
 	// Entries kept behind the snapshot for slow followers are not loaded:
@@ -276,6 +287,11 @@ func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 		return err
 	}
 	d.last = last
+	if snap != nil {
+		// A snapshot from the leader, stored whole: the files of this
+		// member's own snapshots are older.
+		return d.removeSnapFiles("")
+	}
 	return nil
 }
 
@@ -296,7 +312,14 @@ func (d *disk) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
 			return err
 		}
 	}
-	return b.Commit(pebble.Sync)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	keep := ""
+	if ref, ok, _ := decodeSnapRef(snap.GetData()); ok {
+		keep = ref.file
+	}
+	return d.removeSnapFiles(keep)
 }
 
 // clusterID returns the stored cluster id, 0 when there is none.
@@ -335,12 +358,30 @@ func (d *disk) setClusterID(id uint64) error {
 // raft panics with "need non-empty snapshot", taking the leader down on one
 // network message. ErrSnapshotTemporarilyUnavailable is raft's own answer for
 // "no snapshot now": it skips that follower and tries again later.
-type raftStorage struct{ *raft.MemoryStorage }
+//
+// With a disk, the memory storage keeps a snapshot's metadata only
+// (snapshots.inMemory) and Snapshot reads its bytes from disk: a large
+// state is then not held twice, and raft asks only for a follower too far
+// behind for the log.
+type raftStorage struct {
+	*raft.MemoryStorage
+	disk *disk // nil: the memory storage holds the bytes
+}
 
 func (s raftStorage) Snapshot() (*pb.Snapshot, error) {
 	snap, err := s.MemoryStorage.Snapshot()
 	if err == nil && raft.IsEmptySnap(snap) {
 		return nil, raft.ErrSnapshotTemporarilyUnavailable
 	}
-	return snap, err
+	if err != nil || s.disk == nil || len(snap.GetData()) > 0 {
+		return snap, err
+	}
+	stored, err := s.disk.snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("replica: read snapshot: %w", err)
+	}
+	if stored.GetMetadata().GetIndex() != snap.GetMetadata().GetIndex() {
+		return nil, fmt.Errorf("%w: snapshot on disk at %d, in memory at %d", ErrCorrupt, stored.GetMetadata().GetIndex(), snap.GetMetadata().GetIndex())
+	}
+	return stored, nil
 }

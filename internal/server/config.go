@@ -112,7 +112,7 @@ type Config struct {
 	ElectionTicks    int `yaml:"election_ticks"`     // default 10
 	HeartbeatTicks   int `yaml:"heartbeat_ticks"`    // default 1
 	SessionTickMs    int `yaml:"session_tick_ms"`    // ZooKeeper tickTime: timeouts clamp to [2,20] ticks (default 2000)
-	SnapshotEntries  int `yaml:"snapshot_entries"`   // default 10000
+	SnapshotEntries  int `yaml:"snapshot_entries"`   // default 100000 (or 32 MiB of entries, whichever first)
 	RequestTimeoutMs int `yaml:"request_timeout_ms"` // default 10000: longest a write or read barrier may wait
 
 	// Limits.
@@ -358,7 +358,7 @@ func (c *Config) Normalize() error {
 	defInt(&c.ElectionTicks, 10)
 	defInt(&c.HeartbeatTicks, 1)
 	defInt(&c.SessionTickMs, 2000)
-	defInt(&c.SnapshotEntries, 10000)
+	defInt(&c.SnapshotEntries, 100000)
 	defInt(&c.RequestTimeoutMs, 10000)
 	defInt(&c.MaxWatchesPerSession, 100000)
 	defInt(&c.MaxQueuedEvents, 10000)

@@ -253,6 +253,9 @@ func (m *groupMachine) Apply(index, term uint64, data []byte) error {
 
 func (m *groupMachine) Snapshot() ([]byte, error) { return m.fsm.Snapshot() }
 
+// SnapshotView lets the group's replica write its snapshots off its loop.
+func (m *groupMachine) SnapshotView() (replica.SnapshotView, error) { return m.fsm.View(), nil }
+
 // Restore installs a snapshot of the group; observers, barrier waiters and
 // waiting requests whose grant was in the skipped range re-read the
 // state, as after the root's (stateMachine.Restore).

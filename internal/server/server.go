@@ -185,7 +185,6 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		ElectionTicks:   cfg.ElectionTicks,
 		HeartbeatTicks:  cfg.HeartbeatTicks,
 		SnapshotEntries: uint64(cfg.SnapshotEntries),
-		CatchUpEntries:  uint64(cfg.SnapshotEntries / 2),
 		Logger:          log.With("component", "raft"),
 		OnLeaderChange:  s.onLeaderChange,
 		OnSideMessage:   s.onSideMessage,
@@ -470,6 +469,12 @@ func (s *Server) afterCoord(r *fsm.Result) {
 // Snapshot serializes the whole replicated state: the tree and the locks.
 func (sm *stateMachine) Snapshot() ([]byte, error) {
 	return (*Server)(sm).fsm.Snapshot()
+}
+
+// SnapshotView is the state as of the last applied entry, for the replica
+// to write off its raft loop.
+func (sm *stateMachine) SnapshotView() (replica.SnapshotView, error) {
+	return (*Server)(sm).fsm.View(), nil
 }
 
 func (sm *stateMachine) Restore(index uint64, data []byte) error {

@@ -89,7 +89,10 @@ func (t *Tree) Apply(zxid int64, cmd *Command) (Result, []Event) {
 	case OpReap:
 		var deleted []string
 		for _, n := range t.reapable(cmd.TimeMs) {
-			x.remove(n)
+			// Reapable nodes are childless: removing one changes (and
+			// may copy, Tree.own) its parent, never another of them. The
+			// lookup keeps that so.
+			x.remove(t.nodes[n.path])
 			deleted = append(deleted, n.path)
 		}
 		return Result{Op: OpResult{Type: typ}, Deleted: deleted}, x.events
@@ -180,16 +183,20 @@ func (x *txn) emit(typ EventType, path string) {
 }
 
 // saveStat records n's mutable fields before they change.
-func (x *txn) saveStat(n *node) {
+// It returns the node to change: n, or n's copy when a View shares n
+// (Tree.own); the caller changes that one.
+func (x *txn) saveStat(n *node) *node {
+	n = x.t.own(n)
 	if x.logged {
 		x.undo = append(x.undo, undoEntry{kind: undoStat, n: n, stat: n.stat, data: n.data, acl: n.acl})
 	}
+	return n
 }
 
 // insert adds n under parent and updates the parent's child stats.
 func (x *txn) insert(parent, n *node) {
 	t := x.t
-	x.saveStat(parent)
+	parent = x.saveStat(parent)
 	t.nodes[n.path] = n
 	t.link(parent, n)
 	parent.stat.Cversion++
@@ -206,8 +213,7 @@ func (x *txn) insert(parent, n *node) {
 // remove deletes the childless node n and updates its parent's child stats.
 func (x *txn) remove(n *node) {
 	t := x.t
-	parent := t.nodes[parentOf(n.path)]
-	x.saveStat(parent)
+	parent := x.saveStat(t.nodes[parentOf(n.path)])
 	delete(t.nodes, n.path)
 	t.unlink(parent, n)
 	parent.stat.Cversion++
@@ -277,12 +283,11 @@ func (x *txn) create(op *Op) (OpResult, error) {
 		return OpResult{}, errs.ErrNoChildrenForEphemerals
 	}
 	n := &node{
-		path:    path,
-		data:    cloneBytes(op.Data),
-		acl:     acl,
-		mode:    mode,
-		ttl:     op.TTLMs,
-		heapIdx: -1,
+		path: path,
+		data: cloneBytes(op.Data),
+		acl:  acl,
+		mode: mode,
+		gen:  t.gen.Load(),
 		stat: Stat{
 			Czxid:      x.zxid,
 			Mzxid:      x.zxid,
@@ -294,6 +299,9 @@ func (x *txn) create(op *Op) (OpResult, error) {
 	}
 	if mode.ephemeral() {
 		n.stat.EphemeralOwner = cmd.Session
+	}
+	if mode.isTTL() {
+		n.expiry = &ttlState{ms: op.TTLMs, heapIdx: -1}
 	}
 	x.insert(parent, n)
 	return OpResult{Path: path, Stat: n.stat}, nil
@@ -345,7 +353,7 @@ func (x *txn) setData(op *Op) (OpResult, error) {
 	if err := checkVersion(op.Version, n.stat.Version); err != nil {
 		return OpResult{}, err
 	}
-	x.saveStat(n)
+	n = x.saveStat(n)
 	n.data = cloneBytes(op.Data)
 	n.stat.Version++
 	n.stat.Mzxid = x.zxid
@@ -378,7 +386,7 @@ func (x *txn) setACL(op *Op) (OpResult, error) {
 	if err := checkVersion(op.Version, n.stat.Aversion); err != nil {
 		return OpResult{}, err
 	}
-	x.saveStat(n)
+	n = x.saveStat(n)
 	n.acl = acl
 	n.stat.Aversion++
 	return OpResult{Stat: n.stat}, nil

@@ -170,3 +170,54 @@ func TestDeterminism(t *testing.T) {
 		}
 	}
 }
+
+// Views taken while a log is applied change nothing the tree does (results,
+// events, state: the copies made for them are invisible), and each, written
+// later, is the state when it was taken.
+func TestViewsUnderRandomLog(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		g := &gen{rng: rand.New(rand.NewSource(seed))}
+		a, b := New(), New() // a hands out views, b does not
+		type pending struct {
+			view *View
+			want []byte
+			due  int64
+		}
+		var views []pending
+		for i := int64(1); i <= 2000; i++ {
+			if g.rng.Intn(40) == 0 {
+				var buf bytes.Buffer
+				if err := b.Snapshot(&buf); err != nil {
+					t.Fatal(err)
+				}
+				views = append(views, pending{a.View(), buf.Bytes(), i + int64(g.rng.Intn(200))})
+			}
+			cmd := g.command()
+			resA, evA := a.Apply(i, cmd)
+			resB, evB := b.Apply(i, cmd)
+			g.observe(resA)
+			if !reflect.DeepEqual(resA, resB) || !reflect.DeepEqual(evA, evB) {
+				t.Fatalf("seed %d index %d: views changed a result:\n%+v %v\n%+v %v", seed, i, resA, evA, resB, evB)
+			}
+			for k := 0; k < len(views); k++ {
+				if v := views[k]; v.due <= i {
+					var buf bytes.Buffer
+					if _, err := v.view.WriteTo(&buf); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(buf.Bytes(), v.want) {
+						t.Fatalf("seed %d index %d: a view changed with the tree", seed, i)
+					}
+					views = append(views[:k], views[k+1:]...)
+					k--
+				}
+			}
+			if i%50 == 0 {
+				checkInvariants(t, a)
+				if a.Digest() != b.Digest() {
+					t.Fatalf("seed %d index %d: digests differ", seed, i)
+				}
+			}
+		}
+	}
+}

@@ -11,6 +11,10 @@
 // A Tree is not safe for concurrent use; the server guards it with a lock.
 // Read methods (Get, Children, NeedsReap, Snapshot, ...) never modify the
 // tree, so they may run concurrently with each other under a shared lock.
+// View (also under a shared lock) returns the state as of that moment for
+// a snapshot, which may be written on another goroutine while the tree
+// goes on changing: the tree copies a node before it first changes it
+// after a view (copy-on-write), and the view keeps the original.
 //
 // Layout: nodes live in one map keyed by full path; each node keeps the set
 // of its children's names. Reap candidates are indexed as they change (a

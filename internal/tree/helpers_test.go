@@ -57,10 +57,13 @@ func checkInvariants(t testing.TB, tr *Tree) {
 			t.Fatalf("%s: owner set on a non-ephemeral", p)
 		}
 		wantTTL := n.mode.isTTL() && len(n.children) == 0
-		if wantTTL != (n.heapIdx >= 0) {
-			t.Fatalf("%s: ttl index membership %v, want %v", p, n.heapIdx >= 0, wantTTL)
+		if n.mode.isTTL() != (n.expiry != nil) {
+			t.Fatalf("%s: TTL state %v for mode %d", p, n.expiry, n.mode)
 		}
-		if wantTTL && (tr.ttl[n.heapIdx] != n || n.deadline != ttlDeadline(n.stat.Mtime, n.ttl)) {
+		if wantTTL != n.inHeap() {
+			t.Fatalf("%s: ttl index membership %v, want %v", p, n.inHeap(), wantTTL)
+		}
+		if wantTTL && (tr.ttl[n.expiry.heapIdx] != n || n.expiry.deadline != ttlDeadline(n.stat.Mtime, n.expiry.ms)) {
 			t.Fatalf("%s: ttl index entry wrong", p)
 		}
 		_, inC := tr.containers[n]
@@ -82,7 +85,7 @@ func checkInvariants(t testing.TB, tr *Tree) {
 		}
 	}
 	for i, n := range tr.ttl {
-		if n.heapIdx != i || tr.nodes[n.path] != n {
+		if n.expiry.heapIdx != i || tr.nodes[n.path] != n {
 			t.Fatalf("ttl heap entry %d (%s) stale", i, n.path)
 		}
 		if i > 0 && tr.ttl.Less(i, (i-1)/2) {

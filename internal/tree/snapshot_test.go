@@ -135,11 +135,11 @@ func TestSnapshotInvariantsChecked(t *testing.T) {
 		"orphan owner":  func(tr *Tree) { delete(tr.sessions, 1) },
 		"owner on node": func(tr *Tree) { tr.nodes["/app"].stat.EphemeralOwner = 2 },
 		"bad mode":      func(tr *Tree) { tr.nodes["/app"].mode = 9 },
-		"ttl":           func(tr *Tree) { tr.nodes["/ttl"].ttl = 0 },
+		"ttl":           func(tr *Tree) { tr.nodes["/ttl"].expiry.ms = 0 },
 		"acl":           func(tr *Tree) { tr.nodes["/app"].acl = []ACL{{Perms: 1, ID: ID{"super", ""}}} },
 		"empty acl":     func(tr *Tree) { tr.nodes["/app"].acl = nil },
 		"orphan node": func(tr *Tree) {
-			tr.nodes["/nope/x"] = &node{path: "/nope/x", acl: openACL, heapIdx: -1}
+			tr.nodes["/nope/x"] = &node{path: "/nope/x", acl: openACL}
 		},
 		"no root": func(tr *Tree) {
 			delete(tr.nodes, "/")
@@ -258,4 +258,80 @@ func TestAdoptedSessionRoundTrip(t *testing.T) {
 	if !r.ForgetSession(8) || r.SessionCount() != 0 {
 		t.Fatal("ForgetSession kept an empty adopted session")
 	}
+}
+
+// A view is the state when it was taken: written after the tree has
+// changed in every way a node can (data, ACL, stat, children, deletion,
+// sessions), it gives the bytes a snapshot taken at that moment gives.
+func TestViewIsPointInTime(t *testing.T) {
+	tr := richTree(t)
+	want := snapshot(t, tr)
+	v := tr.View()
+	i := int64(100)
+	for _, c := range []*Command{
+		// Nodes in the reap indexes: a TTL node (in the heap) and an
+		// empty container (in the set), changed after the view.
+		{TimeMs: 800, Op: Op{Type: OpSetData, Path: "/ttl", Data: []byte("t"), Version: -1}},
+		{TimeMs: 800, Op: Op{Type: OpSetData, Path: "/ctr", Data: []byte("c"), Version: -1}},
+		// A multi that changes nodes and then fails: rolled back.
+		{TimeMs: 800, Op: Op{Type: OpMulti}, Ops: []Op{
+			{Type: OpSetData, Path: "/app", Data: []byte("rolled back"), Version: -1},
+			{Type: OpCreate, Path: "/m/rolled", ACL: OpenACL},
+			{Type: OpDelete, Path: "/nope", Version: -1},
+		}},
+		{TimeMs: 800, Op: Op{Type: OpSetData, Path: "/app", Data: []byte("v3"), Version: -1}},
+		{TimeMs: 800, Op: Op{Type: OpSetACL, Path: "/app", ACL: []ACL{{Perms: PermRead | PermCreate, ID: ID{"world", "anyone"}}}, Version: -1}},
+		{TimeMs: 800, Op: Op{Type: OpCreate, Path: "/app/child", ACL: OpenACL}},
+		{TimeMs: 800, Op: Op{Type: OpDelete, Path: "/ttl", Version: -1}},
+		{Op: Op{Type: OpCreateSession}, TimeoutMs: 5000, Password: []byte("aaaaaaaaaaaaaaaa")},
+		{Op: Op{Type: OpExpire}, Sessions: []int64{1}},
+	} {
+		i++
+		if res, _ := tr.Apply(i, c); res.Err != nil && c.Op.Type != OpMulti {
+			t.Fatalf("%v: %v", c.Op.Type, res.Err)
+		}
+		checkInvariants(t, tr)
+	}
+	// The reap deletes the empty container, copied since (the TTL node
+	// was deleted above).
+	if res, _ := tr.Apply(i+1, &Command{TimeMs: 1e12, Op: Op{Type: OpReap}}); len(res.Deleted) != 1 || res.Deleted[0] != "/ctr" {
+		t.Fatalf("reap deleted %v", res.Deleted)
+	}
+	checkInvariants(t, tr)
+	var buf bytes.Buffer
+	if n, err := v.WriteTo(&buf); err != nil || n != int64(buf.Len()) {
+		t.Fatalf("WriteTo: %d, %v (wrote %d)", n, err, buf.Len())
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Fatal("the view changed with the tree")
+	}
+	if bytes.Equal(snapshot(t, tr), want) {
+		t.Fatal("the tree did not change")
+	}
+	// Written twice, the same bytes.
+	buf.Reset()
+	if _, err := v.WriteTo(&buf); err != nil || !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("second WriteTo: %v", err)
+	}
+}
+
+// RestoreBytes copies out what it keeps: overwriting its input afterwards
+// changes nothing in the restored tree.
+func TestRestoreBytesKeepsNothing(t *testing.T) {
+	b := snapshot(t, richTree(t))
+	tr, err := RestoreBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := snapshot(t, tr)
+	if !bytes.Equal(want, b) {
+		t.Fatal("restored tree snapshots differently")
+	}
+	for i := range b {
+		b[i] = 0xff
+	}
+	if !bytes.Equal(snapshot(t, tr), want) {
+		t.Fatal("the restored tree shares its input's bytes")
+	}
+	checkInvariants(t, tr)
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/meridian-coord/meridian/internal/errs"
 )
@@ -25,17 +26,36 @@ func (m CreateMode) isTTL() bool { return m == ModePersistentTTL || m == ModePer
 // node is one znode. Nodes live in Tree.nodes under their full path; the
 // children set holds names only, so Children is a sort of one small map.
 type node struct {
-	path     string
-	data     []byte // never modified in place: replaced on setData
-	acl      []ACL  // never modified in place: replaced on setACL
-	stat     Stat   // NumChildren is kept equal to len(children)
-	mode     CreateMode
-	ttl      int64 // TTL modes only
+	path string
+	data []byte // never modified in place: replaced on setData
+	acl  []ACL  // never modified in place: replaced on setACL
+	stat Stat   // NumChildren is kept equal to len(children)
+	mode CreateMode
+	// gen is the Tree.gen the node was created or copied in: a node of an
+	// older one may be shared with a View and is copied before it changes
+	// (own).
+	gen      uint32
 	children map[string]struct{}
+	expiry   *ttlState // TTL modes only (nil otherwise): a node's size matters at millions of them
+}
 
+// ttlState is a TTL node's TTL and its place in Tree.ttl.
+type ttlState struct {
+	ms       int64 // the TTL
 	heapIdx  int   // index in Tree.ttl, -1 when absent
 	deadline int64 // TTL expiry while in Tree.ttl
 }
+
+// ttlMs is the node's TTL, 0 for a node of a mode without one.
+func (n *node) ttlMs() int64 {
+	if n.expiry == nil {
+		return 0
+	}
+	return n.expiry.ms
+}
+
+// inHeap reports whether n is in Tree.ttl.
+func (n *node) inHeap() bool { return n.expiry != nil && n.expiry.heapIdx >= 0 }
 
 type session struct {
 	info       SessionInfo
@@ -52,6 +72,36 @@ type Tree struct {
 	// (a read under a shared lock) is O(1) and mutates nothing.
 	ttl        ttlHeap            // childless TTL nodes by deadline
 	containers map[*node]struct{} // containers that are empty and have had a child
+
+	// gen counts the views taken (View): nodes of an older generation may
+	// be shared with one. Atomic: views are taken by readers (under a
+	// shared lock), possibly two at once.
+	gen atomic.Uint32
+}
+
+// own returns n ready to be changed: n itself, or, when n may be shared
+// with a View (an older generation), a copy that takes n's place in the
+// tree and its indexes. The copy shares what never changes in place (data,
+// ACL, TTL) and what a View never reads (the child set, the TTL's heap
+// place); the View keeps the original, unchanged. Every change to a
+// node's Stat, data or ACL goes through here (txn.saveStat); link and
+// unlink change a parent that has.
+func (t *Tree) own(n *node) *node {
+	gen := t.gen.Load()
+	if n.gen == gen {
+		return n
+	}
+	c := *n
+	c.gen = gen
+	t.nodes[c.path] = &c
+	if c.expiry != nil && c.expiry.heapIdx >= 0 {
+		t.ttl[c.expiry.heapIdx] = &c
+	}
+	if _, ok := t.containers[n]; ok {
+		delete(t.containers, n)
+		t.containers[&c] = struct{}{}
+	}
+	return &c
 }
 
 func newEmpty() *Tree {
@@ -68,7 +118,7 @@ func newEmpty() *Tree {
 func New() *Tree {
 	t := newEmpty()
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
-		n := &node{path: p, acl: openACL, heapIdx: -1}
+		n := &node{path: p, acl: openACL}
 		t.nodes[p] = n
 		if p != "/" {
 			t.link(t.nodes[parentOf(p)], n)
@@ -119,17 +169,18 @@ func (t *Tree) reindex(n *node) {
 	live := t.nodes[n.path] == n
 	empty := len(n.children) == 0
 	if live && empty && n.mode.isTTL() {
-		d := ttlDeadline(n.stat.Mtime, n.ttl)
+		e := n.expiry
+		d := ttlDeadline(n.stat.Mtime, e.ms)
 		switch {
-		case n.heapIdx < 0:
-			n.deadline = d
+		case e.heapIdx < 0:
+			e.deadline = d
 			heap.Push(&t.ttl, n)
-		case n.deadline != d:
-			n.deadline = d
-			heap.Fix(&t.ttl, n.heapIdx)
+		case e.deadline != d:
+			e.deadline = d
+			heap.Fix(&t.ttl, e.heapIdx)
 		}
-	} else if n.heapIdx >= 0 {
-		heap.Remove(&t.ttl, n.heapIdx)
+	} else if n.inHeap() {
+		heap.Remove(&t.ttl, n.expiry.heapIdx)
 	}
 	// ZooKeeper's ContainerManager: cversion > 0 means it once had a child.
 	if live && empty && n.mode == ModeContainer && n.stat.Cversion > 0 {
@@ -147,24 +198,24 @@ func ttlDeadline(mtime, ttl int64) int64 {
 	return mtime + ttl
 }
 
-// ttlHeap is a min-heap of nodes by (deadline, path).
+// ttlHeap is a min-heap of TTL nodes (expiry set) by (deadline, path).
 type ttlHeap []*node
 
 func (h ttlHeap) Len() int { return len(h) }
 func (h ttlHeap) Less(i, j int) bool {
-	if h[i].deadline != h[j].deadline {
-		return h[i].deadline < h[j].deadline
+	if h[i].expiry.deadline != h[j].expiry.deadline {
+		return h[i].expiry.deadline < h[j].expiry.deadline
 	}
 	return h[i].path < h[j].path
 }
 func (h ttlHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx = i
-	h[j].heapIdx = j
+	h[i].expiry.heapIdx = i
+	h[j].expiry.heapIdx = j
 }
 func (h *ttlHeap) Push(x any) {
 	n := x.(*node)
-	n.heapIdx = len(*h)
+	n.expiry.heapIdx = len(*h)
 	*h = append(*h, n)
 }
 func (h *ttlHeap) Pop() any {
@@ -172,7 +223,7 @@ func (h *ttlHeap) Pop() any {
 	n := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	n.heapIdx = -1
+	n.expiry.heapIdx = -1
 	return n
 }
 
@@ -183,7 +234,7 @@ func (h ttlHeap) expired(now int64, out []*node) []*node {
 	for len(stack) > 0 {
 		i := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if i >= len(h) || h[i].deadline > now {
+		if i >= len(h) || h[i].expiry.deadline > now {
 			continue
 		}
 		out = append(out, h[i])
@@ -376,5 +427,5 @@ func (t *Tree) EphemeralCount() int { return t.ephemeral }
 
 // NeedsReap reports whether an OpReap at nowMs would delete something.
 func (t *Tree) NeedsReap(nowMs int64) bool {
-	return len(t.containers) > 0 || (len(t.ttl) > 0 && t.ttl[0].deadline <= nowMs)
+	return len(t.containers) > 0 || (len(t.ttl) > 0 && t.ttl[0].expiry.deadline <= nowMs)
 }

@@ -47,6 +47,9 @@ func main() {
 	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group, region (Meridian: a keyspace per region with zone survival, one group, a keyspace per region with region survival), zookeeper (a voter a region, observers elsewhere), etcd (a member a region) (default: those of --systems)")
 	ksPhase := flag.Duration("keyspaces-phase", 0, "keyspaces: length of the write-and-lock phase and of the read phase (default 20s; quick 3s)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
+	scale := flag.Int("scale", 0, "instead of the workloads: the scale experiment, filling each of --systems (meridian, zookeeper, etcd) on the first --topologies file with this many znodes of 100 B (etcd: keys) from --scale-clients clients; fill rate per slice, memory, disk, snapshots and restart time are reported (-out: scale.json, scale-fill-rate.png, Meridian's heap profiles)")
+	scaleClients := flag.Int("scale-clients", 64, "scale: concurrent ZooKeeper clients")
+	scaleSlice := flag.Int("scale-slice", 0, "scale: znodes per measured slice (default a tenth of --scale)")
 	flag.Parse()
 	if *replot != "" {
 		rep, err := bench.LoadReport(*replot)
@@ -109,6 +112,13 @@ func main() {
 		if err := cmd.Run(); err != nil {
 			fail(fmt.Errorf("building meridian: %w", err))
 		}
+	}
+	if *scale > 0 {
+		if err := runScale(want, strings.Split(*topos, ",")[0], tmp, *bin, *out, *keep,
+			bench.ScaleParams{Znodes: *scale, Clients: *scaleClients, Value: 100, Slice: *scaleSlice}); err != nil {
+			fail(err)
+		}
+		return
 	}
 	lockP := bench.LockParams{Clients: []int{1, 3, 5}, Iters: 50, Hold: 2 * time.Millisecond}
 	s4 := bench.Seed004Params{Ops: 1000, MixedClients: 6}
@@ -364,6 +374,68 @@ func main() {
 		fmt.Fprintln(os.Stderr, "meridian-bench: some systems or workloads could not run (see the report)")
 		os.Exit(2)
 	}
+}
+
+// runScale runs the scale experiment on each system in turn and prints
+// its Markdown table; with out, the JSON, the plot and Meridian's heap
+// profiles go there.
+func runScale(systems []string, topoPath, tmp, bin, out string, keep bool, p bench.ScaleParams) error {
+	topo, err := bench.LoadTopology(topoPath)
+	if err != nil {
+		return err
+	}
+	if p.Slice <= 0 {
+		p.Slice = max(1, p.Znodes/10)
+	}
+	start := time.Now()
+	progress := func(s string) {
+		fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Since(start).Round(time.Second), s)
+	}
+	var results []bench.ScaleResult
+	for i, sys := range systems {
+		env, err := bench.NewEnv(topo, tmp, uint64(i+1))
+		if err != nil {
+			return err
+		}
+		var c *bench.Cluster
+		sp := p
+		switch sys {
+		case "meridian":
+			c, err = bench.StartMeridianWith(env, bin, bench.MeridianOptions{Metrics: true, Pprof: out != ""})
+			if out != "" {
+				sp.Profiles = filepath.Join(out, "heap-meridian")
+			}
+		case "zookeeper":
+			c, err = bench.StartZooKeeperWith(env, bench.ZKOptions{Heap: "2g"})
+		case "etcd":
+			c, err = bench.StartEtcd(env)
+		default:
+			err = fmt.Errorf("scale: system %q is not meridian, zookeeper or etcd", sys)
+		}
+		if err != nil {
+			env.Close(keep)
+			return err
+		}
+		progress(fmt.Sprintf("%s on %s: started", sys, topo.Name))
+		res, err := bench.RunScale(env, c, sp, progress)
+		if f := env.Finish(keep, "scale "+sys); f != "" && err == nil {
+			err = fmt.Errorf("%s", f)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", sys, err)
+		}
+		results = append(results, res)
+	}
+	plotFile := ""
+	if out != "" {
+		if err := bench.WriteScale(results, out); err != nil {
+			return err
+		}
+		plotFile = filepath.Join(out, "scale-fill-rate.png")
+	}
+	fmt.Printf("Scale: %d znodes of %d B by %d clients (ZooKeeper protocol; etcd: its own), topology %s, %s (%s)\n\n", p.Znodes, p.Value, p.Clients, topo.Name, machine(), time.Since(start).Round(time.Second))
+	fmt.Print(bench.ScaleMarkdown(results, plotFile))
+	return nil
 }
 
 // loadReports reads the results JSON files of separate runs.
