@@ -224,6 +224,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	// disconnected.
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		grpc.StaticStreamWindowSize(meridianpb.StreamWindowBytes), grpc.StaticConnWindowSize(meridianpb.ConnWindowBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.idleTimeout()}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth)}
