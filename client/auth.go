@@ -76,6 +76,7 @@ func dialOptions(cfg Config, password func() []byte) []grpc.DialOption {
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithStaticStreamWindowSize(pb.StreamWindowBytes), grpc.WithStaticConnWindowSize(pb.ConnWindowBytes),
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			return invoker(decorate(ctx), method, req, reply, cc, opts...)
 		}),

@@ -159,8 +159,7 @@ func (s *Server) grpcIdentity(ctx context.Context) ([]tree.ID, error) {
 		state = &ti.State
 	}
 	var digests [][]byte
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(pb.MetadataAuth) {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, pb.MetadataAuth) {
 		scheme, cred, _ := strings.Cut(v, " ")
 		if scheme != "digest" {
 			return nil, status.Errorf(codes.Unauthenticated, "%s: unsupported scheme %q (want \"digest user:password\")", pb.MetadataAuth, scheme)
@@ -286,8 +285,7 @@ func (s *Server) checkSessionOwner(ctx context.Context, rule rpcRule, ids []tree
 	if rule == sessionAdmin && s.isAdmin(ids) {
 		return nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	pws := md.Get(pb.MetadataSessionPassword)
+	pws := metadata.ValueFromIncomingContext(ctx, pb.MetadataSessionPassword)
 	s.mu.RLock()
 	si, known := s.mu.tree.Session(sr.GetSessionId())
 	s.mu.RUnlock()
@@ -311,44 +309,40 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, err
 	}
 	ctx = withSeen(ctx, seenFromMetadata(ctx))
-	v := viewFromMetadata(ctx)
+	v, sent := viewFromMetadata(ctx)
 	resp, err := handler(withView(ctx, v), req)
 	if v != nil {
 		// The client's view with what this call observed; lost only when
-		// the reply itself is (the client then keeps what it had).
+		// the reply itself is (the client then keeps what it had), and
+		// not sent when it is the view the client sent (nothing to merge).
 		s.settle(v)
-		_ = grpc.SetHeader(ctx, metadata.Pairs(seenGroupsHeader, encodeView(v)))
+		if h := encodeView(v); h != sent {
+			_ = grpc.SetHeader(ctx, metadata.Pairs(seenGroupsHeader, h))
+		}
 	}
 	return resp, err
 }
 
-// viewFromMetadata is the calling client's view (seenGroupsHeader), nil
-// when absent or malformed (the call then reads by its min_zxid).
-func viewFromMetadata(ctx context.Context) *view {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return nil
-	}
-	vs := md.Get(seenGroupsHeader)
+// viewFromMetadata is the calling client's view (seenGroupsHeader) and
+// the header it came in, nil when absent or malformed (the call then
+// reads by its min_zxid).
+func viewFromMetadata(ctx context.Context) (*view, string) {
+	vs := metadata.ValueFromIncomingContext(ctx, seenGroupsHeader)
 	if len(vs) != 1 {
-		return nil
+		return nil, ""
 	}
 	v, ok := parseView(vs[0])
 	if !ok {
-		return nil
+		return nil, ""
 	}
-	return v
+	return v, vs[0]
 }
 
 // seenFromMetadata is the highest zxid the calling client says it has
 // seen (client.SeenZxidHeader), 0 when absent or malformed; what it
 // proposes gets a larger zxid (propose.go bounds the claim by the clock).
 func seenFromMetadata(ctx context.Context) int64 {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return 0
-	}
-	v := md.Get(seenZxidHeader)
+	v := metadata.ValueFromIncomingContext(ctx, seenZxidHeader)
 	if len(v) != 1 {
 		return 0
 	}

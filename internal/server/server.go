@@ -45,6 +45,11 @@ func zkVersionString() string { return ZooKeeperVersion + "-meridian-" + Version
 // Server is one member of a Meridian cluster.
 const (
 	grpcMaxStreams = 256 // concurrent calls per native connection
+	// grpcStreamWorkers serve native calls on goroutines that live on
+	// (each replaced after 65,536 calls), so a call does not start on a
+	// new goroutine and grow its stack again; a call that finds them all
+	// busy (blocked writes, lock waits, watch streams) gets its own.
+	grpcStreamWorkers = 256
 )
 
 type Server struct {
@@ -222,7 +227,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	// 10 s at most, with or without calls, and a client pinging faster is
 	// disconnected.
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(tree.MaxCommandBytes), grpc.MaxSendMsgSize(tree.MaxCommandBytes),
-		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		grpc.MaxConcurrentStreams(grpcMaxStreams), grpc.NumStreamWorkers(grpcStreamWorkers),
+		grpc.StaticStreamWindowSize(meridianpb.StreamWindowBytes), grpc.StaticConnWindowSize(meridianpb.ConnWindowBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.idleTimeout()}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth)}
