@@ -3,8 +3,10 @@ package replica
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -158,7 +160,12 @@ func (r *Replica) finishSnapshot(res snapResult) error {
 	if res.index <= r.snapIndex {
 		r.log.Info("snapshot dropped: a newer one was installed while it was written", "index", res.index, "installed", r.snapIndex)
 		if ref, ok, _ := decodeSnapRef(res.data); ok {
-			return r.snaps.disk.fs.Remove(filepath.Join(r.snaps.disk.snapDir(), ref.file))
+			// Installing the newer one removed every finished snapshot
+			// file, this one too when it was renamed in time: gone
+			// already is what is wanted.
+			if err := r.snaps.disk.fs.Remove(filepath.Join(r.snaps.disk.snapDir(), ref.file)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
 		}
 		return nil
 	}
