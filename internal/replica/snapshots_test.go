@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -175,5 +176,41 @@ func TestSnapshotOnBytes(t *testing.T) {
 		if behind := st.SnapshotIndex - st.FirstIndex; behind > 20 {
 			t.Fatalf("replica %d: %d entries kept behind the snapshot, want about 8: %+v", i+1, behind, st)
 		}
+	}
+}
+
+// A snapshot written off the loop that a newer, installed one overtook is
+// dropped with its file, and also when installing that one removed the
+// file already (the writer renamed it just before): the drop is no
+// failure. (It was one: the replica stopped, and the process with it.)
+func TestDroppedSnapshotFileGoneAlready(t *testing.T) {
+	d, err := openDisk(t.TempDir(), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	cfg := Config{ID: 1, Peers: []Peer{{ID: 1, Addr: "127.0.0.1:1"}}, Logger: slog.New(slog.DiscardHandler)}
+	n, err := NewNode(cfg, newKV(), d, discardNet{}, NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := n.r
+	r.snaps.disk, r.snapIndex = d, 900
+	ref, err := writeSnapFile(d.fs, d.snapDir(), d.snapPrefix()+"00000000000001f1", func(w io.Writer) ([]byte, error) {
+		_, err := w.Write([]byte("state"))
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := snapResult{index: 497, data: encodeSnapRef(ref)}
+	if err := r.finishSnapshot(dropped); err != nil {
+		t.Fatalf("dropping an overtaken snapshot: %v", err)
+	}
+	if names, _ := d.fs.List(d.snapDir()); len(names) != 0 {
+		t.Fatalf("the dropped snapshot's file is left: %v", names)
+	}
+	if err := r.finishSnapshot(dropped); err != nil {
+		t.Fatalf("dropping an overtaken snapshot whose file is gone already: %v", err)
 	}
 }
