@@ -312,6 +312,8 @@ func (m *memStorage) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
 	return nil
 }
 
+func (m *memStorage) Sync() error { return nil }
+
 type nowhere struct{}
 
 func (nowhere) Send(*pb.Message)                    {}

@@ -33,7 +33,8 @@ import (
 //
 // Commands (ids are member ids):
 //
-//	add-nodes N [snapshot-entries=K]   members 1..N, bootstrapped together
+//	add-nodes N [snapshot-entries=K] [learners=(ID...)]
+//	                                   members 1..N, bootstrapped together
 //	campaign ID | propose ID DATA | transfer-leader FROM TO
 //	tick ID [N]                        N raft ticks (the clock moves one tick interval each)
 //	process-ready ID...                one Ready each (the replica loop's afterEvent)
@@ -70,6 +71,8 @@ type interactionEnv struct {
 	out     bytes.Buffer
 	// snapEntries: every member snapshots after this many applied entries
 	snapEntries uint64
+	// learners are the members that join as learners (add-nodes learners=)
+	learners []uint64
 }
 
 type flying struct {
@@ -316,6 +319,10 @@ func (env *interactionEnv) addNodes(d *datadriven.TestData, rest []string) error
 	if d.HasArg("snapshot-entries") {
 		d.ScanArgs(env.t, "snapshot-entries", &env.snapEntries)
 	}
+	env.learners = nil
+	if d.HasArg("learners") {
+		d.ScanArgs(env.t, "learners", &env.learners)
+	}
 	for i := 1; i <= n; i++ {
 		env.members = append(env.members, &scriptMember{id: uint64(i), fs: vfs.NewCrashableMem(), sm: &scriptMachine{env: env}})
 	}
@@ -331,7 +338,7 @@ func (env *interactionEnv) addNodes(d *datadriven.TestData, rest []string) error
 func (env *interactionEnv) open(m *scriptMember) error {
 	var peers []Peer
 	for _, o := range env.members {
-		peers = append(peers, Peer{ID: o.id, Addr: fmt.Sprintf("m%d", o.id)})
+		peers = append(peers, Peer{ID: o.id, Addr: fmt.Sprintf("m%d", o.id), Learner: slices.Contains(env.learners, o.id)})
 	}
 	logger := slog.New(slog.DiscardHandler)
 	d, err := openDisk("data", m.fs, logger)
@@ -367,10 +374,15 @@ func (env *interactionEnv) processReady(m *scriptMember) (bool, error) {
 	if err != nil {
 		return had, fmt.Errorf("member %d: %w", m.id, err)
 	}
+	header := len(fmt.Sprintf("> %d handling Ready\n", m.id))
 	switch {
-	case !had:
+	case !had && env.out.Len() == mark+header:
 		env.out.Truncate(mark)
-	case env.out.Len() == mark+len(fmt.Sprintf("> %d handling Ready\n", m.id)):
+	case !had: // a learner's deferred sync, and what it held back
+		rest := env.out.String()[mark+header:]
+		env.out.Truncate(mark)
+		env.printf("> %d syncing\n%s", m.id, rest)
+	case env.out.Len() == mark+header:
 		env.printf("  (nothing to write, send or apply: read states, or soft state only)\n")
 	}
 	return had, nil
@@ -573,6 +585,15 @@ func (s scriptStorage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapsho
 	if sync {
 		s.m.synced = s.m.unsynced
 	}
+	return nil
+}
+
+func (s scriptStorage) Sync() error {
+	s.env.printf("  sync\n")
+	if err := s.m.disk.Sync(); err != nil {
+		return err
+	}
+	s.m.synced = s.m.unsynced
 	return nil
 }
 

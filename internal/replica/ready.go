@@ -37,6 +37,9 @@ type Storage interface {
 	// SaveSnapshot stores a snapshot this member took, durably, and drops
 	// the entries before compactTo.
 	SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error
+	// Sync makes every earlier Save durable (a learner's deferred sync:
+	// learnerSync in replica.go).
+	Sync() error
 }
 
 // Network carries a member's outbound messages. Sends never block and may

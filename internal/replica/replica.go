@@ -122,7 +122,11 @@ type Config struct {
 	MaxInflightMsgs  int           // default 256
 	MaxPendingReads  int           // default 10000; beyond: errs.ErrThrottled
 	MaxProposalBytes int           // default 3 MiB; beyond: errs.ErrRequestTooLarge
-	Logger           *slog.Logger
+	// LearnerSync is how long a learner may keep appended entries unsynced
+	// (default 50ms; negative: sync every Ready, as a voter does). It holds
+	// its acknowledgements of them until they are synced: learnerSync.
+	LearnerSync time.Duration
+	Logger      *slog.Logger
 	// OnLeaderChange is called from the raft loop when the leader or term
 	// changes (leader 0: none known). It must not block and must not call
 	// back into the Replica's blocking methods (Status, Propose, ReadIndex,
@@ -191,6 +195,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxProposalBytes <= 0 {
 		c.MaxProposalBytes = 3 << 20
+	}
+	if c.LearnerSync == 0 {
+		c.LearnerSync = 50 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -274,6 +281,7 @@ type Replica struct {
 	refusedLogged time.Time
 	held          heldProposals // forwarded proposals raft would drop now (raft loop only)
 	stamps        stamps        // when uncommitted entries entered the log here (raft loop only)
+	unsynced      unsynced      // a learner's writes and acknowledgements waiting for a sync (raft loop only)
 	origins       origins       // proposals stepped while leading, by the member they came through
 	tr            *transport    // nil in a Node and in a group other than the root
 
@@ -858,6 +866,15 @@ func (r *Replica) loop() {
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
 	var adapt <-chan time.Time
+	// syncT wakes the loop when a learner's deferred sync is due (syncAt).
+	var syncT *time.Timer
+	var syncC <-chan time.Time
+	var syncAt time.Time
+	defer func() {
+		if syncT != nil {
+			syncT.Stop()
+		}
+	}()
 	if r.cfg.MaxTickInterval > r.cfg.TickInterval {
 		t := time.NewTicker(adaptEvery)
 		defer t.Stop()
@@ -869,6 +886,8 @@ func (r *Replica) loop() {
 			return
 		case <-adapt:
 			r.adaptTick()
+		case <-syncC: // afterEvent syncs
+			syncC, syncAt = nil, time.Time{}
 		case <-ticker.C:
 			r.onTick()
 		case p := <-r.propc:
@@ -916,6 +935,14 @@ func (r *Replica) loop() {
 			r.log.Error("raft storage failure; replica stopping", "err", err)
 			r.fail(fmt.Errorf("raft storage: %w", err))
 			return
+		}
+		if at := r.unsynced.deadline(); !at.IsZero() && !at.Equal(syncAt) {
+			if syncT == nil {
+				syncT = time.NewTimer(time.Until(at))
+			} else {
+				syncT.Reset(time.Until(at))
+			}
+			syncC, syncAt = syncT.C, at
 		}
 	}
 }
@@ -966,7 +993,13 @@ func (r *Replica) onTick() {
 // proposals, start a read round, and handle the Ready if raft has one. It
 // reports whether there was a Ready; an error means storage failed.
 func (r *Replica) afterEvent() (bool, error) {
-	r.releaseHeld(r.clock())
+	now := r.clock()
+	if r.unsynced.due(now) {
+		if err := r.syncUnsynced(); err != nil {
+			return false, err
+		}
+	}
+	r.releaseHeld(now)
 	r.issueReads()
 	if !r.rn.HasReady() {
 		return false, nil
@@ -1303,14 +1336,19 @@ func (r *Replica) handleReady() error {
 		r.observeApplied(early, readyAt)
 		ents = ents[early:]
 	}
+	defer_ := false // a learner's write whose sync waits (learnerSync)
 	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
 		start := time.Now()
 		sync := rd.MustSync || snap != nil
+		if sync && snap == nil && r.mayDeferSync(rd.HardState) {
+			sync, defer_ = false, true
+		}
 		if err := r.store.Save(rd.HardState, rd.Entries, snap, sync); err != nil {
 			return err
 		}
 		if sync { // a commit index alone is written unsynced: no fsync to observe
 			r.cfg.ObserveFsync(time.Since(start))
+			r.unsynced.synced(r.net) // it synced every earlier write too
 		}
 	}
 	if snap != nil {
@@ -1343,7 +1381,14 @@ func (r *Replica) handleReady() error {
 	}
 	r.noteAppended(rd.Entries)
 	for _, m := range msgs {
+		if vouchesDurable(m.GetType()) && (defer_ || r.unsynced.waiting()) {
+			r.unsynced.hold(m) // after the sync, in order
+			continue
+		}
 		r.net.Send(m)
+	}
+	if defer_ {
+		r.unsynced.wrote(readyAt, r.cfg.LearnerSync)
 	}
 	if abdicated != 0 {
 		r.announceStepDown(abdicated)

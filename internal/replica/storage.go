@@ -295,6 +295,14 @@ func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 	return nil
 }
 
+// Sync makes every earlier write to the store durable, whatever group
+// made it: Pebble's write-ahead log is one file written in order, and a
+// synced record syncs everything before it (a log closed at rotation is
+// synced whole).
+func (d *disk) Sync() error {
+	return d.db.LogData(nil, pebble.Sync)
+}
+
 // SaveSnapshot stores a locally taken snapshot and drops log entries before
 // compactTo (those still needed by slow followers stay).
 func (d *disk) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {

@@ -167,6 +167,13 @@ func (st storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 	return nil
 }
 
+// Sync makes every earlier write of the member durable (one log).
+func (st storage) Sync() error {
+	st.s.Stats.LearnerSyncs++
+	st.n.m.disk.sync()
+	return nil
+}
+
 func (st storage) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
 	d := &st.n.m.disk
 	d.unsynced = append(d.unsynced, write{group: st.n.group, snap: proto.Clone(snap).(*pb.Snapshot), compactTo: max(compactTo, 1)})

@@ -251,6 +251,8 @@ type Stats struct {
 	TombstoneFloors  uint64 // keyspace groups that ended with a raised floor (tombstones dropped)
 	SessionsBack     uint64 // ended sessions a keyspace group took back past its horizon (a clock far ahead)
 	KeyspacesCreated uint64
+	LearnerSyncs     uint64 // deferred syncs of learners (replica's learnerSync)
+	UnsyncedLost     uint64 // crashes that lost entries a learner had written unsynced
 }
 
 // New builds a simulation; Run executes it.
@@ -321,6 +323,12 @@ func (s *Sim) replicaConfig(m *member) (replica.Config, replica.NodeOptions) {
 func (s *Sim) start(m *member, fresh bool) {
 	if fresh && !m.disk.empty() {
 		panic(fmt.Sprintf("seed %d: member %d started fresh on a used disk", s.cfg.Seed, m.id))
+	}
+	for _, w := range m.disk.unsynced {
+		if len(w.ents) > 0 { // only a learner writes entries unsynced
+			s.Stats.UnsyncedLost++
+			break
+		}
 	}
 	m.disk.unsynced = nil // lost in the crash
 	m.up = true
