@@ -28,8 +28,10 @@ import (
 // counters; 2 queues and barriers; 3 local-first locks and cluster
 // settings; 4 clock envelopes and regional keyspaces; 5 clock envelopes
 // with dependencies and dependency markers (deps.go) and snapshot
-// version 4.
-const ApplyVersion = 5
+// version 4; 6 no new entry format, but snapshots streamed between
+// members (the peer protocol: replica's snapstream.go), which the cluster
+// version gates as it gates entries.
+const ApplyVersion = 6
 
 // UnadvertisedVersion is the apply version a member counts as until it
 // advertises its own (server: the cluster version): 4, the last binary

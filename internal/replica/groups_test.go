@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -34,7 +35,11 @@ func (c *cluster) newGroup(gc GroupConfig) *group {
 func (g *group) open(i int) {
 	g.c.t.Helper()
 	g.sms[i] = newKV()
-	r, err := g.c.reps[i].OpenGroup(g.gc, g.sms[i])
+	var sm StateMachine = g.sms[i]
+	if g.c.views != nil { // snapshots to files, off the loop, as the root's
+		sm = viewKV{g.sms[i], g.c.views}
+	}
+	r, err := g.c.reps[i].OpenGroup(g.gc, sm)
 	if err != nil {
 		g.c.t.Fatalf("member %d: open group %d: %v", i+1, g.gc.Group, err)
 	}
@@ -80,7 +85,11 @@ func prefixed(s *kv, p string) bool {
 // brings every group back from the one store, and a learner that was down
 // catches up from a group snapshot sent over the shared connections.
 func TestGroupsShareStoreAndConnections(t *testing.T) {
-	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEntries = 30; cfg.CatchUpEntries = 5 })
+	c := startCluster(t, 3, &cluster{t: t, views: newViewGate(), tweak: func(cfg *Config) {
+		cfg.SnapshotEntries, cfg.CatchUpEntries = 30, 5
+		cfg.SnapshotStreams = func() bool { return true }
+	}})
+	close(c.views.open)
 	root := c.leader()
 	c.put(root, "root", "r0")
 	conns := func(i int) int {
@@ -151,6 +160,10 @@ func TestGroupsShareStoreAndConnections(t *testing.T) {
 	a.waitAll(func(s *kv) bool { return maps.Equal(s.state(), a.sms[la].state()) })
 	if r := a.sms[2].restored(); len(r) == 0 || r[len(r)-1] < 60 {
 		t.Fatalf("member 3 did not catch up from a group snapshot: restores at %v", r)
+	}
+	if got, _ := filepath.Glob(filepath.Join(c.dirs[2], "snap", "snap-a-*-from-*")); len(got) != 1 {
+		all, _ := filepath.Glob(filepath.Join(c.dirs[2], "snap", "*"))
+		t.Fatalf("member 3's files of group 10 (0xa): %v, want one streamed from the leader (all: %v)", got, all)
 	}
 	b.put(b.leader(), "b-after", "member 3 back")
 }

@@ -2,8 +2,13 @@ package replica
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"net"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -457,4 +462,57 @@ func TestHostilePeerMessages(t *testing.T) {
 			c.progresses("after", "it")
 		})
 	}
+}
+
+// A snapshot stream that does not match its checksum, or is cut short, is
+// discarded by its receiver: nothing installed, no file left behind, the
+// cluster goes on.
+func TestBadSnapshotStreamDiscarded(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotStreams = func() bool { return true } })
+	lead := c.leader()
+	c.put(lead, "a", "1")
+	f := (lead + 1) % 3
+	st := c.reps[f].Status()
+	snapMsg := func() []byte {
+		conf := &pb.ConfState{Voters: []uint64{1, 2, 3}}
+		m := &pb.Message{Type: pb.MsgSnap.Enum(), To: new(uint64(f + 1)), From: new(uint64(lead + 1)), Term: new(st.Term),
+			Snapshot: &pb.Snapshot{Data: []byte("head"), Metadata: &pb.SnapshotMetadata{Index: new(st.LastIndex + 1000), Term: new(st.Term), ConfState: conf}}}
+		return mustMarshal(m)
+	}
+	stream := func(size uint64, crc uint32, file []byte) []byte {
+		meta := make([]byte, snapStreamMeta)
+		binary.BigEndian.PutUint64(meta[groupIDBytes:], size)
+		binary.BigEndian.PutUint32(meta[groupIDBytes+8:], crc)
+		return append(frameBytes(kindSnapStream, uint64(lead+1), append(meta, snapMsg()...)), file...)
+	}
+	file := []byte(strings.Repeat("x", 4096))
+	for _, tc := range []struct {
+		name  string
+		bytes []byte
+	}{
+		{"checksum mismatch", stream(uint64(len(file)), crc32.Checksum(file, crcTable)^1, file)},
+		{"cut short", stream(uint64(len(file))*4, crc32.Checksum(file, crcTable), file)},
+	} {
+		conn, err := net.DialTimeout("tcp", c.peers[f].Addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write(append(helloBytes(uint64(lead+1), ClusterID("")), tc.bytes...)); err != nil {
+			t.Fatal(err)
+		}
+		conn.(*net.TCPConn).CloseWrite()
+		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		io.Copy(io.Discard, conn) // until the receiver closes it
+		conn.Close()
+		time.Sleep(100 * time.Millisecond)
+		if names, _ := filepath.Glob(filepath.Join(c.dirs[f], "snap", "*")); len(names) != 0 {
+			t.Fatalf("%s: files left behind: %v", tc.name, names)
+		}
+		if got := c.reps[f].Status(); got.SnapshotIndex > st.LastIndex {
+			t.Fatalf("%s: the follower installed the forged snapshot (%+v)", tc.name, got)
+		}
+	}
+	c.alive()
+	c.commitsOn("b", "2", 0, 1, 2)
 }

@@ -126,7 +126,12 @@ type Config struct {
 	// (default 50ms; negative: sync every Ready, as a voter does). It holds
 	// its acknowledgements of them until they are synced: learnerSync.
 	LearnerSync time.Duration
-	Logger      *slog.Logger
+	// SnapshotStreams, if set, reports whether every member reads
+	// snapshots streamed from file to file (snapstream.go; the server asks
+	// the cluster version). Until it does, snapshots go as one frame of at
+	// most 256 MiB. Called from transport goroutines.
+	SnapshotStreams func() bool
+	Logger          *slog.Logger
 	// OnLeaderChange is called from the raft loop when the leader or term
 	// changes (leader 0: none known). It must not block and must not call
 	// back into the Replica's blocking methods (Status, Propose, ReadIndex,
@@ -408,6 +413,7 @@ func Open(cfg Config, sm StateMachine) (*Replica, error) {
 		d.close()
 		return nil, err
 	}
+	tr.snap.fs, tr.snap.dir, tr.snap.streams = d.fs, d.snapDir(), cfg.SnapshotStreams
 	r.tr = tr
 	r.net = transportNetwork{t: tr}
 	r.snaps.async = make(chan snapResult, 1)
@@ -1356,7 +1362,14 @@ func (r *Replica) handleReady() error {
 			return err
 		}
 		idx := snap.GetMetadata().GetIndex()
-		bk, data, err := unwrapSnapshot(snap.GetData())
+		whole := snap.GetData()
+		if r.snaps.disk != nil { // streamed into a file: read it once
+			var err error
+			if whole, err = r.snaps.disk.resolveSnap(whole); err != nil {
+				return err
+			}
+		}
+		bk, data, err := unwrapSnapshot(whole)
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -98,15 +99,40 @@ func (d *disk) snapPrefix() string { return fmt.Sprintf("snap-%x-", d.groupID) }
 // snapshot reads the stored snapshot, putting a referenced file's bytes
 // back behind its head.
 func (d *disk) snapshot() (*pb.Snapshot, error) {
+	snap, err := d.storedSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	data, err := d.resolveSnap(snap.GetData())
+	if err != nil {
+		return nil, err
+	}
+	snap.Data = data
+	return snap, nil
+}
+
+// storedSnapshot reads the stored snapshot as stored: its data may be a
+// reference to a file (a member's own snapshot, or one a leader streamed).
+func (d *disk) storedSnapshot() (*pb.Snapshot, error) {
 	snap := &pb.Snapshot{}
 	if err := d.get(d.key(keySnapshot), snap); err != nil {
 		return nil, err
 	}
-	ref, ok, err := decodeSnapRef(snap.GetData())
+	return snap, nil
+}
+
+// resolveSnap returns a snapshot's bytes: data itself, or, when data is a
+// reference, the head followed by the file's bytes (read once, checked).
+func (d *disk) resolveSnap(data []byte) ([]byte, error) {
+	ref, ok, err := decodeSnapRef(data)
 	if err != nil || !ok {
-		return snap, err
+		return data, err
 	}
-	f, err := d.fs.Open(filepath.Join(d.snapDir(), ref.file))
+	return readSnapRef(d.fs, d.snapDir(), ref)
+}
+
+func readSnapRef(fs vfs.FS, dir string, ref snapRef) ([]byte, error) {
+	f, err := fs.Open(filepath.Join(dir, ref.file))
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot file: %v", ErrCorrupt, err)
 	}
@@ -119,25 +145,41 @@ func (d *disk) snapshot() (*pb.Snapshot, error) {
 	if crc32.Checksum(data[len(ref.head):], crcTable) != ref.crc {
 		return nil, fmt.Errorf("%w: snapshot file %s: checksum mismatch", ErrCorrupt, ref.file)
 	}
-	snap.Data = data
-	return snap, nil
+	return data, nil
 }
 
-// removeSnapFiles removes this group's snapshot files but keep ("": all);
-// files still being written (.tmp) are the writer's.
-func (d *disk) removeSnapFiles(keep string) error {
+// removeSnapFiles removes this group's snapshot files of index at most
+// index, but keep; files still being written (.tmp) are their writers'.
+// A later one stays: a snapshot streamed from the leader (snapstream.go)
+// is a file before raft installs it, and another snapshot may be stored
+// meanwhile.
+func (d *disk) removeSnapFiles(index uint64, keep string) error {
 	names, err := d.fs.List(d.snapDir())
 	if err != nil {
 		return nil // no directory: no files
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, d.snapPrefix()) && !strings.HasSuffix(n, ".tmp") && n != keep {
-			if err := d.fs.Remove(filepath.Join(d.snapDir(), n)); err != nil {
-				return err
-			}
+		if !strings.HasPrefix(n, d.snapPrefix()) || strings.HasSuffix(n, ".tmp") || n == keep {
+			continue
+		}
+		if i, ok := snapFileIndex(n[len(d.snapPrefix()):]); ok && i > index {
+			continue
+		}
+		if err := d.fs.Remove(filepath.Join(d.snapDir(), n)); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// snapFileIndex reads the index a snapshot file's name gives after the
+// group's prefix: 16 hex digits, alone or followed by "-from-ID".
+func snapFileIndex(rest string) (uint64, bool) {
+	if len(rest) < 16 || (len(rest) > 16 && rest[16] != '-') {
+		return 0, false
+	}
+	i, err := strconv.ParseUint(rest[:16], 16, 64)
+	return i, err == nil
 }
 
 // removeSnapTemps removes this group's unfinished snapshot files (at start,
@@ -157,15 +199,16 @@ func (d *disk) removeSnapTemps() error {
 	return nil
 }
 
-// writeSnapFile writes a snapshot to a file of its own, dir/name (synced,
-// then renamed into place), and returns the reference to store: the file
-// holds what write writes, head (what write returns) goes before it. It
-// runs off the raft loop and touches the file system only.
-func writeSnapFile(fs vfs.FS, dir, name string, write func(io.Writer) ([]byte, error)) (snapRef, error) {
+// writeSnapFile writes a snapshot to a file of its own, dir/name (written
+// as dir/tmp, synced, then renamed into place), and returns the reference
+// to store: the file holds what write writes, head (what write returns)
+// goes before it. It runs off the raft loop and touches the file system
+// only.
+func writeSnapFile(fs vfs.FS, dir, name, tmp string, write func(io.Writer) ([]byte, error)) (snapRef, error) {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return snapRef{}, err
 	}
-	tmp := filepath.Join(dir, name+".tmp")
+	tmp = filepath.Join(dir, tmp)
 	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return snapRef{}, err

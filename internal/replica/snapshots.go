@@ -137,7 +137,7 @@ func (r *Replica) startSnapshot(v SnapshotViewer, applied uint64) error {
 	name := fmt.Sprintf("%s%016x", d.snapPrefix(), applied)
 	r.snaps.running = true
 	go func(out chan<- snapResult) {
-		ref, err := writeSnapFile(d.fs, d.snapDir(), name, func(w io.Writer) ([]byte, error) {
+		ref, err := writeSnapFile(d.fs, d.snapDir(), name, name+".tmp", func(w io.Writer) ([]byte, error) {
 			head, err := view.WriteSnapshot(w)
 			return append(book, head...), err
 		})

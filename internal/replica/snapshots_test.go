@@ -196,7 +196,7 @@ func TestDroppedSnapshotFileGoneAlready(t *testing.T) {
 	}
 	r := n.r
 	r.snaps.disk, r.snapIndex = d, 900
-	ref, err := writeSnapFile(d.fs, d.snapDir(), d.snapPrefix()+"00000000000001f1", func(w io.Writer) ([]byte, error) {
+	ref, err := writeSnapFile(d.fs, d.snapDir(), d.snapPrefix()+"00000000000001f1", d.snapPrefix()+"00000000000001f1.tmp", func(w io.Writer) ([]byte, error) {
 		_, err := w.Write([]byte("state"))
 		return nil, err
 	})
@@ -212,5 +212,74 @@ func TestDroppedSnapshotFileGoneAlready(t *testing.T) {
 	}
 	if err := r.finishSnapshot(dropped); err != nil {
 		t.Fatalf("dropping an overtaken snapshot whose file is gone already: %v", err)
+	}
+}
+
+// Once every member reads streams, a follower too far behind for the log
+// gets the leader's snapshot file streamed into a file of its own (no
+// frame limit, not held whole on either side); it restores from it then,
+// and again after a restart.
+func TestSnapshotStreamed(t *testing.T) {
+	var streams atomic.Bool
+	streams.Store(true)
+	c := startCluster(t, 3, &cluster{t: t, views: newViewGate(), tweak: func(cfg *Config) {
+		cfg.SnapshotEntries = 20
+		cfg.CatchUpEntries = 5
+		cfg.SnapshotStreams = streams.Load
+	}})
+	close(c.views.open)
+	lead := c.leader()
+	f := (lead + 1) % 3
+	c.stop(f)
+	for i := 0; i < 200; i++ {
+		c.put(lead, fmt.Sprintf("k%03d", i), strings.Repeat("v", i))
+	}
+	waitFor(t, func() bool { return c.reps[lead].Status().FirstIndex > 100 })
+	c.start(f)
+	c.waitAll(func(s *kv) bool { return s.len() == 200 })
+	if r := c.sms[f].restored(); len(r) == 0 || r[len(r)-1] == 0 {
+		t.Fatalf("follower did not restore from the leader's snapshot: %v", r)
+	}
+	streamed := func() []string {
+		var out []string
+		for _, n := range snapFiles(t, c.dirs[f]) {
+			if strings.Contains(filepath.Base(n), "-from-") {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	if got := streamed(); len(got) != 1 {
+		t.Fatalf("follower's snapshot files after catching up: %v (want one streamed from the leader)", snapFiles(t, c.dirs[f]))
+	}
+	want := c.sms[lead].state()
+	if !maps.Equal(c.sms[f].state(), want) {
+		t.Fatal("follower's state differs from the leader's after the stream")
+	}
+	// Restart: the follower restores from the streamed file.
+	c.stop(f)
+	c.start(f)
+	c.waitAll(func(s *kv) bool { return s.len() == 200 })
+	if r := c.sms[f].restored(); len(r) == 0 || r[0] == 0 {
+		t.Fatalf("follower not rebuilt from the streamed snapshot at restart: %v", r)
+	}
+	if !maps.Equal(c.sms[f].state(), want) {
+		t.Fatal("follower's state differs after its restart")
+	}
+	// Without streams (a member's binary does not read them) the same
+	// catch-up goes as one frame, read from the leader's file.
+	streams.Store(false)
+	f2 := (lead + 2) % 3
+	c.stop(f2)
+	for i := 200; i < 400; i++ {
+		c.put(lead, fmt.Sprintf("k%03d", i), "w")
+	}
+	waitFor(t, func() bool { return c.reps[lead].Status().FirstIndex > 300 })
+	c.start(f2)
+	c.waitAll(func(s *kv) bool { return s.len() == 400 })
+	for _, n := range snapFiles(t, c.dirs[f2]) {
+		if strings.Contains(filepath.Base(n), "-from-") {
+			t.Fatalf("a snapshot was streamed while streams were off: %s", n)
+		}
 	}
 }

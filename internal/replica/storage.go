@@ -153,7 +153,7 @@ func (d *disk) drop() error {
 	if err := d.db.DeleteRange(d.prefix, end, pebble.Sync); err != nil {
 		return err
 	}
-	return d.removeSnapFiles("")
+	return d.removeSnapFiles(math.MaxUint64, "")
 }
 
 // entriesEnd is the exclusive upper bound of the entry key space.
@@ -288,9 +288,14 @@ func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 	}
 	d.last = last
 	if snap != nil {
-		// A snapshot from the leader, stored whole: the files of this
-		// member's own snapshots are older.
-		return d.removeSnapFiles("")
+		// A snapshot from the leader, stored whole or as a reference to
+		// the file it was streamed into: the files of this member's own
+		// snapshots are older.
+		keep := ""
+		if ref, ok, _ := decodeSnapRef(snap.GetData()); ok {
+			keep = ref.file
+		}
+		return d.removeSnapFiles(snap.GetMetadata().GetIndex(), keep)
 	}
 	return nil
 }
@@ -327,7 +332,7 @@ func (d *disk) SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error {
 	if ref, ok, _ := decodeSnapRef(snap.GetData()); ok {
 		keep = ref.file
 	}
-	return d.removeSnapFiles(keep)
+	return d.removeSnapFiles(snap.GetMetadata().GetIndex(), keep)
 }
 
 // clusterID returns the stored cluster id, 0 when there is none.
@@ -384,7 +389,9 @@ func (s raftStorage) Snapshot() (*pb.Snapshot, error) {
 	if err != nil || s.disk == nil || len(snap.GetData()) > 0 {
 		return snap, err
 	}
-	stored, err := s.disk.snapshot()
+	// As stored: a reference to a file stays one, and the transport
+	// streams the file or reads it whole (snapstream.go).
+	stored, err := s.disk.storedSnapshot()
 	if err != nil {
 		return nil, fmt.Errorf("replica: read snapshot: %w", err)
 	}

@@ -143,6 +143,8 @@ type transport struct {
 	pmu     sync.Mutex // serialises setPeers
 	// maxMsgFrame bounds an ordinary (non-snapshot) raft message frame.
 	maxMsgFrame int
+	// snap: the member's snapshot files, streamed to and from (snapstream.go).
+	snap snapStore
 	// tls: nil for plaintext (the operator said insecure).
 	tls *PeerTLS
 	// cluster is this member's cluster id, 0 until a joining member adopts
@@ -620,7 +622,7 @@ func (t *transport) writer(pc *peerConn) {
 			continue
 		}
 		for _, f := range frames {
-			if f.kind == kindSnap || f.kind == kindGroupSnap {
+			if f.kind == kindSnap || f.kind == kindGroupSnap || f.kind == kindSnapStream {
 				if ev := t.events(f.group); ev != nil {
 					ev.snapshotDone(pc.id, true)
 				}
@@ -653,7 +655,7 @@ func stampProbes(frames []frame, at time.Duration) {
 func (t *transport) failFrames(id uint64, frames []frame) {
 	var reported map[uint64]bool
 	for _, f := range frames {
-		raftMsg, snap := f.kind == kindRaft || f.kind == kindGroupRaft, f.kind == kindSnap || f.kind == kindGroupSnap
+		raftMsg, snap := f.kind == kindRaft || f.kind == kindGroupRaft, f.kind == kindSnap || f.kind == kindGroupSnap || f.kind == kindSnapStream
 		if !raftMsg && !snap {
 			continue
 		}
@@ -678,6 +680,7 @@ type frame struct {
 	kind    byte
 	group   uint64 // kinds 9-11: the group (its id leads the payload)
 	payload []byte
+	stream  *snapSource // kindSnapStream: the file whose bytes follow the payload
 }
 
 // encode marshals a batch. A message that cannot be encoded, or is larger
@@ -695,16 +698,21 @@ func (t *transport) encode(to uint64, batch []outMsg) ([]frame, int) {
 		if m.kind == kindStepDown && m.group != 0 {
 			f.kind, f.payload = kindGroupStepDown, append(prefix, m.side...)
 		}
-		if m.kind == kindRaft {
-			limit := t.maxMsgFrame
-			if m.msg.GetType() == pb.MsgSnap {
-				f.kind, limit = kindSnap, maxSnapFrame
+		if m.kind == kindRaft && m.msg.GetType() == pb.MsgSnap {
+			sf, err := t.encodeSnap(m, prefix)
+			if err != nil {
+				t.log.Error("dropping unsendable snapshot", "peer", to, "group", m.group, "err", err)
+				t.failFrames(to, []frame{{kind: sf.kind, group: m.group}})
+				continue
 			}
+			f = sf
+			if f.stream != nil {
+				size += int(f.stream.size)
+			}
+		} else if m.kind == kindRaft {
+			limit := t.maxMsgFrame
 			if m.group != 0 {
 				f.kind = kindGroupRaft
-				if m.msg.GetType() == pb.MsgSnap {
-					f.kind = kindGroupSnap
-				}
 			}
 			b, err := (proto.MarshalOptions{}).MarshalAppend(prefix, m.msg)
 			if err == nil && len(b)-len(prefix)+frameHeader > limit {
@@ -734,6 +742,11 @@ func writeFrames(w *bufio.Writer, from uint64, frames []frame) error {
 		}
 		if _, err := w.Write(f.payload); err != nil {
 			return err
+		}
+		if f.stream != nil {
+			if err := writeStream(w, f.stream); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -807,6 +820,8 @@ func (t *transport) reader(raw net.Conn) {
 			limit = int64(t.maxMsgFrame) + groupIDBytes
 		case kindGroupSnap:
 			limit = maxSnapFrame + groupIDBytes
+		case kindSnapStream: // the metadata and message; the file's bytes follow
+			limit = int64(t.maxMsgFrame) + snapStreamMeta
 		case kindKeepalive:
 			limit = frameHeader
 		case kindProbe, kindProbeReply, kindStepDown, kindGroupStepDown, kindGroupQuiesce, kindGroupWake:
@@ -830,6 +845,19 @@ func (t *transport) reader(raw net.Conn) {
 		// Body limit: 5 s plus a second per MiB declared, so a stalled
 		// frame cannot hold an inbound slot.
 		c.SetReadDeadline(time.Now().Add(bodyTimeout + time.Duration(n>>20)*time.Second))
+		if kind == kindSnapStream {
+			m, group, err := t.receiveStream(r, n-frameHeader, from, func(size uint64) {
+				c.SetReadDeadline(time.Now().Add(bodyTimeout + time.Duration(size>>20)*time.Second))
+			})
+			if err != nil {
+				bad("snapshot stream", "err", err)
+				return
+			}
+			if ev := t.events(group); ev != nil && m != nil {
+				ev.deliver(m)
+			}
+			continue
+		}
 		body, err := readBody(r, n-frameHeader)
 		if err != nil {
 			bad("truncated frame", "err", err)
@@ -887,6 +915,11 @@ func (t *transport) reader(raw net.Conn) {
 		}
 		if err := t.validate(m, from, kind == kindSnap || kind == kindGroupSnap); err != nil {
 			bad("invalid raft message", "group", group, "err", err)
+			return
+		}
+		if _, isRef, _ := decodeSnapRef(m.GetSnapshot().GetData()); isRef {
+			// Only a stream's receiver makes references (to its own files).
+			bad("snapshot naming a file", "group", group)
 			return
 		}
 		if ev != nil {

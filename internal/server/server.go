@@ -196,6 +196,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		OnConfigChange:  s.onConfigChange,
 		ObserveFsync:    func(d time.Duration) { s.metrics.fsyncDuration.Observe(d.Seconds()) },
 		ObserveStage:    func(stage string, d time.Duration) { s.metrics.observeStage(true, stage, d) },
+		SnapshotStreams: s.snapshotStreams,
 	}, (*stateMachine)(s))
 	if err != nil {
 		return nil, fmt.Errorf("open replica: %w", err)

@@ -159,6 +159,17 @@ func (s *Server) clusterVersion() (int, bool) {
 	return max(v, fsm.UnadvertisedVersion), v > 0
 }
 
+// streamsVersion is the apply version from which a binary reads snapshots
+// streamed from file to file (replica.Config.SnapshotStreams).
+const streamsVersion = 6
+
+// snapshotStreams: every member's binary reads streamed snapshots. Called
+// from the peer transport's goroutines.
+func (s *Server) snapshotStreams() bool {
+	v, _ := s.clusterVersion()
+	return v >= streamsVersion
+}
+
 // depsTrusted: every member's binary writes the dependencies of what it
 // proposes (view.go), so a group's recorded dependencies are complete.
 func (s *Server) depsTrusted() bool {

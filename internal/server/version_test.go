@@ -1,14 +1,17 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/fsm"
 )
@@ -207,5 +210,42 @@ func TestDecodeVersion(t *testing.T) {
 		if v, err := decodeVersion(b); err == nil {
 			t.Errorf("decodeVersion(%x) = %d, want an error", b, v)
 		}
+	}
+}
+
+// Once the cluster version says every member reads them, a member too far
+// behind for the leader's log gets the leader's snapshot streamed into a
+// file of its own, and catches up from it.
+func TestSnapshotStreamedAtClusterVersion(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) { c.SnapshotEntries = 20 })
+	waitRecorded(t, tc, fsm.ApplyVersion)
+	lead := tc.leader()
+	f := (lead + 1) % 3
+	tc.stop(f)
+	c := tc.client(tc.cfgs[lead].Self().GRPC)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 200 {
+		if _, _, err := c.Create(ctx, fmt.Sprintf("/s%03d", i), []byte("v"), client.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.start(f)
+	back := tc.client(tc.cfgs[f].Self().GRPC)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		kids, _, err := back.Children(ctx, "/", client.WithConsistency(client.Linearizable))
+		if err == nil && len(kids) >= 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted member did not catch up: %d children, err %v", len(kids), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	streamed, _ := filepath.Glob(filepath.Join(tc.cfgs[f].DataDir, "snap", "snap-0-*-from-*"))
+	if len(streamed) == 0 {
+		all, _ := filepath.Glob(filepath.Join(tc.cfgs[f].DataDir, "snap", "*"))
+		t.Fatalf("the member caught up without a streamed snapshot; its snapshot files: %v", all)
 	}
 }
