@@ -5,6 +5,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -50,6 +51,9 @@ func main() {
 	scale := flag.Int("scale", 0, "instead of the workloads: the scale experiment, filling each of --systems (meridian, zookeeper, etcd) on the first --topologies file with this many znodes of 100 B (etcd: keys) from --scale-clients clients; fill rate per slice, memory, disk, snapshots and restart time are reported (-out: scale.json, scale-fill-rate.png, Meridian's heap profiles)")
 	scaleClients := flag.Int("scale-clients", 64, "scale: concurrent ZooKeeper clients")
 	scaleSlice := flag.Int("scale-slice", 0, "scale: znodes per measured slice (default a tenth of --scale)")
+	ksIdle := flag.Int("keyspaces-idle", 0, "instead of the workloads: the idle-keyspaces experiment on the first --topologies file (its servers must name zones, e.g. 3region-9): Meridian's servers' CPU (ms/s) and RSS over a window with no keyspaces, then with this many idle keyspaces (zone survival, homes round-robin over the regions), then with one write a second to each; the report goes where --runs, --report or stdout say (--section keyspaces-idle names the run file)")
+	ksIdleWindow := flag.Duration("keyspaces-idle-window", 0, "keyspaces-idle: length of each measurement (default 60s; quick 10s)")
+	ksIdleLoad := flag.Bool("keyspaces-idle-load", true, "keyspaces-idle: also measure at one write a second to each keyspace")
 	flag.Parse()
 	if *replot != "" {
 		rep, err := bench.LoadReport(*replot)
@@ -104,7 +108,7 @@ func main() {
 		defer os.RemoveAll(tmp)
 	}
 	want := strings.Split(*systems, ",")
-	if *bin == "" && slices.Contains(want, "meridian") {
+	if *bin == "" && (slices.Contains(want, "meridian") || *ksIdle > 0) {
 		*bin = filepath.Join(tmp, "meridian")
 		cmd := exec.Command("go", "build", "-o", *bin, "./cmd/meridian")
 		cmd.Dir = *src
@@ -112,6 +116,19 @@ func main() {
 		if err := cmd.Run(); err != nil {
 			fail(fmt.Errorf("building meridian: %w", err))
 		}
+	}
+	if *ksIdle > 0 {
+		p := bench.KeyspacesIdleParams{Keyspaces: *ksIdle, Window: 60 * time.Second, Settle: 20 * time.Second, Load: *ksIdleLoad, Keep: *keep, Pprof: *pprof}
+		if *quick {
+			p.Window, p.Settle = 10*time.Second, 5*time.Second
+		}
+		if *ksIdleWindow > 0 {
+			p.Window = *ksIdleWindow
+		}
+		if err := runKeyspacesIdle(strings.Split(*topos, ",")[0], tmp, *bin, *src, *quick, p, *runs, *results, *report, *section); err != nil {
+			fail(err)
+		}
+		return
 	}
 	if *scale > 0 {
 		if err := runScale(want, strings.Split(*topos, ",")[0], tmp, *bin, *out, *keep,
@@ -436,6 +453,78 @@ func runScale(systems []string, topoPath, tmp, bin, out string, keep bool, p ben
 	fmt.Printf("Scale: %d znodes of %d B by %d clients (ZooKeeper protocol; etcd: its own), topology %s, %s (%s)\n\n", p.Znodes, p.Value, p.Clients, topo.Name, machine(), time.Since(start).Round(time.Second))
 	fmt.Print(bench.ScaleMarkdown(results, plotFile))
 	return nil
+}
+
+// runKeyspacesIdle runs the idle-keyspaces experiment and writes its
+// report: a new run file under runs (with its raw result as JSON under
+// results), or into report (its section), or to stdout.
+func runKeyspacesIdle(topoPath, tmp, bin, src string, quick bool, p bench.KeyspacesIdleParams, runs, results, report, section string) error {
+	topo, err := bench.LoadTopology(topoPath)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	progress := func(s string) {
+		fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Since(start).Round(time.Second), s)
+	}
+	env, err := bench.NewEnv(topo, tmp, 1)
+	if err != nil {
+		return err
+	}
+	res, err := bench.RunKeyspacesIdle(env, bin, p, progress)
+	if f := env.Finish(p.Keep, "keyspaces-idle on "+topo.Name); f != "" && err == nil {
+		err = fmt.Errorf("%s", f)
+	}
+	if err != nil {
+		return err
+	}
+	mode := "full"
+	if quick {
+		mode = "quick"
+	}
+	md := fmt.Sprintf("Started %s, %s, commit %s, mode %s, took %s. Command, from `bench/`: `%s`\n\n",
+		start.UTC().Format("2006-01-02 15:04 UTC"), machine(), commit(src), mode, time.Since(start).Round(time.Second),
+		strings.Join(append([]string{"go run ./cmd/meridian-bench"}, os.Args[1:]...), " ")) + bench.KeyspacesIdleMarkdown(res)
+	if runs == "" {
+		if results != "" {
+			return fmt.Errorf("--results needs --runs")
+		}
+		if report == "" {
+			fmt.Print(md)
+			return nil
+		}
+		return writeReport(report, section, md)
+	}
+	if section == "" {
+		section = "keyspaces-idle"
+	}
+	name, err := runName(runs, &bench.Report{Started: start.UTC().Format("2006-01-02 15:04 UTC")}, section)
+	if err != nil {
+		return err
+	}
+	if results != "" {
+		if err := os.MkdirAll(results, 0o755); err != nil {
+			return err
+		}
+		js, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(results, name+".json"), js, 0o644); err != nil {
+			return err
+		}
+	}
+	md = fmt.Sprintf("# Benchmark run %s (generated)\n\nWritten by meridian-bench and not edited afterwards; the claims are on docs/benchmarks.md.\n\n", name) + md
+	// O_EXCL: a run report, once written, is never replaced.
+	f, err := os.OpenFile(filepath.Join(runs, name+".md"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(md); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // loadReports reads the results JSON files of separate runs.
