@@ -29,12 +29,13 @@ import (
 // it).
 
 // followMembership proposes group g's next configuration change, if any.
-// Called by g's leader only (keyspaceDuties).
-func (s *Server) followMembership(g *group, members []Member, now time.Time) {
+// Called by g's leader only (keyspaceDuties), with distance from
+// lazyDistance (shared by the round's groups).
+func (s *Server) followMembership(g *group, members []Member, distance func(from, to string) (time.Duration, bool), now time.Time) {
 	if now.Sub(g.confAt) < groupDutyEvery {
 		return
 	}
-	change, why, ok := groupChange(g.ks, g.rep.Members(), members, s.regionDistance())
+	change, why, ok := groupChange(g.ks, g.rep.Members(), members, distance)
 	if !ok {
 		if why != "" && now.Sub(g.warnedAt) >= time.Minute {
 			g.warnedAt = now

@@ -393,6 +393,20 @@ func (s *Server) regionDistance() func(from, to string) (time.Duration, bool) {
 	}
 }
 
+// lazyDistance is regionDistance, computed on its first use and kept: the
+// latency summary behind it is costly (it was most of an idle member's
+// CPU when every round computed it for every keyspace the member leads),
+// and a round needs it only to replace a voter that left.
+func (s *Server) lazyDistance() func(from, to string) (time.Duration, bool) {
+	var d func(from, to string) (time.Duration, bool)
+	return func(from, to string) (time.Duration, bool) {
+		if d == nil {
+			d = s.regionDistance()
+		}
+		return d(from, to)
+	}
+}
+
 // barrierAll brings every group this member runs up to what v requires
 // (viewBarrier): a client resuming its session, or re-registering watches
 // anywhere in the tree (a watch stream), must find every group at least
@@ -602,6 +616,7 @@ func (s *Server) keyspaceDuties(now time.Time) {
 	for _, m := range members {
 		region[m.ID] = m.Region
 	}
+	distance := s.lazyDistance()
 	for _, g := range s.keyspaceGroups.all() {
 		if !g.rep.IsLeader() {
 			g.endsAt, g.ledSince, g.writes = nil, time.Time{}, nil
@@ -611,7 +626,7 @@ func (s *Server) keyspaceDuties(now time.Time) {
 		if g.ledSince.IsZero() {
 			g.ledSince = now
 		}
-		s.followMembership(g, members, now)
+		s.followMembership(g, members, distance, now)
 		s.markDeps(g, now, s.cfg.tick()*time.Duration(s.cfg.ElectionTicks))
 		// Not at once: a leader that just took over away from home (an
 		// operator's move, the home voters' trouble) leads a while first,
