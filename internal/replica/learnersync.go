@@ -63,8 +63,9 @@ func (u *unsynced) wrote(now time.Time, d time.Duration) {
 	}
 }
 
-// waiting: acknowledgements are held (a later one must queue behind them).
-func (u *unsynced) waiting() bool { return len(u.held) > 0 }
+// pending: writes wait for the sync, so an acknowledgement made now may
+// vouch for them (and would pass held ones): it waits too.
+func (u *unsynced) pending() bool { return !u.since.IsZero() || len(u.held) > 0 }
 
 // hold keeps m until the next sync.
 func (u *unsynced) hold(m *pb.Message) { u.held = append(u.held, m) }

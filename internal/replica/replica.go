@@ -1394,7 +1394,7 @@ func (r *Replica) handleReady() error {
 	}
 	r.noteAppended(rd.Entries)
 	for _, m := range msgs {
-		if vouchesDurable(m.GetType()) && (defer_ || r.unsynced.waiting()) {
+		if vouchesDurable(m.GetType()) && (defer_ || r.unsynced.pending()) {
 			r.unsynced.hold(m) // after the sync, in order
 			continue
 		}
