@@ -27,7 +27,11 @@ func (c *cluster) addNode() int {
 	c.sms[i] = newKV()
 	cfg := c.config(i)
 	cfg.Join = true
-	r, err := Open(cfg, c.sms[i])
+	var sm StateMachine = c.sms[i]
+	if c.views != nil {
+		sm = viewKV{c.sms[i], c.views}
+	}
+	r, err := Open(cfg, sm)
 	if err != nil {
 		c.t.Fatalf("open %d: %v", id, err)
 	}
@@ -220,4 +224,32 @@ func TestAutoPromoteCaughtUpLearner(t *testing.T) {
 		t.Fatalf("transfer to the promoted member: %v", err)
 	}
 	c.put(n4, "led-by-4", "ok")
+}
+
+// The snapshot a member added needs is written off the raft loop to a file
+// like any other (on the loop it held up every request while it was
+// taken, and was stored whole, so sent whole), and streamed to the new
+// member.
+func TestMemberAddedFromSnapshotFile(t *testing.T) {
+	c := startCluster(t, 3, &cluster{t: t, views: newViewGate(), tweak: func(cfg *Config) {
+		cfg.SnapshotEntries, cfg.CatchUpEntries = 20, 5
+		cfg.SnapshotStreams = func() bool { return true }
+	}})
+	close(c.views.open)
+	lead := c.leader()
+	for i := 0; i < 50; i++ {
+		c.put(lead, fmt.Sprintf("k%d", i), "v")
+	}
+	waitFor(t, func() bool { return c.reps[lead].Status().FirstIndex > 20 }) // compacted: a new member needs a snapshot
+	n4 := c.addNode()
+	if err := c.change(lead, MemberChange{Type: AddLearner, Peer: c.peers[n4]}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitAll(func(s *kv) bool { return s.len() == 50 })
+	if r := c.sms[n4].restored(); len(r) == 0 || r[0] <= 50 {
+		t.Fatalf("new member restored %v, want a snapshot taken after its addition", r)
+	}
+	if got, _ := filepath.Glob(filepath.Join(c.dirs[n4], "snap", "snap-0-*-from-*")); len(got) != 1 {
+		t.Fatalf("new member's streamed snapshot files: %v, want one", got)
+	}
 }

@@ -476,7 +476,7 @@ func newReplica(cfg Config, sm StateMachine, store Storage, tune func(*raft.Conf
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   raftStorage{MemoryStorage: r.mem, disk: r.snaps.disk},
+		Storage:                   raftStorage{MemoryStorage: r.mem, disk: r.snaps.disk, snaps: &r.snaps},
 		Applied:                   r.snapIndex,
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxCommittedSizePerReady:  64 << 20,
@@ -1494,7 +1494,7 @@ func (r *Replica) apply(ents []*pb.Entry) error {
 				continue
 			}
 			if r.applyConfChange(e.GetIndex(), cc) {
-				if err := r.snapshotAt(e.GetIndex()); err != nil {
+				if err := r.snapshotForMember(e.GetIndex()); err != nil {
 					return err
 				}
 			}

@@ -53,6 +53,11 @@ type snapshots struct {
 	// slow followers can be bounded in bytes (compactIndex).
 	marks     []byteMark
 	markBytes uint64
+	// forMember is the index of the last membership change that added a
+	// member: raft must not send a snapshot from before it (the new member
+	// refuses one whose configuration lacks it) until one at or after it is
+	// stored (snapshotForMember).
+	forMember uint64
 }
 
 type byteMark struct{ index, bytes uint64 }
@@ -150,9 +155,44 @@ func (r *Replica) startSnapshot(v SnapshotViewer, applied uint64) error {
 	return nil
 }
 
+// snapshotForMember snapshots after a membership change at index added a
+// member: raft sends a new member the latest snapshot, and the member
+// refuses one whose configuration does not include it. With views it is
+// written off the loop like any other (on the loop it held up every
+// request for seconds at a million znodes, and was stored whole, so sent
+// whole): now, or, when another is being written, once that one is stored
+// (a snapshot at any later index includes the member too). Until then
+// raftStorage offers no snapshot, so a new member is not sent, again and
+// again, one it refuses.
+func (r *Replica) snapshotForMember(index uint64) error {
+	v, ok := r.sm.(SnapshotViewer)
+	if !ok || r.snaps.async == nil || r.snaps.disk == nil {
+		return r.snapshotAt(index)
+	}
+	r.snaps.forMember = max(r.snaps.forMember, index)
+	if r.snaps.running {
+		return nil // finishSnapshot starts it
+	}
+	return r.startSnapshot(v, index)
+}
+
 // finishSnapshot stores a snapshot written off the loop, unless a newer
-// one was installed meanwhile.
+// one was installed meanwhile; then starts the one a member added while
+// it was written needs (snapshotForMember).
 func (r *Replica) finishSnapshot(res snapResult) error {
+	if err := r.storeSnapshot(res); err != nil {
+		return err
+	}
+	if r.snaps.forMember > r.snapIndex {
+		if v, ok := r.sm.(SnapshotViewer); ok {
+			_, applied := r.applied.get()
+			return r.startSnapshot(v, applied)
+		}
+	}
+	return nil
+}
+
+func (r *Replica) storeSnapshot(res snapResult) error {
 	r.snaps.running = false
 	if res.err != nil {
 		return res.err

@@ -378,12 +378,17 @@ func (d *disk) setClusterID(id uint64) error {
 // behind for the log.
 type raftStorage struct {
 	*raft.MemoryStorage
-	disk *disk // nil: the memory storage holds the bytes
+	disk  *disk      // nil: the memory storage holds the bytes
+	snaps *snapshots // the replica's (raft loop only, as raft's calls)
 }
 
 func (s raftStorage) Snapshot() (*pb.Snapshot, error) {
 	snap, err := s.MemoryStorage.Snapshot()
 	if err == nil && raft.IsEmptySnap(snap) {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	if err == nil && s.snaps != nil && snap.GetMetadata().GetIndex() < s.snaps.forMember {
+		// A member was added after it: wait for the one being written.
 		return nil, raft.ErrSnapshotTemporarilyUnavailable
 	}
 	if err != nil || s.disk == nil || len(snap.GetData()) > 0 {
