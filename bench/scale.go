@@ -29,7 +29,10 @@ import (
 // server's resident memory (and Go heap, for Meridian); at the end, the
 // disk each server uses, the snapshots it took (count, time, size, from
 // its log), a heap profile (Meridian, with ScaleParams.Profiles) and the
-// time from restarting every server to the first write.
+// time from restarting every server to the first write; then, with
+// ScaleParams.Catchup, one follower's catch-up from an empty data
+// directory (catchup.go), after the restart so as to leave the figures
+// before it as they were.
 
 // ScaleParams shapes the scale experiment.
 type ScaleParams struct {
@@ -42,6 +45,10 @@ type ScaleParams struct {
 	Profiles string
 	// Timeout bounds one create (a create that takes longer counts as failed).
 	Timeout time.Duration
+	// Catchup: after the restart, one follower catches up from an empty
+	// data directory (runCatchup); Meridian's cluster needs
+	// MeridianOptions.SuperDigest = AdminSuperDigest() for it.
+	Catchup bool
 }
 
 // ScaleSlice is one slice of the fill.
@@ -85,6 +92,8 @@ type ScaleResult struct {
 	// through the ZooKeeper port succeeds; RestartRSSMiB then, per server.
 	RestartSec    float64
 	RestartRSSMiB []float64
+	// Catchup: after the restart, a follower's catch-up from scratch.
+	Catchup *ScaleCatchup `json:",omitempty"`
 }
 
 // RunScale fills the running cluster c (started in e; its processes are
@@ -221,6 +230,10 @@ func RunScale(e *Env, c *Cluster, p ScaleParams, progress func(string)) (ScaleRe
 	res.RestartRSSMiB = e.RSS(names)
 	progress(fmt.Sprintf("scale %s: %d created (%d failed) at %.0f/s; RSS %s MiB (%.0f B/znode); disk %s MiB; restart to first write %.1f s",
 		c.System, res.Created, res.Errors, res.FillOpsPerSec, fmtMiB(res.RSSMiB), res.RSSPerZnodeB, fmtMiB(res.DiskMiB), res.RestartSec))
+	if p.Catchup {
+		cu := runCatchup(e, c, region, 20*time.Minute, progress)
+		res.Catchup = &cu
+	}
 	return res, nil
 }
 
@@ -404,8 +417,8 @@ func fmtMiB(xs []float64) string {
 // ScaleMarkdown is the results of a scale run as a Markdown section.
 func ScaleMarkdown(results []ScaleResult, plotFile string) string {
 	var b strings.Builder
-	b.WriteString("| system | created (failed) | fill creates/s | first slice /s | last slice /s | RSS per server MiB | Go heap MiB | RSS B/znode | disk MiB | server 1 snapshots (longest s, last MiB) | restart to first write s | RSS after restart MiB |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| system | created (failed) | fill creates/s | first slice /s | last slice /s | RSS per server MiB | Go heap MiB | RSS B/znode | disk MiB | server 1 snapshots (longest s, last MiB) | restart to first write s | RSS after restart MiB | catch-up s (listening s) | catch-up peak RSS MiB | RSS caught up MiB | snapshot received MiB |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		first, lastRate := 0.0, 0.0
 		if n := len(r.Slices); n > 0 {
@@ -423,9 +436,38 @@ func ScaleMarkdown(results []ScaleResult, plotFile string) string {
 		if len(r.HeapMiB) > 0 {
 			heap = fmtMiB(r.HeapMiB)
 		}
-		fmt.Fprintf(&b, "| %s | %d (%d) | %.0f | %.0f | %.0f | %s | %s | %.0f | %s | %s | %.1f | %s |\n",
+		cu := "— | — | — | —"
+		if c := r.Catchup; c != nil && c.Error != "" {
+			cu = "not measured | — | — | —"
+		} else if c != nil {
+			snap := fmt.Sprintf("%.1f", c.SnapshotMiB)
+			if c.SnapshotMiB == 0 && c.LeaderSnapshotMiB > 0 {
+				snap = fmt.Sprintf("%.1f (leader's)", c.LeaderSnapshotMiB)
+			}
+			cu = fmt.Sprintf("%.1f (%.1f) | %.0f | %.0f | %s", c.Sec, c.ListenSec, c.PeakRSSMiB, c.RSSMiB, snap)
+		}
+		fmt.Fprintf(&b, "| %s | %d (%d) | %.0f | %.0f | %.0f | %s | %s | %.0f | %s | %s | %.1f | %s | %s |\n",
 			r.System, r.Created, r.Errors, r.FillOpsPerSec, first, lastRate, fmtMiB(r.RSSMiB), heap, r.RSSPerZnodeB,
-			fmtMiB(r.DiskMiB), snaps, r.RestartSec, fmtMiB(r.RestartRSSMiB))
+			fmtMiB(r.DiskMiB), snaps, r.RestartSec, fmtMiB(r.RestartRSSMiB), cu)
+	}
+	var notes []string
+	for _, r := range results {
+		c := r.Catchup
+		if c == nil {
+			continue
+		}
+		n := fmt.Sprintf("- %s, server %d: %s", r.System, c.Server, c.Procedure)
+		if c.LeaderSnapshotMiB > 0 {
+			n += fmt.Sprintf("; the leader's last snapshot (its log) %.1f MiB", c.LeaderSnapshotMiB)
+		}
+		if c.Error != "" {
+			n += "; not measured: " + c.Error
+		}
+		notes = append(notes, n+".")
+	}
+	if len(notes) > 0 {
+		b.WriteString("\nCatch-up: one follower (not the leader) from an empty data directory, after the restart; seconds from its process start until a read through a client of that server only (no sync; etcd: serializable) returns a marker written while it was gone (in parentheses: until its client port listened); peak RSS is its VmHWM then:\n\n")
+		b.WriteString(strings.Join(notes, "\n") + "\n")
 	}
 	b.WriteString("\nPer slice (znodes acknowledged: creates/s, RSS of the three servers MiB, Go heap MiB):\n\n")
 	for _, r := range results {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -48,8 +49,9 @@ func main() {
 	ksVariants := flag.String("keyspaces-variants", "", "keyspaces: comma-separated variants to run: keyspaces, one-group, region (Meridian: a keyspace per region with zone survival, one group, a keyspace per region with region survival), zookeeper (a voter a region, observers elsewhere), etcd (a member a region) (default: those of --systems)")
 	ksPhase := flag.Duration("keyspaces-phase", 0, "keyspaces: length of the write-and-lock phase and of the read phase (default 20s; quick 3s)")
 	policy := flag.String("placement-policy", "", "Meridian's placement_policy: center-of-gravity (default), majority or ema")
-	scale := flag.Int("scale", 0, "instead of the workloads: the scale experiment, filling each of --systems (meridian, zookeeper, etcd) on the first --topologies file with this many znodes of 100 B (etcd: keys) from --scale-clients clients; fill rate per slice, memory, disk, snapshots and restart time are reported (-out: scale.json, scale-fill-rate.png, Meridian's heap profiles)")
+	scale := flag.Int("scale", 0, "instead of the workloads: the scale experiment, filling each of --systems (meridian, zookeeper, etcd) on the first --topologies file with this many znodes of 100 B (etcd: keys) from --scale-clients clients; fill rate per slice, memory, disk, snapshots, restart time and one follower's catch-up from an empty data directory are reported (-out: scale.json, scale-fill-rate.png, Meridian's heap profiles)")
 	scaleClients := flag.Int("scale-clients", 64, "scale: concurrent ZooKeeper clients")
+	scaleCatchup := flag.Bool("scale-catchup", true, "scale: after the restart, time one follower's catch-up from an empty data directory")
 	scaleSlice := flag.Int("scale-slice", 0, "scale: znodes per measured slice (default a tenth of --scale)")
 	ksIdle := flag.Int("keyspaces-idle", 0, "instead of the workloads: the idle-keyspaces experiment on the first --topologies file (its servers must name zones, e.g. 3region-9): Meridian's servers' CPU (ms/s) and RSS over a window with no keyspaces, then with this many idle keyspaces (zone survival, homes round-robin over the regions), then with one write a second to each; the report goes where --runs, --report or stdout say (--section keyspaces-idle names the run file)")
 	ksIdleWindow := flag.Duration("keyspaces-idle-window", 0, "keyspaces-idle: length of each measurement (default 60s; quick 10s)")
@@ -131,8 +133,8 @@ func main() {
 		return
 	}
 	if *scale > 0 {
-		if err := runScale(want, strings.Split(*topos, ",")[0], tmp, *bin, *out, *keep,
-			bench.ScaleParams{Znodes: *scale, Clients: *scaleClients, Value: 100, Slice: *scaleSlice}); err != nil {
+		if err := runScale(want, strings.Split(*topos, ",")[0], tmp, *bin, *out, *plotRef, *keep,
+			bench.ScaleParams{Znodes: *scale, Clients: *scaleClients, Value: 100, Slice: *scaleSlice, Catchup: *scaleCatchup}); err != nil {
 			fail(err)
 		}
 		return
@@ -396,7 +398,7 @@ func main() {
 // runScale runs the scale experiment on each system in turn and prints
 // its Markdown table; with out, the JSON, the plot and Meridian's heap
 // profiles go there.
-func runScale(systems []string, topoPath, tmp, bin, out string, keep bool, p bench.ScaleParams) error {
+func runScale(systems []string, topoPath, tmp, bin, out, plotRef string, keep bool, p bench.ScaleParams) error {
 	topo, err := bench.LoadTopology(topoPath)
 	if err != nil {
 		return err
@@ -418,7 +420,7 @@ func runScale(systems []string, topoPath, tmp, bin, out string, keep bool, p ben
 		sp := p
 		switch sys {
 		case "meridian":
-			c, err = bench.StartMeridianWith(env, bin, bench.MeridianOptions{Metrics: true, Pprof: out != ""})
+			c, err = bench.StartMeridianWith(env, bin, bench.MeridianOptions{Metrics: true, Pprof: out != "", SuperDigest: bench.AdminSuperDigest()})
 			if out != "" {
 				sp.Profiles = filepath.Join(out, "heap-meridian")
 			}
@@ -448,7 +450,7 @@ func runScale(systems []string, topoPath, tmp, bin, out string, keep bool, p ben
 		if err := bench.WriteScale(results, out); err != nil {
 			return err
 		}
-		plotFile = filepath.Join(out, "scale-fill-rate.png")
+		plotFile = filepath.Join(cmp.Or(plotRef, out), "scale-fill-rate.png")
 	}
 	fmt.Printf("Scale: %d znodes of %d B by %d clients (ZooKeeper protocol; etcd: its own), topology %s, %s (%s)\n\n", p.Znodes, p.Value, p.Clients, topo.Name, machine(), time.Since(start).Round(time.Second))
 	fmt.Print(bench.ScaleMarkdown(results, plotFile))
