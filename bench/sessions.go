@@ -495,7 +495,11 @@ func (d *zkSessions) connect(addr string, s int) (*gozk.Conn, error) {
 			}
 		}
 	}
-	conn, _, err := gozk.Connect([]string{addr}, d.timeout, gozk.WithLogInfo(false), gozk.WithLogger(quiet{}), gozk.WithEventCallback(cb))
+	// go-zookeeper gives each connection 1.5 MiB buffers to send and to
+	// receive: 30 GiB for 10,000 sessions. Requests and answers here are
+	// under a KiB.
+	conn, _, err := gozk.Connect([]string{addr}, d.timeout, gozk.WithLogInfo(false), gozk.WithLogger(quiet{}), gozk.WithEventCallback(cb),
+		gozk.WithMaxBufferSize(16<<10), gozk.WithMaxConnBufferSize(4<<10))
 	if err != nil {
 		return nil, err
 	}
