@@ -148,7 +148,7 @@ func sessionsSample() SessionsResult {
 		AfterSessions: SessionsStep{RSSMiB: mib(31, 31, 31), HeapMiB: mib(4.5, 4.5, 4.5)},
 		AfterZnodes:   SessionsStep{RSSMiB: mib(33, 33, 33), HeapMiB: mib(5, 5, 5)},
 		Rest:          IdleWindow{Label: "at rest", Sec: 10, CPUMsPerS: mib(20, 20, 20.72), RSSMiB: mib(34, 34, 34), HeapMiB: mib(6, 6, 6), LoadAvg1: 1.75},
-		Load:          &IdleWindow{Label: "200 writes/s", Sec: 10, CPUMsPerS: mib(100, 80, 80.72), RSSMiB: mib(35, 35, 35), LoadAvg1: 2},
+		Load:          &IdleWindow{Label: "200 writes/s", Sec: 10, CPUMsPerS: mib(100, 80, 80.72), RSSMiB: mib(35, 35, 35), LoadAvg1: 2, Writes: 1990},
 		Rate:          200, Writes: 2400, Events: 2400, BeforeAck: 1000, AckP50Ms: 0.1, AckP99Ms: 0.9, SendP50Ms: 1.25, SendP99Ms: 3.5,
 		LoadAvg1: 1.25, Notes: "fsync on"}
 }
@@ -186,7 +186,7 @@ func TestSessionsMarkdown(t *testing.T) {
 		"| meridian | 1024 of 1024 (1024) | 1.5 | 2048 (2.2) | 2048 (0.5) | 30.0 / 60.7 / 260.7 | 90 / 93 / 99 / 102 / 105 |",
 		"| meridian | 3072 | 3072 | 1536 | 1536 / 768 / 1536 | 30.00 | 200.0 (1000 µs) |",
 		"| zookeeper | 3072 | 3072 | 1536 | — | 30.00 |",
-		"| meridian | 2400 (0; 0) | 2400 / 2400 | 0 | 0 | 1000 | 0.10 / 0.90 | 1.25 / 3.50 | 0 | 0 |",
+		"| meridian | 2400 (0; 0) | 199 | 2400 / 2400 | 0 | 0 | 1000 | 0.10 / 0.90 | 1.25 / 3.50 | 0 | 0 |",
 		"| meridian | 1 | 10.0 / 20.0 / 100.0 | 30.0 / 31.0 / 33.0 / 34.0 / 35.0 | 4.0 / 6.0 |",
 		"| zookeeper | 3 | 10.0 / 20.7 / 80.7 | 30.0 / 31.0 / 33.0 / 34.0 / 35.0 | — |",
 		"meridian 1.25, 1.50, 1.75, 2.00;",
