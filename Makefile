@@ -156,6 +156,7 @@ bench-quick:
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper,etcd --workloads seed002 --topologies topologies/seed002-rtt0.yaml,topologies/seed002-rtt30.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --systems meridian,zookeeper --workloads seed000-grid --topologies topologies/seed000-u0-s0.yaml
 	cd bench && $(GO) run ./cmd/meridian-bench --quick --keyspaces-idle 3 --keyspaces-idle-window 5s --topologies topologies/3region-9.yaml
+	cd bench && $(GO) run ./cmd/meridian-bench --quick --sessions 200 --systems meridian
 
 tools:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

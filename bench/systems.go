@@ -40,6 +40,10 @@ type Cluster struct {
 	// CPU returns the CPU time the system's processes have used so far
 	// (nil: not measured).
 	CPU func() time.Duration
+	// Direct: each server's own client address, with no emulated link in
+	// front (the ZooKeeper port; etcd: the client URL's host:port), for
+	// experiments that open more connections than proxies should carry.
+	Direct []string
 }
 
 // clientRegions returns the topology's distinct client regions.
@@ -130,6 +134,9 @@ type MeridianOptions struct {
 	// Pprof serves Go's profiles on each server's HTTP port (enable_pprof),
 	// listed in Cluster.HTTP, to profile a server under a workload.
 	Pprof bool
+	// MaxClientConnections is max_client_connections (0: the server's
+	// default, 10000 or what its file-descriptor limit has room for).
+	MaxClientConnections int
 }
 
 // StartMeridianWith is StartMeridian with options.
@@ -188,7 +195,8 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 			// Plaintext, as the ZooKeeper, etcd and Redis it is compared with;
 			// no per-address cap, as ZooKeeper's maxClientCnxns=0 below (every
 			// bench client connects from 127.0.0.1).
-			Insecure: true, MaxClientCnxns: new(int), SuperDigest: o.SuperDigest}
+			Insecure: true, MaxClientCnxns: new(int), SuperDigest: o.SuperDigest,
+			MaxClientConnections: o.MaxClientConnections}
 		if o.Pprof || o.Metrics {
 			hp, err := e.Ports(1)
 			if err != nil {
@@ -224,6 +232,7 @@ func StartMeridianWith(e *Env, bin string, o MeridianOptions) (*Cluster, error) 
 		return nil, fmt.Errorf("meridian: %w (logs in %s)", err, e.Dir)
 	}
 	c.Leader = leaderBySrvr(direct[:len(t.Servers)])
+	c.Direct = slices.Clone(direct)
 	for i := 0; i < len(t.Servers); i++ {
 		c.GRPC = append(c.GRPC, real[i].GRPC)
 	}
@@ -357,6 +366,7 @@ func StartZooKeeperWith(e *Env, o ZKOptions) (*Cluster, error) {
 		return nil, fmt.Errorf("zookeeper: %w (logs in %s)", err, e.Dir)
 	}
 	c.Leader = leaderBySrvr(direct)
+	c.Direct = slices.Clone(direct)
 	c.Notes = "fsync on (forceSync=yes, the default)"
 	if o.Observers {
 		c.Notes += fmt.Sprintf("; %d servers: the first of each region votes, the others observe", n)
@@ -510,6 +520,7 @@ func StartEtcd(e *Env) (*Cluster, error) {
 		return nil, fmt.Errorf("etcd: %w (logs in %s)", err, e.Dir)
 	}
 	c.Leader = func() int { return etcdLeader(clientTargets) }
+	c.Direct = slices.Clone(clientTargets)
 	c.Notes = fmt.Sprintf("fsync on (etcd always syncs its WAL); heartbeat %v, election timeout %v", hb, 10*hb)
 	if useNetns {
 		c.Notes += "; per-pair peer delays through network namespaces"

@@ -56,6 +56,10 @@ func main() {
 	ksIdle := flag.Int("keyspaces-idle", 0, "instead of the workloads: the idle-keyspaces experiment on the first --topologies file (its servers must name zones, e.g. 3region-9): Meridian's servers' CPU (ms/s) and RSS over a window with no keyspaces, then with this many idle keyspaces (zone survival, homes round-robin over the regions), then with one write a second to each; the report goes where --runs, --report or stdout say (--section keyspaces-idle names the run file)")
 	ksIdleWindow := flag.Duration("keyspaces-idle-window", 0, "keyspaces-idle: length of each measurement (default 60s; quick 10s)")
 	ksIdleLoad := flag.Bool("keyspaces-idle-load", true, "keyspaces-idle: also measure at one write a second to each keyspace")
+	sessions := flag.Int("sessions", 0, "instead of the workloads: the sessions experiment on the first --topologies file (default topologies/loopback.yaml), for each of --systems (meridian, zookeeper, etcd; default all three): the servers' CPU (ms/s) and RSS with nothing connected, with this many sessions (10000 for the full experiment) and --sessions-watches watches at rest, and under --sessions-rate writes a second to watched keys, with the notification latency; the report goes where --runs, --report or stdout say (--section sessions names the run file)")
+	sessionsWatches := flag.Int("sessions-watches", 0, "sessions: keys and watches on them (default 100000; quick 2000)")
+	sessionsWindow := flag.Duration("sessions-window", 0, "sessions: length of each measurement (default 30s; quick 5s)")
+	sessionsRate := flag.Int("sessions-rate", 200, "sessions: writes a second to watched keys under load")
 	flag.Parse()
 	if *replot != "" {
 		rep, err := bench.LoadReport(*replot)
@@ -110,7 +114,7 @@ func main() {
 		defer os.RemoveAll(tmp)
 	}
 	want := strings.Split(*systems, ",")
-	if *bin == "" && (slices.Contains(want, "meridian") || *ksIdle > 0) {
+	if *bin == "" && (slices.Contains(want, "meridian") || *ksIdle > 0 || (*sessions > 0 && !isSet("systems"))) {
 		*bin = filepath.Join(tmp, "meridian")
 		cmd := exec.Command("go", "build", "-o", *bin, "./cmd/meridian")
 		cmd.Dir = *src
@@ -118,6 +122,31 @@ func main() {
 		if err := cmd.Run(); err != nil {
 			fail(fmt.Errorf("building meridian: %w", err))
 		}
+	}
+	if *sessions > 0 {
+		p := bench.SessionsParams{Sessions: *sessions, Watches: 100_000, Window: 30 * time.Second, Settle: 5 * time.Second,
+			Rate: *sessionsRate, SessionTimeout: 30 * time.Second, Writers: 8}
+		if *quick {
+			p.Watches, p.Window, p.Settle = 2000, 5*time.Second, 2*time.Second
+		}
+		if *sessionsWatches > 0 {
+			p.Watches = *sessionsWatches
+		}
+		if *sessionsWindow > 0 {
+			p.Window = *sessionsWindow
+		}
+		topo := strings.Split(*topos, ",")[0]
+		if !isSet("topologies") {
+			topo = "topologies/loopback.yaml"
+		}
+		sys := want
+		if !isSet("systems") {
+			sys = []string{"meridian", "zookeeper", "etcd"}
+		}
+		if err := runSessions(sys, topo, tmp, *bin, *src, *keep, *quick, p, *runs, *results, *report, *section); err != nil {
+			fail(err)
+		}
+		return
 	}
 	if *ksIdle > 0 {
 		p := bench.KeyspacesIdleParams{Keyspaces: *ksIdle, Window: 60 * time.Second, Settle: 20 * time.Second, Load: *ksIdleLoad, Keep: *keep, Pprof: *pprof}
@@ -487,6 +516,14 @@ func runKeyspacesIdle(topoPath, tmp, bin, src string, quick bool, p bench.Keyspa
 	md := fmt.Sprintf("Started %s, %s, commit %s, mode %s, took %s. Command, from `bench/`: `%s`\n\n",
 		start.UTC().Format("2006-01-02 15:04 UTC"), machine(), commit(src), mode, time.Since(start).Round(time.Second),
 		strings.Join(append([]string{"go run ./cmd/meridian-bench"}, os.Args[1:]...), " ")) + bench.KeyspacesIdleMarkdown(res)
+	return writeRun(md, res, start, "keyspaces-idle", runs, results, report, section)
+}
+
+// writeRun writes a standalone experiment's report md: a new run file
+// under runs (named by the day of start and section, or defaultSection),
+// with its raw result res as JSON under results; or into report (its
+// section); or to stdout.
+func writeRun(md string, res any, start time.Time, defaultSection, runs, results, report, section string) error {
 	if runs == "" {
 		if results != "" {
 			return fmt.Errorf("--results needs --runs")
@@ -498,7 +535,7 @@ func runKeyspacesIdle(topoPath, tmp, bin, src string, quick bool, p bench.Keyspa
 		return writeReport(report, section, md)
 	}
 	if section == "" {
-		section = "keyspaces-idle"
+		section = defaultSection
 	}
 	name, err := runName(runs, &bench.Report{Started: start.UTC().Format("2006-01-02 15:04 UTC")}, section)
 	if err != nil {
@@ -527,6 +564,90 @@ func runKeyspacesIdle(topoPath, tmp, bin, src string, quick bool, p bench.Keyspa
 		return err
 	}
 	return f.Close()
+}
+
+// isSet reports whether the named flag was given on the command line.
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// runSessions runs the sessions experiment on each system in turn and
+// writes its report as writeRun does.
+func runSessions(systems []string, topoPath, tmp, bin, src string, keep, quick bool, p bench.SessionsParams, runs, results, report, section string) error {
+	topo, err := bench.LoadTopology(topoPath)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	progress := func(s string) {
+		fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Since(start).Round(time.Second), s)
+	}
+	// Every session is a connection of this process and of a server;
+	// raise the file-descriptor limit (the servers inherit it) where the
+	// hard limit allows.
+	want := uint64(4*p.Sessions + 8192)
+	limit, err := bench.RaiseFDLimit(want)
+	if err != nil || limit < want {
+		progress(fmt.Sprintf("sessions: file-descriptor limit %d (wanted %d): %v", limit, want, err))
+	}
+	// Meridian's max_client_connections: room for every session on one
+	// server, as far as the limit allows (a cap that does not fit, on two
+	// client ports with the peer, HTTP and storage reserve, refuses to
+	// start); its default is 10000, less where the limit is tighter.
+	mc := min(p.Sessions+1024, (int(limit)-2048)/2)
+	var out []bench.SessionsResult
+	var failures []string
+	for i, sys := range systems {
+		env, err := bench.NewEnv(topo, tmp, uint64(i+1))
+		if err != nil {
+			return err
+		}
+		var c *bench.Cluster
+		note := fmt.Sprintf("RLIMIT_NOFILE %d in the benchmark's process and the servers it starts (raised by it where lower)", limit)
+		switch sys {
+		case "meridian":
+			c, err = bench.StartMeridianWith(env, bin, bench.MeridianOptions{Metrics: true, MaxClientConnections: mc})
+			note += fmt.Sprintf("; max_client_connections %d on each client port, set by the benchmark (sessions + 1024, at most what the file-descriptor limit leaves room for; the default is 10000, or less under a tighter limit: 9200 under 20000), max_client_cnxns 0 (no per-address cap)", mc)
+		case "zookeeper":
+			c, err = bench.StartZooKeeperWith(env, bench.ZKOptions{Heap: "1g"})
+			note += "; maxClientCnxns=0 (no per-address cap), -Xmx1g"
+		case "etcd":
+			c, err = bench.StartEtcd(env)
+		default:
+			err = fmt.Errorf("sessions: system %q is not meridian, zookeeper or etcd", sys)
+		}
+		if err != nil {
+			env.Close(keep)
+			failures = append(failures, fmt.Sprintf("%s: could not start: %v", sys, err))
+			progress(failures[len(failures)-1])
+			continue
+		}
+		note = c.Notes + "; " + note
+		progress(fmt.Sprintf("%s on %s: started", sys, topo.Name))
+		res, err := bench.RunSessions(env, c, p, progress)
+		res.Notes = note
+		if f := env.Finish(keep, "sessions "+sys); f != "" {
+			res.Failures = append(res.Failures, f)
+		}
+		if err != nil {
+			res.Failures = append(res.Failures, err.Error())
+			progress(fmt.Sprintf("%s: %v", sys, err))
+		}
+		out = append(out, res)
+	}
+	mode := "full"
+	if quick {
+		mode = "quick"
+	}
+	md := fmt.Sprintf("Started %s, %s, commit %s, mode %s, took %s. Command, from `bench/`: `%s`\n\n",
+		start.UTC().Format("2006-01-02 15:04 UTC"), machine(), commit(src), mode, time.Since(start).Round(time.Second),
+		strings.Join(append([]string{"go run ./cmd/meridian-bench"}, os.Args[1:]...), " ")) + bench.SessionsMarkdown(out, topo.Name, p)
+	if len(failures) > 0 {
+		md += "\nCould not run:\n\n- " + strings.Join(failures, "\n- ") + "\n"
+	}
+	return writeRun(md, out, start, "sessions", runs, results, report, section)
 }
 
 // loadReports reads the results JSON files of separate runs.
