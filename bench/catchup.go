@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
@@ -475,27 +474,6 @@ func largestFileMiB(dir, prefix string) float64 {
 		return nil
 	})
 	return float64(most) / (1 << 20)
-}
-
-// Stop kills the process started as name (SIGKILL) and forgets it; it
-// returns the arguments it was started with.
-func (e *Env) Stop(name string) ([]string, error) {
-	e.mu.Lock()
-	i := slices.IndexFunc(e.procs, func(p *proc) bool { return p.name == name })
-	if i < 0 {
-		e.mu.Unlock()
-		return nil, fmt.Errorf("no process %q", name)
-	}
-	p := e.procs[i]
-	e.procs = slices.Delete(e.procs, i, i+1)
-	e.mu.Unlock()
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		return nil, fmt.Errorf("%s did not exit after SIGKILL", name)
-	}
-	return p.argv, nil
 }
 
 // procMem is the named process's peak and current resident memory in MiB

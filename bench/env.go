@@ -143,11 +143,21 @@ func statCPU(stat string) time.Duration {
 // Restart kills the process started as name (SIGKILL, a crash) and starts
 // it again with the same arguments; its log continues in the same file.
 func (e *Env) Restart(name string) error {
+	argv, err := e.Stop(name)
+	if err != nil {
+		return err
+	}
+	return e.Start(name, argv...)
+}
+
+// Stop kills the process started as name (SIGKILL) and forgets it; it
+// returns the arguments it was started with.
+func (e *Env) Stop(name string) ([]string, error) {
 	e.mu.Lock()
 	i := slices.IndexFunc(e.procs, func(p *proc) bool { return p.name == name })
 	if i < 0 {
 		e.mu.Unlock()
-		return fmt.Errorf("no process %q", name)
+		return nil, fmt.Errorf("no process %q", name)
 	}
 	p := e.procs[i]
 	e.procs = slices.Delete(e.procs, i, i+1)
@@ -156,9 +166,9 @@ func (e *Env) Restart(name string) error {
 	select {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s did not exit after SIGKILL", name)
+		return nil, fmt.Errorf("%s did not exit after SIGKILL", name)
 	}
-	return e.Start(name, p.argv...)
+	return p.argv, nil
 }
 
 // Exited returns the names of started processes that have exited.

@@ -554,16 +554,7 @@ func writeRun(md string, res any, start time.Time, defaultSection, runs, results
 		}
 	}
 	md = fmt.Sprintf("# Benchmark run %s (generated)\n\nWritten by meridian-bench and not edited afterwards; the claims are on docs/benchmarks.md.\n\n", name) + md
-	// O_EXCL: a run report, once written, is never replaced.
-	f, err := os.OpenFile(filepath.Join(runs, name+".md"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(md); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeNewReport(filepath.Join(runs, name+".md"), md)
 }
 
 // isSet reports whether the named flag was given on the command line.
@@ -729,16 +720,7 @@ func write(rep *bench.Report, runs, results, out, plotRef, report, section strin
 		}
 	}
 	md := fmt.Sprintf("# Benchmark run %s (generated)\n\nWritten by meridian-bench (`make bench-report`) and not edited afterwards; the readings are in docs/bench/notes/ and the claims on docs/benchmarks.md.\n\n", name) + rep.Markdown(name)
-	// O_EXCL: a run report, once written, is never replaced.
-	f, err := os.OpenFile(filepath.Join(runs, name+".md"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(md); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeNewReport(filepath.Join(runs, name+".md"), md)
 }
 
 // runName names a run report DATE-LABEL: the day its first part started
@@ -881,4 +863,18 @@ func serverNames(t *bench.Topology) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// writeNewReport writes a run report to path; a report, once written, is
+// never replaced (O_EXCL: an existing file is an error).
+func writeNewReport(path, md string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(md); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
