@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -474,37 +473,4 @@ func largestFileMiB(dir, prefix string) float64 {
 		return nil
 	})
 	return float64(most) / (1 << 20)
-}
-
-// procMem is the named process's peak and current resident memory in MiB
-// (VmHWM, VmRSS; 0 where unreadable).
-func (e *Env) procMem(name string) (peak, rss float64) {
-	e.mu.Lock()
-	pid := 0
-	for _, p := range e.procs {
-		if p.name == name && p.cmd.Process != nil {
-			pid = p.cmd.Process.Pid
-		}
-	}
-	e.mu.Unlock()
-	if pid == 0 {
-		return 0, 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0
-	}
-	kb := func(v string) float64 {
-		x, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-		return x / 1024
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			peak = kb(v)
-		}
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			rss = kb(v)
-		}
-	}
-	return peak, rss
 }

@@ -120,6 +120,69 @@ func (e *Env) CPU() time.Duration {
 	return total
 }
 
+// pid is the process id of the process started as name (0: none).
+func (e *Env) pid(name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.procs {
+		if p.name == name && p.cmd.Process != nil {
+			return p.cmd.Process.Pid
+		}
+	}
+	return 0
+}
+
+// ProcCPU returns the CPU time (user and system) each named process has
+// used so far, from /proc/PID/stat (0 for one that cannot be read).
+func (e *Env) ProcCPU(names []string) []time.Duration {
+	out := make([]time.Duration, len(names))
+	for i, n := range names {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.pid(n))); err == nil {
+			out[i] = statCPU(string(b))
+		}
+	}
+	return out
+}
+
+// RSS returns the resident memory of the named processes in MiB (0 for
+// one that cannot be read), from /proc/PID/status.
+func (e *Env) RSS(names []string) []float64 {
+	out := make([]float64, len(names))
+	for i, n := range names {
+		out[i] = statusMiB(e.pid(n), "VmRSS:")[0]
+	}
+	return out
+}
+
+// procMem is the named process's peak and current resident memory in MiB
+// (VmHWM, VmRSS; 0 where unreadable).
+func (e *Env) procMem(name string) (peak, rss float64) {
+	v := statusMiB(e.pid(name), "VmHWM:", "VmRSS:")
+	return v[0], v[1]
+}
+
+// statusMiB reads the given fields (in kB) of /proc/PID/status, in MiB
+// (0 for a field or a process that cannot be read).
+func statusMiB(pid int, fields ...string) []float64 {
+	out := make([]float64, len(fields))
+	if pid == 0 {
+		return out
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		for i, f := range fields {
+			if v, ok := strings.CutPrefix(l, f); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+				out[i] = kb / 1024
+			}
+		}
+	}
+	return out
+}
+
 // statCPU reads utime and stime (fields 14 and 15) from a /proc/PID/stat
 // line; the command name (field 2) may hold spaces, so fields count from
 // its closing parenthesis.

@@ -319,25 +319,6 @@ func cpuMsPerSec(before, after []time.Duration, sec float64) []float64 {
 	return out
 }
 
-// ProcCPU returns the CPU time (user and system) each named process has
-// used so far, from /proc/PID/stat (0 for one that cannot be read).
-func (e *Env) ProcCPU(names []string) []time.Duration {
-	out := make([]time.Duration, len(names))
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i, n := range names {
-		for _, p := range e.procs {
-			if p.name != n || p.cmd.Process == nil {
-				continue
-			}
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)); err == nil {
-				out[i] = statCPU(string(b))
-			}
-		}
-	}
-	return out
-}
-
 // loadAvg1 is the machine's 1-minute load average (0 if unreadable).
 func loadAvg1() float64 {
 	b, err := os.ReadFile("/proc/loadavg")

@@ -271,32 +271,6 @@ func createWithin(z KV, path string, data []byte, timeout time.Duration) error {
 	}
 }
 
-// RSS returns the resident memory of the named processes in MiB (0 for
-// one that cannot be read), from /proc/PID/status.
-func (e *Env) RSS(names []string) []float64 {
-	out := make([]float64, len(names))
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i, n := range names {
-		for _, p := range e.procs {
-			if p.name != n || p.cmd.Process == nil {
-				continue
-			}
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-			if err != nil {
-				continue
-			}
-			for _, l := range strings.Split(string(b), "\n") {
-				if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-					kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-					out[i] = kb / 1024
-				}
-			}
-		}
-	}
-	return out
-}
-
 // heapMiB reads go_memstats_heap_inuse_bytes from each server's /metrics.
 func heapMiB(addrs []string) []float64 {
 	var out []float64
