@@ -37,8 +37,8 @@ type Storage interface {
 	// SaveSnapshot stores a snapshot this member took, durably, and drops
 	// the entries before compactTo.
 	SaveSnapshot(snap *pb.Snapshot, compactTo uint64) error
-	// Sync makes every earlier Save durable (a learner's deferred sync:
-	// learnerSync in replica.go).
+	// Sync makes every earlier Save durable (a learner's deferred sync,
+	// learnersync.go).
 	Sync() error
 }
 

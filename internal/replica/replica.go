@@ -124,7 +124,7 @@ type Config struct {
 	MaxProposalBytes int           // default 3 MiB; beyond: errs.ErrRequestTooLarge
 	// LearnerSync is how long a learner may keep appended entries unsynced
 	// (default 50ms; negative: sync every Ready, as a voter does). It holds
-	// its acknowledgements of them until they are synced: learnerSync.
+	// its acknowledgements of them until they are synced (learnersync.go).
 	LearnerSync time.Duration
 	// SnapshotStreams, if set, reports whether every member reads
 	// snapshots streamed from file to file (snapstream.go; the server asks
@@ -1342,7 +1342,7 @@ func (r *Replica) handleReady() error {
 		r.observeApplied(early, readyAt)
 		ents = ents[early:]
 	}
-	defer_ := false // a learner's write whose sync waits (learnerSync)
+	defer_ := false // a learner's write whose sync waits (learnersync.go)
 	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
 		start := time.Now()
 		sync := rd.MustSync || snap != nil

@@ -54,7 +54,6 @@ type snapSource struct {
 	fs   vfs.FS
 	path string
 	size uint64
-	crc  uint32
 }
 
 // snapStore is a transport's access to the member's snapshot files.
@@ -118,7 +117,7 @@ func (t *transport) encodeStream(m outMsg, ref snapRef) (frame, error) {
 		return f, fmt.Errorf("snapshot head of %d bytes exceeds the frame limit", len(ref.head))
 	}
 	f.payload = b
-	f.stream = &snapSource{fs: t.snap.fs, path: filepath.Join(t.snap.dir, ref.file), size: ref.size, crc: ref.crc}
+	f.stream = &snapSource{fs: t.snap.fs, path: filepath.Join(t.snap.dir, ref.file), size: ref.size}
 	return f, nil
 }
 
