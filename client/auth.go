@@ -8,12 +8,15 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/pki"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // TLSConfig builds a client TLS configuration: servers verified against the
@@ -45,19 +48,65 @@ func DevTLS(dir string) (*tls.Config, error) {
 	return TLSConfig(filepath.Join(dir, pki.CAFile), filepath.Join(dir, pki.ClientFile), filepath.Join(dir, pki.ClientKeyFile))
 }
 
-// dialOptions are the options of every connection the client opens:
-// transport security and the credentials sent with each call.
-func (c *Client) dialOptions(extra ...grpc.DialOption) []grpc.DialOption {
-	return append(append(dialOptions(c.cfg, c.sessionPassword), grpc.WithChainUnaryInterceptor(c.carryView)), extra...)
+// Conn is a connection to one server that the native API's generated
+// client runs on: the lean transport's (internal/wire) by default, gRPC's
+// with Config.GRPC.
+type Conn interface {
+	grpc.ClientConnInterface
+	Close() error
 }
 
-// dialOptions for cfg; password, when set, returns the session password to
-// send (nil before the session exists).
-func dialOptions(cfg Config, password func() []byte) []grpc.DialOption {
+// dial opens the client's connection to addr: transport security and the
+// credentials sent with each call, and the view carried with it.
+func (c *Client) dial(addr string) Conn {
+	unary, stream := interceptors(c.cfg, c.sessionPassword)
+	return dial(c.cfg, addr, []grpc.UnaryClientInterceptor{unary, c.carryView}, []grpc.StreamClientInterceptor{stream})
+}
+
+// Dial opens a connection to addr as a client configured by cfg would
+// (transport, security, the meridian-auth metadata). Calls that name a
+// session must add its password themselves.
+func Dial(cfg Config, addr string) Conn {
+	unary, stream := interceptors(cfg, nil)
+	return dial(cfg, addr, []grpc.UnaryClientInterceptor{unary}, []grpc.StreamClientInterceptor{stream})
+}
+
+// maxMessageBytes bounds a message either way on a gRPC connection (the
+// lean transport's frames are bounded by wire.MaxFrameBytes).
+const maxMessageBytes = 8 << 20
+
+func dial(cfg Config, addr string, unary []grpc.UnaryClientInterceptor, stream []grpc.StreamClientInterceptor) Conn {
+	if !cfg.GRPC {
+		return wire.Dial(addr, wire.ClientOptions{TLS: cfg.TLS, DialTimeout: cfg.DialTimeout, Unary: unary, Stream: stream})
+	}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS.Clone())
 	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithStaticStreamWindowSize(pb.StreamWindowBytes), grpc.WithStaticConnWindowSize(pb.ConnWindowBytes),
+		grpc.WithChainUnaryInterceptor(unary...), grpc.WithChainStreamInterceptor(stream...),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
+	if err != nil {
+		// Only a malformed target fails here; the lean transport fails
+		// the same address at its first call.
+		return failedConn{err: status.Errorf(codes.Unavailable, "%s: %v", addr, err)}
+	}
+	return conn
+}
+
+// failedConn fails every call with the error that kept it from existing.
+type failedConn struct{ err error }
+
+func (f failedConn) Invoke(context.Context, string, any, any, ...grpc.CallOption) error { return f.err }
+func (f failedConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, f.err
+}
+func (f failedConn) Close() error { return nil }
+
+// interceptors send cfg's credentials with every call and, when password
+// is set, the session password (nil before the session exists).
+func interceptors(cfg Config, password func() []byte) (grpc.UnaryClientInterceptor, grpc.StreamClientInterceptor) {
 	var auth []string
 	for _, d := range cfg.Digest {
 		auth = append(auth, pb.MetadataAuth, "digest "+d)
@@ -74,16 +123,11 @@ func dialOptions(cfg Config, password func() []byte) []grpc.DialOption {
 		}
 		return metadata.AppendToOutgoingContext(ctx, kv...)
 	}
-	return []grpc.DialOption{
-		grpc.WithTransportCredentials(creds),
-		grpc.WithStaticStreamWindowSize(pb.StreamWindowBytes), grpc.WithStaticConnWindowSize(pb.ConnWindowBytes),
-		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			return invoker(decorate(ctx), method, req, reply, cc, opts...)
-		}),
-		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		}, func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			return streamer(decorate(ctx), desc, cc, method, opts...)
-		}),
-	}
+		}
 }
 
 // sessionPassword is the password of the client's session, once it has one.
@@ -101,7 +145,16 @@ func validDigest(d string) error {
 	return nil
 }
 
-// DialOptions are the gRPC options a raw connection needs to talk to the
-// servers as cfg would (transport security and the meridian-auth
+// DialOptions are the gRPC options a raw gRPC connection needs to talk to
+// the servers as cfg would (transport security and the meridian-auth
 // metadata). Calls that name a session must add its password themselves.
-func DialOptions(cfg Config) []grpc.DialOption { return dialOptions(cfg, nil) }
+func DialOptions(cfg Config) []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS.Clone())
+	}
+	unary, stream := interceptors(cfg, nil)
+	return []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithStaticStreamWindowSize(pb.StreamWindowBytes), grpc.WithStaticConnWindowSize(pb.ConnWindowBytes),
+		grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream)}
+}

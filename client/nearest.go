@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
 )
@@ -30,7 +28,8 @@ const unreachable = time.Duration(math.MaxInt64)
 
 // measureEndpoints returns each endpoint's round trip (the least of a few
 // Status calls), unreachable for those that did not answer within timeout.
-func measureEndpoints(ctx context.Context, endpoints []string, timeout time.Duration, dial []grpc.DialOption) []time.Duration {
+func measureEndpoints(ctx context.Context, cfg Config) []time.Duration {
+	endpoints, timeout := cfg.Endpoints, cfg.DialTimeout
 	out := make([]time.Duration, len(endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range endpoints {
@@ -38,10 +37,7 @@ func measureEndpoints(ctx context.Context, endpoints []string, timeout time.Dura
 		go func() {
 			defer wg.Done()
 			out[i] = unreachable
-			conn, err := grpc.NewClient(ep, dial...)
-			if err != nil {
-				return
-			}
+			conn := Dial(cfg, ep)
 			defer conn.Close()
 			api := pb.NewMeridianClient(conn)
 			ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -101,7 +97,7 @@ func (c *Client) remeasure() {
 			}
 			cancel()
 		}()
-		rtt := measureEndpoints(ctx, c.cfg.Endpoints, c.cfg.DialTimeout, dialOptions(c.cfg, nil))
+		rtt := measureEndpoints(ctx, c.cfg)
 		cancel()
 		c.setOrder(rtt)
 	}
@@ -156,10 +152,7 @@ func (c *Client) hedgeAPI() pb.MeridianClient {
 		c.mu.hedge.Close()
 		c.mu.hedge, c.mu.hedgeAPI = nil, nil
 	}
-	conn, err := grpc.NewClient(c.cfg.Endpoints[target], c.dialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20)))...)
-	if err != nil {
-		return nil
-	}
+	conn := c.dial(c.cfg.Endpoints[target])
 	c.mu.hedge, c.mu.hedgeAPI, c.mu.hedgeTo = conn, pb.NewMeridianClient(conn), target
 	return c.mu.hedgeAPI
 }

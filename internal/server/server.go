@@ -28,6 +28,7 @@ import (
 	"github.com/meridian-coord/meridian/internal/session"
 	"github.com/meridian-coord/meridian/internal/tree"
 	"github.com/meridian-coord/meridian/internal/watch"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // Version is reported by Status and the CLI.
@@ -104,6 +105,7 @@ type Server struct {
 	grpc   *grpc.Server
 	http   *http.Server
 	lnGRPC net.Listener
+	wire   *wire.Server // the native API's lean transport, on lnGRPC's port
 	lnHTTP net.Listener
 
 	stop     chan struct{}
@@ -233,6 +235,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.idleTimeout()}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.unaryAuth), grpc.StreamInterceptor(s.streamAuth)}
+	// The same port serves the native API's lean transport (internal/wire),
+	// told apart by its preface: the same handlers behind the same
+	// interceptors, limits and TLS.
+	wopts := wire.Options{Unary: s.unaryAuth, Stream: s.streamAuth, MaxConcurrentCalls: grpcMaxStreams,
+		IdleTimeout: cfg.idleTimeout(), Log: log.With("component", "native")}
 	if !cfg.Insecure {
 		tc, err := cfg.memberTLSConfig()
 		if err != nil {
@@ -240,9 +247,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+		wopts.TLS = tc
 	}
 	s.grpc = grpc.NewServer(gopts...)
-	meridianpb.RegisterMeridianServer(s.grpc, &api{s: s})
+	handlers := &api{s: s}
+	meridianpb.RegisterMeridianServer(s.grpc, handlers)
+	s.wire = wire.NewServer(&meridianpb.Meridian_ServiceDesc, handlers, wopts)
 	if s.lnGRPC, err = net.Listen("tcp", cfg.ListenGRPC); err != nil {
 		rep.Close()
 		return nil, fmt.Errorf("listen grpc: %w", err)
@@ -305,7 +315,7 @@ func (s *Server) Serve() {
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpc.Serve(s.lnGRPC); err != nil {
+		if err := s.grpc.Serve(s.wire.Split(s.lnGRPC)); err != nil {
 			s.log.Error("grpc serve", "err", err)
 		}
 	}()
@@ -369,6 +379,7 @@ func (s *Server) Close() error {
 		case <-time.After(2 * time.Second):
 			s.grpc.Stop()
 		}
+		s.wire.Close(2 * time.Second)
 		if s.http != nil {
 			s.http.Close()
 		}

@@ -1,0 +1,464 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Options configure a Server.
+type Options struct {
+	// TLS secures every connection (nil: plaintext, for servers
+	// configured insecure). A client certificate, when verified, reaches
+	// the interceptors as credentials.TLSInfo, as on gRPC.
+	TLS *tls.Config
+	// Unary and Stream are the gRPC server's interceptors: every call
+	// passes them, as on gRPC.
+	Unary  grpc.UnaryServerInterceptor
+	Stream grpc.StreamServerInterceptor
+	// MaxConcurrentCalls a connection may have in flight (streams
+	// included); a call beyond it is refused with ResourceExhausted.
+	// Clients of this package wait instead of sending it.
+	MaxConcurrentCalls int
+	// IdleTimeout closes a connection with no call in flight that has
+	// sent nothing for this long (0: never).
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds the preface and the TLS handshake (default 10 s).
+	HandshakeTimeout time.Duration
+	Log              *slog.Logger
+}
+
+// frameTimeout bounds the reading of a frame once its first byte came.
+const frameTimeout = 30 * time.Second
+
+// Server serves one service description over this transport.
+type Server struct {
+	opts    Options
+	impl    any
+	unary   map[string]*grpc.MethodDesc
+	streams map[string]*grpc.StreamDesc
+
+	mu     sync.Mutex
+	conns  map[*serverConn]struct{}
+	closed bool
+	calls  sync.WaitGroup
+}
+
+// NewServer serves impl, an implementation of desc's service.
+func NewServer(desc *grpc.ServiceDesc, impl any, opts Options) *Server {
+	if opts.MaxConcurrentCalls <= 0 {
+		opts.MaxConcurrentCalls = 256
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 10 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	s := &Server{opts: opts, impl: impl, unary: map[string]*grpc.MethodDesc{}, streams: map[string]*grpc.StreamDesc{},
+		conns: map[*serverConn]struct{}{}}
+	for i := range desc.Methods {
+		s.unary["/"+desc.ServiceName+"/"+desc.Methods[i].MethodName] = &desc.Methods[i]
+	}
+	for i := range desc.Streams {
+		// Only server streams (one request, many replies) are carried.
+		if d := &desc.Streams[i]; d.ServerStreams && !d.ClientStreams {
+			s.streams["/"+desc.ServiceName+"/"+d.StreamName] = d
+		}
+	}
+	return s
+}
+
+// Close closes every connection, cancelling their calls, and waits up to
+// wait for the calls' handlers to return.
+func (s *Server) Close(wait time.Duration) {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close(errors.New("server closing"))
+	}
+	done := make(chan struct{})
+	go func() { s.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
+}
+
+// ServeConn serves one connection whose Preface has been read, until it
+// closes; it does the TLS handshake itself.
+func (s *Server) ServeConn(raw net.Conn) {
+	conn := raw
+	p := &peer.Peer{Addr: raw.RemoteAddr(), LocalAddr: raw.LocalAddr()}
+	if s.opts.TLS != nil {
+		tc := tls.Server(raw, s.opts.TLS)
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.HandshakeTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			s.opts.Log.Debug("native handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+			raw.Close()
+			return
+		}
+		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(),
+			CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+		conn = tc
+	}
+	_ = raw.SetDeadline(time.Time{})
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &serverConn{s: s, conn: conn, w: newWriter(conn), peer: p, ctx: peer.NewContext(ctx, p), cancel: cancel,
+		calls: map[uint32]*serverCall{}}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		conn.Close()
+		cancel()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	err := c.serve()
+	c.close(err)
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+type serverConn struct {
+	s      *Server
+	conn   net.Conn
+	w      *writer
+	peer   *peer.Peer
+	ctx    context.Context // cancelled when the connection closes
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	calls map[uint32]*serverCall
+	once  sync.Once
+}
+
+// serverCall is a call in flight.
+type serverCall struct {
+	cancel context.CancelFunc
+	// A stream's send credit (bytes), and the signal that it grew.
+	credit   int64
+	creditCh chan struct{}
+}
+
+func (c *serverConn) close(err error) {
+	c.once.Do(func() {
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			c.s.opts.Log.Debug("native connection closed", "remote", c.peer.Addr.String(), "err", err)
+		}
+		c.w.fail(net.ErrClosed)
+		c.conn.Close()
+		c.cancel()
+	})
+}
+
+func (c *serverConn) inFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.calls)
+}
+
+// serve reads frames until the connection fails, the client closes it, or
+// it is idle past IdleTimeout.
+func (c *serverConn) serve() error {
+	br := bufio.NewReaderSize(c.conn, 32<<10)
+	var buf []byte
+	for {
+		if c.s.opts.IdleTimeout > 0 {
+			_ = c.conn.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
+		} else {
+			_ = c.conn.SetReadDeadline(time.Time{})
+		}
+		if _, err := br.Peek(1); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && c.inFlight() > 0 {
+				continue // idle only without calls: a watch stream is not idle
+			}
+			return err
+		}
+		_ = c.conn.SetReadDeadline(time.Now().Add(frameTimeout))
+		kind, id, body, b, err := readFrame(br, buf)
+		if err != nil {
+			return err
+		}
+		buf = b
+		switch kind {
+		case kindCall:
+			if err := c.startCall(id, body); err != nil {
+				return err
+			}
+		case kindCancel:
+			c.mu.Lock()
+			if call := c.calls[id]; call != nil {
+				call.cancel()
+			}
+			c.mu.Unlock()
+		case kindCredit:
+			d := decoder{b: body}
+			n := d.u32()
+			if d.err != nil {
+				return d.err
+			}
+			c.mu.Lock()
+			if call := c.calls[id]; call != nil && call.creditCh != nil {
+				call.credit += int64(n)
+				select {
+				case call.creditCh <- struct{}{}:
+				default:
+				}
+			}
+			c.mu.Unlock()
+		default:
+			return errMalformed
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil // a large request's buffer is not kept
+		}
+	}
+}
+
+// startCall decodes a call frame and runs the call on its own goroutine.
+// An error closes the connection (a malformed frame or a reused id).
+func (c *serverConn) startCall(id uint32, body []byte) error {
+	d := decoder{b: body}
+	method := string(d.take(d.u16()))
+	timeout := time.Duration(d.u64())
+	md := d.metadata()
+	if d.err != nil {
+		return d.err
+	}
+	payload := append([]byte(nil), d.b...)
+	md1, unary := c.s.unary[method]
+	sd, stream := c.s.streams[method]
+
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(c.ctx, timeout)
+	} else {
+		ctx, cancel = context.WithCancel(c.ctx)
+	}
+	call := &serverCall{cancel: cancel}
+	if stream {
+		call.credit, call.creditCh = StreamWindowBytes, make(chan struct{}, 1)
+	}
+	c.mu.Lock()
+	if _, dup := c.calls[id]; dup {
+		c.mu.Unlock()
+		cancel()
+		return errors.New("wire: call id in use")
+	}
+	refuse := error(nil)
+	switch {
+	case !unary && !stream:
+		refuse = status.Errorf(codes.Unimplemented, "unknown method %s", method)
+	case len(c.calls) >= c.s.opts.MaxConcurrentCalls:
+		refuse = status.Errorf(codes.ResourceExhausted, "more than %d calls in flight on one connection", c.s.opts.MaxConcurrentCalls)
+	default:
+		c.calls[id] = call
+	}
+	c.mu.Unlock()
+	if refuse != nil {
+		cancel()
+		c.reply(id, nil, refuse, nil)
+		return nil
+	}
+	ts := &transportStream{method: method}
+	ctx = metadata.NewIncomingContext(ctx, md)
+	ctx = grpc.NewContextWithServerTransportStream(ctx, ts)
+	c.s.calls.Add(1)
+	go func() {
+		defer c.s.calls.Done()
+		defer c.endCall(id)
+		if unary {
+			dec := func(m any) error {
+				if err := proto.Unmarshal(payload, m.(proto.Message)); err != nil {
+					return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+				}
+				return nil
+			}
+			resp, err := md1.Handler(c.s.impl, ctx, dec, c.s.opts.Unary)
+			c.reply(id, ts.headerMD(), err, resp)
+			return
+		}
+		ss := &serverStream{c: c, id: id, call: call, ctx: ctx, ts: ts, payload: payload}
+		var err error
+		if c.s.opts.Stream != nil {
+			err = c.s.opts.Stream(c.s.impl, ss, &grpc.StreamServerInfo{FullMethod: method, IsServerStream: true}, sd.Handler)
+		} else {
+			err = sd.Handler(c.s.impl, ss)
+		}
+		c.reply(id, ts.headerMD(), err, nil)
+	}()
+	return nil
+}
+
+func (c *serverConn) endCall(id uint32) {
+	c.mu.Lock()
+	call := c.calls[id]
+	delete(c.calls, id)
+	c.mu.Unlock()
+	if call != nil {
+		call.cancel()
+	}
+}
+
+// reply ends a call: its header, status and (unary, OK) message.
+func (c *serverConn) reply(id uint32, header metadata.MD, err error, resp any) {
+	fb := getFrame()
+	defer putFrame(fb)
+	b, start := appendReply(*fb, id, header, err, resp)
+	if len(b)-start > MaxFrameBytes+4 {
+		b, start = appendReply(b[:start], id, nil, status.Errorf(codes.ResourceExhausted, "reply larger than %d bytes", MaxFrameBytes), nil)
+	}
+	*fb = b
+	_ = c.w.send(b[start:])
+}
+
+// appendReply appends a reply frame and returns where it starts.
+func appendReply(b []byte, id uint32, header metadata.MD, err error, resp any) ([]byte, int) {
+	b, start := beginFrame(b, kindReply, id)
+	b = appendMetadata(b, header)
+	if err == nil {
+		if m, ok := resp.(proto.Message); ok && m != nil {
+			at := len(b)
+			b = append(b, 0, 0, 0, 0)
+			var merr error
+			if b, merr = (proto.MarshalOptions{}).MarshalAppend(b, m); merr != nil {
+				b = b[:at]
+				err = status.Errorf(codes.Internal, "grpc: error while marshaling: %v", merr)
+			}
+		} else {
+			b = append(b, 0, 0, 0, 0)
+		}
+	}
+	if err != nil {
+		b = appendStatus(b, status.Convert(err).Proto())
+	}
+	return endFrame(b, start), start
+}
+
+func appendStatus(b []byte, st *spb.Status) []byte {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0)
+	b, _ = (proto.MarshalOptions{}).MarshalAppend(b, st)
+	n := len(b) - at - 4
+	b[at], b[at+1], b[at+2], b[at+3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	return b
+}
+
+// transportStream carries a call's header metadata (grpc.SetHeader).
+type transportStream struct {
+	method string
+	mu     sync.Mutex
+	header metadata.MD
+}
+
+func (t *transportStream) Method() string { return t.method }
+
+func (t *transportStream) SetHeader(md metadata.MD) error {
+	t.mu.Lock()
+	t.header = metadata.Join(t.header, md)
+	t.mu.Unlock()
+	return nil
+}
+
+func (t *transportStream) SendHeader(md metadata.MD) error { return t.SetHeader(md) }
+
+// SetTrailer accepts trailers and drops them: no handler of the service
+// sets any, and clients of this transport read none.
+func (t *transportStream) SetTrailer(metadata.MD) error { return nil }
+
+func (t *transportStream) headerMD() metadata.MD {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.header
+}
+
+// serverStream is a server stream's grpc.ServerStream.
+type serverStream struct {
+	c       *serverConn
+	id      uint32
+	call    *serverCall
+	ctx     context.Context
+	ts      *transportStream
+	payload []byte
+	read    bool
+}
+
+func (s *serverStream) SetHeader(md metadata.MD) error  { return s.ts.SetHeader(md) }
+func (s *serverStream) SendHeader(md metadata.MD) error { return s.ts.SetHeader(md) }
+func (s *serverStream) SetTrailer(md metadata.MD)       {}
+func (s *serverStream) Context() context.Context        { return s.ctx }
+
+// RecvMsg returns the stream's one request, then io.EOF.
+func (s *serverStream) RecvMsg(m any) error {
+	if s.read {
+		return io.EOF
+	}
+	s.read = true
+	if err := proto.Unmarshal(s.payload, m.(proto.Message)); err != nil {
+		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+	}
+	return nil
+}
+
+// SendMsg sends one message once the client has room for it.
+func (s *serverStream) SendMsg(m any) error {
+	for {
+		s.c.mu.Lock()
+		credit := s.call.credit
+		s.c.mu.Unlock()
+		if credit > 0 {
+			break
+		}
+		select {
+		case <-s.call.creditCh:
+		case <-s.ctx.Done():
+			return status.FromContextError(s.ctx.Err()).Err()
+		}
+	}
+	fb := getFrame()
+	defer putFrame(fb)
+	b, start := beginFrame(*fb, kindMessage, s.id)
+	b, err := (proto.MarshalOptions{}).MarshalAppend(b, m.(proto.Message))
+	if err != nil {
+		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
+	}
+	b = endFrame(b, start)
+	*fb = b
+	if len(b)-start > MaxFrameBytes+4 {
+		return status.Errorf(codes.ResourceExhausted, "message larger than %d bytes", MaxFrameBytes)
+	}
+	s.c.mu.Lock()
+	s.call.credit -= int64(len(b) - start)
+	s.c.mu.Unlock()
+	if err := s.c.w.send(b); err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+// Package wire is the native API's lean transport: the methods of a gRPC
+// service description (meridian.v1.Meridian), their protobuf messages,
+// metadata, status codes, deadlines, cancellation and server streams,
+// carried over one TCP or TLS connection in length-prefixed frames instead
+// of HTTP/2.
+//
+// Why: on a busy server the HTTP/2 machinery (HPACK, per-stream flow
+// control, a writer goroutine every reply is handed to, a reader goroutine
+// per connection and a handler goroutine per call, window updates and
+// pings) costs about twice the CPU of the ZooKeeper port per call, and
+// the native API carries Meridian's own locks, queues and elections. Here a
+// call is one frame each way; replies that are ready together leave in one
+// write.
+//
+// It shares the port with gRPC: Split hands every connection that does not
+// open with Preface to the gRPC server, so gRPC clients (other languages,
+// the CLI) keep working, and both transports call the same generated
+// handlers through the same interceptors: identity, authorization and the
+// request core are decided in one place.
+//
+// What it must never do: interpret a request itself, skip the server's
+// interceptors, hold more than its limits (MaxFrameBytes a frame,
+// Options.MaxConcurrentCalls calls a connection, StreamWindowBytes unread
+// on a stream, MaxPendingBytes queued for a connection's writer), or panic
+// on bad input (a malformed frame closes that connection).
+//
+// # Frames
+//
+// After the client's Preface (and the TLS handshake, when the server is
+// secure), both sides send frames:
+//
+//	u32 length of what follows (big-endian), at most MaxFrameBytes
+//	u8  kind
+//	u32 call id, chosen by the client, unique among its calls in flight
+//	body
+//
+// Client to server: kindCall (u16 method name length, the full method
+// name, u64 nanoseconds left until the call's deadline or 0, the metadata,
+// the request message), kindCancel (empty), kindCredit (u32 bytes of a
+// stream's messages the client has consumed). Server to client: kindReply
+// (the header metadata, u32 length of a google.rpc.Status message, absent
+// when OK, then a unary call's reply message; it ends the call),
+// kindMessage (one message of a server stream). Metadata is u16 pairs,
+// each u16 key length, key, u32 value length, value.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// Preface opens every connection of this transport (before TLS). Neither
+// a TLS handshake (0x16) nor HTTP/2's client preface ("PRI ") starts with
+// 'M', so one byte tells the two transports apart.
+const Preface = "MRDNRPC1"
+
+const (
+	// MaxFrameBytes bounds a frame: the largest command (about 3 MiB)
+	// with room for its metadata. A larger length closes the connection.
+	MaxFrameBytes = 16 << 20
+	// StreamWindowBytes is how much of a server stream's messages the
+	// server sends before the client has consumed them (the same window
+	// as gRPC's, meridianpb.StreamWindowBytes). One message may overdraw
+	// it; the next waits.
+	StreamWindowBytes = 4 << 20
+	// MaxPendingBytes bounds what waits for a connection's writer; a
+	// reply beyond it waits until the socket drains.
+	MaxPendingBytes = 32 << 20
+	// maxMetadataPairs bounds the metadata of one frame.
+	maxMetadataPairs = 64
+)
+
+const (
+	kindCall    byte = 1
+	kindCancel  byte = 2
+	kindCredit  byte = 3
+	kindReply   byte = 4
+	kindMessage byte = 5
+)
+
+const headerBytes = 4 + 1 + 4
+
+var errMalformed = errors.New("wire: malformed frame")
+
+// readFrame reads one frame into buf (grown as needed) and returns its
+// kind, call id and body (aliasing buf).
+func readFrame(r io.Reader, buf []byte) (kind byte, id uint32, body, out []byte, err error) {
+	var h [headerBytes]byte
+	if _, err = io.ReadFull(r, h[:]); err != nil {
+		return 0, 0, nil, buf, err
+	}
+	n := binary.BigEndian.Uint32(h[:4])
+	if n < 5 || n > MaxFrameBytes {
+		return 0, 0, nil, buf, fmt.Errorf("wire: frame of %d bytes (limit %d)", n, MaxFrameBytes)
+	}
+	kind, id = h[4], binary.BigEndian.Uint32(h[5:9])
+	size := int(n) - 5
+	if cap(buf) < size {
+		buf = make([]byte, size)
+	}
+	body = buf[:size]
+	if _, err = io.ReadFull(r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, nil, buf, err
+	}
+	return kind, id, body, buf, nil
+}
+
+// beginFrame appends a frame header whose length endFrame fills in.
+func beginFrame(b []byte, kind byte, id uint32) ([]byte, int) {
+	start := len(b)
+	b = append(b, 0, 0, 0, 0, kind)
+	b = binary.BigEndian.AppendUint32(b, id)
+	return b, start
+}
+
+// endFrame sets the length of the frame begun at start.
+func endFrame(b []byte, start int) []byte {
+	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	return b
+}
+
+func appendMetadata(b []byte, md metadata.MD) []byte {
+	n := 0
+	for _, vs := range md {
+		n += len(vs)
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(min(n, maxMetadataPairs)))
+	written := 0
+	for k, vs := range md {
+		for _, v := range vs {
+			if written == maxMetadataPairs {
+				return b
+			}
+			b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+			b = append(b, k...)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
+			written++
+		}
+	}
+	return b
+}
+
+// decoder reads a frame's body; the first failure sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil || n < 0 || n > len(d.b) {
+		d.err = errMalformed
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u16() int {
+	v := d.take(2)
+	if v == nil {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(v))
+}
+
+func (d *decoder) u32() uint32 {
+	v := d.take(4)
+	if v == nil {
+		return 0
+	}
+	return binary.BigEndian.Uint32(v)
+}
+
+func (d *decoder) u64() uint64 {
+	v := d.take(8)
+	if v == nil {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// metadata decodes metadata: keys are lower-cased as gRPC's are; keys
+// and values are copied (the frame's buffer is reused).
+func (d *decoder) metadata() metadata.MD {
+	n := d.u16()
+	if n > maxMetadataPairs {
+		d.err = errMalformed
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	md := make(metadata.MD, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		k := d.take(d.u16())
+		v := d.take(int(d.u32()))
+		if d.err != nil {
+			return nil
+		}
+		key := lower(k)
+		md[key] = append(md[key], string(v))
+	}
+	return md
+}
+
+// lower is strings.ToLower for metadata keys without a detour through a
+// string when the key is lower case already.
+func lower(k []byte) string {
+	for _, c := range k {
+		if 'A' <= c && c <= 'Z' {
+			b := make([]byte, len(k))
+			for i, c := range k {
+				if 'A' <= c && c <= 'Z' {
+					c += 'a' - 'A'
+				}
+				b[i] = c
+			}
+			return string(b)
+		}
+	}
+	return string(k)
+}

@@ -1,0 +1,431 @@
+package wire
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/pki"
+)
+
+// service answers the calls the tests make.
+type service struct {
+	pb.UnimplementedMeridianServer
+	blocked  chan error    // GetData of "/block" reports its ctx's end here
+	entered  chan struct{} // and that it started here
+	sent     atomic.Int64
+	streamed chan struct{} // closed when Watch has sent everything
+	once     sync.Once
+}
+
+func (s *service) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataResponse, error) {
+	switch r.GetPath() {
+	case "/block":
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
+		_, hasDeadline := ctx.Deadline()
+		<-ctx.Done()
+		err := ctx.Err()
+		if hasDeadline {
+			err = errors.New("had a deadline: " + err.Error())
+		}
+		select {
+		case s.blocked <- err:
+		default: // nobody is listening (the fuzz test)
+		}
+		return nil, ctx.Err()
+	case "/fail":
+		return nil, status.Error(codes.FailedPrecondition, "node is not empty")
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	_ = grpc.SetHeader(ctx, metadata.Pairs("echo", strings.Join(md.Get("x-test"), ",")))
+	who := "plaintext"
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			who = ti.State.PeerCertificates[0].Subject.CommonName
+		}
+	}
+	return &pb.GetDataResponse{Data: []byte(r.GetPath() + " " + who)}, nil
+}
+
+// Watch sends 64 events with 256 KiB paths: four times the stream window.
+func (s *service) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) error {
+	path := strings.Repeat("x", 256<<10)
+	for i := 0; i < 64; i++ {
+		if err := stream.Send(&pb.WatchEvent{Path: path, Zxid: int64(i)}); err != nil {
+			return err
+		}
+		s.sent.Add(1)
+	}
+	s.once.Do(func() { close(s.streamed) })
+	return status.Error(codes.Aborted, "stream done")
+}
+
+func newService() *service {
+	return &service{blocked: make(chan error, 4), entered: make(chan struct{}, 4), streamed: make(chan struct{})}
+}
+
+// serve starts a Server for svc behind Split and a gRPC server on the
+// same port; it returns the address.
+func serve(t *testing.T, svc *service, opts Options) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gopts []grpc.ServerOption
+	if opts.TLS != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	gs := grpc.NewServer(gopts...)
+	pb.RegisterMeridianServer(gs, svc)
+	ws := NewServer(&pb.Meridian_ServiceDesc, svc, opts)
+	go gs.Serve(ws.Split(ln))
+	t.Cleanup(func() { gs.Stop(); ws.Close(time.Second) })
+	return ln.Addr().String()
+}
+
+// testPKI returns a server TLS configuration that verifies client
+// certificates when given, and a client one with the certificate "alice".
+func testPKI(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	ca, err := pki.NewCA("test ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err := ca.IssueMember("member-1.meridian", []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := ca.IssueClient("alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	server = &tls.Config{Certificates: []tls.Certificate{member.TLSCertificate()}, ClientCAs: pool,
+		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
+	client = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{alice.TLSCertificate()}, MinVersion: tls.VersionTLS12}
+	return server, client
+}
+
+func TestUnaryCall(t *testing.T) {
+	serverTLS, clientTLS := testPKI(t)
+	for _, tc := range []struct {
+		name         string
+		server, conn *tls.Config
+		who          string
+	}{{"plaintext", nil, nil, "plaintext"}, {"tls", serverTLS, clientTLS, "alice"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := serve(t, newService(), Options{TLS: tc.server})
+			conn := Dial(addr, ClientOptions{TLS: tc.conn})
+			defer conn.Close()
+			api := pb.NewMeridianClient(conn)
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "X-Test", "a", "x-test", "b")
+			var header metadata.MD
+			r, err := api.GetData(ctx, &pb.ReadRequest{Path: "/n"}, grpc.Header(&header))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := string(r.GetData()), "/n "+tc.who; got != want {
+				t.Errorf("reply %q, want %q (the caller's identity from the handshake)", got, want)
+			}
+			if got := header.Get("echo"); len(got) != 1 || got[0] != "a,b" {
+				t.Errorf("header echo = %q, want the request's metadata [a,b] back", got)
+			}
+			_, err = api.GetData(ctx, &pb.ReadRequest{Path: "/fail"})
+			if s := status.Convert(err); s.Code() != codes.FailedPrecondition || s.Message() != "node is not empty" {
+				t.Errorf("error status %v, want FailedPrecondition 'node is not empty'", err)
+			}
+			_, err = api.Create(ctx, &pb.CreateRequest{Path: "/c"})
+			if status.Code(err) != codes.Unimplemented {
+				t.Errorf("unimplemented method: %v", err)
+			}
+		})
+	}
+}
+
+func TestTLSRequiredWhenServerIsSecure(t *testing.T) {
+	serverTLS, _ := testPKI(t)
+	addr := serve(t, newService(), Options{TLS: serverTLS})
+	conn := Dial(addr, ClientOptions{DialTimeout: 2 * time.Second})
+	defer conn.Close()
+	_, err := pb.NewMeridianClient(conn).GetData(context.Background(), &pb.ReadRequest{Path: "/n"})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("plaintext call to a TLS server: %v, want Unavailable", err)
+	}
+}
+
+func TestDeadlineAndCancelReachTheHandler(t *testing.T) {
+	svc := newService()
+	addr := serve(t, svc, Options{})
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err := api.GetData(ctx, &pb.ReadRequest{Path: "/block"})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("call past its deadline: %v, want DeadlineExceeded", err)
+	}
+	// The handler's context had the call's deadline (the client's cancel
+	// may still reach it first).
+	if err := <-svc.blocked; !strings.HasPrefix(err.Error(), "had a deadline") {
+		t.Errorf("handler's context ended with %v, want it to have had the deadline", err)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	_, err = api.GetData(ctx, &pb.ReadRequest{Path: "/block"})
+	if status.Code(err) != codes.Canceled {
+		t.Errorf("cancelled call: %v, want Canceled", err)
+	}
+	select {
+	case err := <-svc.blocked:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("handler's context: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler never saw the cancellation")
+	}
+	// The connection still serves.
+	if _, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/n"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStreamHeldByTheClientsWindow(t *testing.T) {
+	svc := newService()
+	addr := serve(t, svc, Options{})
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	stream, err := pb.NewMeridianClient(conn).Watch(context.Background(), &pb.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing read yet: the server stops when the window is spent (one
+	// message may overdraw it).
+	time.Sleep(300 * time.Millisecond)
+	perWindow := int64(StreamWindowBytes/(256<<10)) + 1
+	if n := svc.sent.Load(); n > perWindow {
+		t.Fatalf("server sent %d messages before the client read any, window holds %d", n, perWindow)
+	}
+	for i := 0; i < 64; i++ {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if ev.GetZxid() != int64(i) || len(ev.GetPath()) != 256<<10 {
+			t.Fatalf("message %d: zxid %d, %d bytes", i, ev.GetZxid(), len(ev.GetPath()))
+		}
+	}
+	<-svc.streamed
+	if _, err := stream.Recv(); status.Code(err) != codes.Aborted {
+		t.Fatalf("end of stream: %v, want the handler's Aborted", err)
+	}
+}
+
+func TestGRPCSharesThePort(t *testing.T) {
+	serverTLS, clientTLS := testPKI(t)
+	addr := serve(t, newService(), Options{TLS: serverTLS})
+	gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	r, err := pb.NewMeridianClient(gc).GetData(context.Background(), &pb.ReadRequest{Path: "/g"})
+	if err != nil || string(r.GetData()) != "/g alice" {
+		t.Fatalf("gRPC on the shared port: %v %q", err, r.GetData())
+	}
+	addr = serve(t, newService(), Options{})
+	gc2, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc2.Close()
+	if _, err := pb.NewMeridianClient(gc2).GetData(context.Background(), &pb.ReadRequest{Path: "/g"}); err != nil {
+		t.Fatalf("plaintext gRPC on the shared port: %v", err)
+	}
+}
+
+func TestConcurrentCallsBounded(t *testing.T) {
+	svc := newService()
+	svc.blocked = make(chan error, 8)
+	addr := serve(t, svc, Options{MaxConcurrentCalls: 2})
+	// A client that does not keep to the server's limit.
+	conn := Dial(addr, ClientOptions{MaxConcurrentCalls: 8})
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < 2; i++ {
+		go api.GetData(ctx, &pb.ReadRequest{Path: "/block"})
+	}
+	<-svc.entered
+	<-svc.entered
+	_, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/n"})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a third call with two blocked: %v, want ResourceExhausted", err)
+	}
+	cancel()
+	<-svc.blocked
+	<-svc.blocked
+	if _, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/n"}); err != nil {
+		t.Fatalf("after the blocked calls ended: %v", err)
+	}
+}
+
+func TestIdleConnectionClosedAndRedialled(t *testing.T) {
+	svc := newService()
+	addr := serve(t, svc, Options{IdleTimeout: 100 * time.Millisecond})
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+	if _, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/n"}); err != nil {
+		t.Fatal(err)
+	}
+	first := conn.cur
+	deadline := time.Now().Add(5 * time.Second)
+	for !first.broken() {
+		if time.Now().After(deadline) {
+			t.Fatal("idle connection not closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/n"}); err != nil {
+		t.Fatalf("call after the idle close: %v", err)
+	}
+	// A call in flight keeps the connection open past the idle timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	_, err := api.GetData(ctx, &pb.ReadRequest{Path: "/block"})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("call outliving the idle timeout: %v, want its own deadline", err)
+	}
+	<-svc.blocked
+}
+
+// frame builds a raw frame.
+func frame(kind byte, id uint32, body []byte) []byte {
+	b, start := beginFrame(nil, kind, id)
+	return endFrame(append(b, body...), start)
+}
+
+func callBody(method string, payload []byte) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(method)))
+	b = append(b, method...)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	b = binary.BigEndian.AppendUint16(b, 0)
+	return append(b, payload...)
+}
+
+// TestMalformedInputClosesTheConnection: bad frames close the connection
+// that sent them; the server goes on serving others.
+func TestMalformedInputClosesTheConnection(t *testing.T) {
+	addr := serve(t, newService(), Options{})
+	getData := pb.Meridian_GetData_FullMethodName
+	for name, input := range map[string][]byte{
+		"bad preface":       []byte("MRDNXXXX"),
+		"oversized frame":   append([]byte(Preface), 0xff, 0xff, 0xff, 0xff, kindCall, 0, 0, 0, 1),
+		"short frame":       append([]byte(Preface), 0, 0, 0, 1, kindCall, 0, 0, 0, 1),
+		"unknown kind":      append([]byte(Preface), frame(99, 1, nil)...),
+		"truncated call":    append([]byte(Preface), frame(kindCall, 1, []byte{0, 200, 'x'})...),
+		"bad metadata":      append([]byte(Preface), frame(kindCall, 1, append(callBody(getData, nil)[:len(getData)+10], 0xff, 0xff))...),
+		"reply from client": append([]byte(Preface), frame(kindReply, 1, nil)...),
+		"bad credit":        append([]byte(Preface), frame(kindCredit, 1, []byte{1})...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Write(input); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadAll(c); err != nil {
+				t.Fatalf("want the server to close the connection, got %v", err)
+			}
+		})
+	}
+	// A malformed request message is refused, and the connection lives on.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := append([]byte(Preface), frame(kindCall, 7, callBody(getData, []byte{0xff, 0xff, 0xff}))...)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	kind, id, body, _, err := readFrame(c, nil)
+	if err != nil || kind != kindReply || id != 7 {
+		t.Fatalf("reply to a malformed message: kind %d id %d err %v", kind, id, err)
+	}
+	if _, st, _, err := decodeReply(body); err != nil || st == nil || codes.Code(st.GetCode()) != codes.Internal {
+		t.Fatalf("status of a malformed message: %v %v", st, err)
+	}
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	if _, err := pb.NewMeridianClient(conn).GetData(context.Background(), &pb.ReadRequest{Path: "/n"}); err != nil {
+		t.Fatalf("server after malformed input: %v", err)
+	}
+}
+
+func TestUnsupportedCallOptionRefused(t *testing.T) {
+	addr := serve(t, newService(), Options{})
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	_, err := pb.NewMeridianClient(conn).GetData(context.Background(), &pb.ReadRequest{Path: "/n"}, grpc.UseCompressor("gzip"))
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "not supported") {
+		t.Fatalf("a compressor: %v, want it refused", err)
+	}
+}
+
+// FuzzServeConn: whatever a client sends after the preface, the server
+// neither panics nor hangs past the input.
+func FuzzServeConn(f *testing.F) {
+	f.Add(frame(kindCall, 1, callBody(pb.Meridian_GetData_FullMethodName, nil)))
+	f.Add(frame(kindCall, 1, callBody(pb.Meridian_Watch_FullMethodName, nil)))
+	f.Add(frame(kindCredit, 1, []byte{0, 0, 1, 0}))
+	f.Add(frame(kindCancel, 1, nil))
+	svc := newService()
+	ws := NewServer(&pb.Meridian_ServiceDesc, svc, Options{})
+	f.Fuzz(func(t *testing.T, input []byte) {
+		server, client := net.Pipe()
+		done := make(chan struct{})
+		go func() { ws.ServeConn(server); close(done) }()
+		go io.Copy(io.Discard, client)
+		_ = client.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = client.Write(input)
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("connection not closed after its input ended")
+		}
+	})
+}
