@@ -150,6 +150,10 @@ type Client struct {
 		// groups is the client's view: every group's highest index seen
 		// (view.go).
 		groups map[uint64]uint64
+		// viewHeader is groups encoded (view.go), "" until encoded again
+		// after a change; viewSendable: not over maxSeenGroups.
+		viewHeader   string
+		viewSendable bool
 		// watchZxid: every change up to it has been notified to this
 		// client's watches (the last stream's Ready and events); watches are
 		// re-registered relative to it.

@@ -48,6 +48,15 @@ func (c *Client) carryView(ctx context.Context, method string, req, reply any, c
 // viewHeaderLocked is the view in SeenGroupsHeader's form; false when it
 // is too large to send. Caller holds c.mu.
 func (c *Client) viewHeaderLocked() (string, bool) {
+	if c.mu.viewHeader == "" {
+		c.mu.viewHeader, c.mu.viewSendable = c.encodeViewLocked()
+	}
+	return c.mu.viewHeader, c.mu.viewSendable
+}
+
+// encodeViewLocked encodes the view (viewHeaderLocked keeps the result
+// until the view changes). Caller holds c.mu.
+func (c *Client) encodeViewLocked() (string, bool) {
 	if len(c.mu.groups) > maxSeenGroups {
 		return "", false
 	}
@@ -88,6 +97,7 @@ func (c *Client) mergeView(s string) {
 		i, err2 := strconv.ParseUint(is, 10, 64)
 		if err1 == nil && err2 == nil && i > c.mu.groups[g] {
 			c.mu.groups[g] = i
+			c.mu.viewHeader = "" // encoded again when next sent
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/pki"
 	"github.com/meridian-coord/meridian/internal/tree"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // Who may do what, for both client ports (the request core that uses it is
@@ -154,12 +155,22 @@ func (s *Server) grpcIdentity(ctx context.Context) ([]tree.ID, error) {
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "no peer")
 	}
+	auth := metadata.ValueFromIncomingContext(ctx, pb.MetadataAuth)
+	// A native connection resolves the same credentials once (its address
+	// and certificate do not change).
+	memo, key := wire.MemoFrom(ctx), ""
+	if memo != nil {
+		key = strings.Join(auth, "\n")
+		if ids, ok := memo.Get(key); ok {
+			return ids.([]tree.ID), nil
+		}
+	}
 	var state *tls.ConnectionState
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 		state = &ti.State
 	}
 	var digests [][]byte
-	for _, v := range metadata.ValueFromIncomingContext(ctx, pb.MetadataAuth) {
+	for _, v := range auth {
 		scheme, cred, _ := strings.Cut(v, " ")
 		if scheme != "digest" {
 			return nil, status.Errorf(codes.Unauthenticated, "%s: unsupported scheme %q (want \"digest user:password\")", pb.MetadataAuth, scheme)
@@ -169,6 +180,10 @@ func (s *Server) grpcIdentity(ctx context.Context) ([]tree.ID, error) {
 	ids, err := s.identify(p.Addr, state, digests)
 	if err != nil {
 		return nil, status.Errorf(codes.Unauthenticated, "%s: %v", pb.MetadataAuth, err)
+	}
+	ids = slices.Clip(ids) // shared by the connection's calls: appending copies
+	if memo != nil {
+		memo.Put(key, ids)
 	}
 	return ids, nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -57,6 +58,10 @@ type Server struct {
 	conns  map[*serverConn]struct{}
 	closed bool
 	calls  sync.WaitGroup
+
+	work    chan func() // to an idle worker
+	workers atomic.Int32
+	quit    chan struct{} // closed by Close: workers exit
 }
 
 // NewServer serves impl, an implementation of desc's service.
@@ -71,7 +76,7 @@ func NewServer(desc *grpc.ServiceDesc, impl any, opts Options) *Server {
 		opts.Log = slog.Default()
 	}
 	s := &Server{opts: opts, impl: impl, unary: map[string]*grpc.MethodDesc{}, streams: map[string]*grpc.StreamDesc{},
-		conns: map[*serverConn]struct{}{}}
+		conns: map[*serverConn]struct{}{}, work: make(chan func()), quit: make(chan struct{})}
 	for i := range desc.Methods {
 		s.unary["/"+desc.ServiceName+"/"+desc.Methods[i].MethodName] = &desc.Methods[i]
 	}
@@ -88,6 +93,9 @@ func NewServer(desc *grpc.ServiceDesc, impl any, opts Options) *Server {
 // wait for the calls' handlers to return.
 func (s *Server) Close(wait time.Duration) {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.quit)
+	}
 	s.closed = true
 	conns := make([]*serverConn, 0, len(s.conns))
 	for c := range s.conns {
@@ -126,8 +134,8 @@ func (s *Server) ServeConn(raw net.Conn) {
 	}
 	_ = raw.SetDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &serverConn{s: s, conn: conn, w: newWriter(conn), peer: p, ctx: peer.NewContext(ctx, p), cancel: cancel,
-		calls: map[uint32]*serverCall{}}
+	c := &serverConn{s: s, conn: conn, w: newWriter(conn), peer: p, cancel: cancel, calls: map[uint32]*serverCall{}}
+	c.ctx = context.WithValue(peer.NewContext(ctx, p), memoKey{}, &c.memo)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -155,6 +163,7 @@ type serverConn struct {
 	mu    sync.Mutex
 	calls map[uint32]*serverCall
 	once  sync.Once
+	memo  Memo
 }
 
 // serverCall is a call in flight.
@@ -291,7 +300,7 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 	ctx = metadata.NewIncomingContext(ctx, md)
 	ctx = grpc.NewContextWithServerTransportStream(ctx, ts)
 	c.s.calls.Add(1)
-	go func() {
+	c.s.run(func() {
 		defer c.s.calls.Done()
 		defer c.endCall(id)
 		if unary {
@@ -313,8 +322,41 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 			err = sd.Handler(c.s.impl, ss)
 		}
 		c.reply(id, ts.headerMD(), err, nil)
-	}()
+	})
 	return nil
+}
+
+// maxWorkers is how many goroutines wait for calls between them; a call
+// that finds none idle gets a goroutine of its own. Reused goroutines keep
+// the stacks the handlers grew (a new one starts small and grows by
+// copying on nearly every call).
+const maxWorkers = 256
+
+// run runs a call on an idle worker, or on a new goroutine, which becomes
+// a worker when it finishes if there are fewer than maxWorkers.
+func (s *Server) run(f func()) {
+	select {
+	case s.work <- f:
+	default:
+		go s.worker(f)
+	}
+}
+
+func (s *Server) worker(f func()) {
+	f()
+	if s.workers.Add(1) > maxWorkers {
+		s.workers.Add(-1)
+		return
+	}
+	defer s.workers.Add(-1)
+	for {
+		select {
+		case f := <-s.work:
+			f()
+		case <-s.quit:
+			return
+		}
+	}
 }
 
 func (c *serverConn) endCall(id uint32) {
@@ -357,6 +399,9 @@ func appendReply(b []byte, id uint32, header metadata.MD, err error, resp any) (
 		}
 	}
 	if err != nil {
+		if _, ok := status.FromError(err); !ok && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			err = status.FromContextError(err).Err() // the call's deadline, not an unknown failure
+		}
 		b = appendStatus(b, status.Convert(err).Proto())
 	}
 	return endFrame(b, start), start
@@ -461,4 +506,41 @@ func (s *serverStream) SendMsg(m any) error {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return nil
+}
+
+// Memo holds what a server derives from a connection's unchanging facts
+// (its address, its certificate) and a key (the credentials a call
+// carries): the last key's value, so a client that sends the same
+// credentials with every call has them resolved once a connection.
+type Memo struct {
+	mu  sync.Mutex
+	key string
+	val any
+	set bool
+}
+
+type memoKey struct{}
+
+// MemoFrom is the memo of the connection a call came on; nil for a call
+// that did not come over this transport.
+func MemoFrom(ctx context.Context) *Memo {
+	m, _ := ctx.Value(memoKey{}).(*Memo)
+	return m
+}
+
+// Get returns the value stored under key.
+func (m *Memo) Get(key string) (any, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.set || m.key != key {
+		return nil, false
+	}
+	return m.val, true
+}
+
+// Put stores v under key, in place of what was stored before.
+func (m *Memo) Put(key string, v any) {
+	m.mu.Lock()
+	m.key, m.val, m.set = key, v, true
+	m.mu.Unlock()
 }
