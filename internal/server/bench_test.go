@@ -367,3 +367,25 @@ func BenchmarkTLSCost(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkZKSetData1KiB is BenchmarkSetData1KiB/clients=64 through the
+// ZooKeeper port: 64 callers over 8 go-zookeeper connections to one member.
+func BenchmarkZKSetData1KiB(b *testing.B) {
+	tc := benchCluster(b)
+	addr := tc.zkAddrs()[0]
+	var conns []*gozk.Conn
+	for i := 0; i < 8; i++ {
+		c, _ := zkConnect(b, []string{addr})
+		conns = append(conns, c)
+	}
+	for i := 0; i < 64; i++ {
+		if _, err := conns[0].Create(fmt.Sprintf("/k%d", i), nil, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	val := make([]byte, 1024)
+	runLoad(b, 64, func(_ *client.Client, i int) (time.Duration, error) {
+		_, err := conns[i%len(conns)].Set(fmt.Sprintf("/k%d", i%64), val, -1)
+		return 0, err
+	}, []*client.Client{nil})
+}
