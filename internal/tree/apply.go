@@ -30,7 +30,7 @@ type undoEntry struct {
 	kind undoKind
 	n    *node
 	stat nodeStat
-	data string
+	key  string
 	null bool
 	acl  *[]ACL
 }
@@ -93,8 +93,8 @@ func (t *Tree) Apply(zxid int64, cmd *Command) (Result, []Event) {
 			// Reapable nodes are childless: removing one changes (and
 			// may copy, Tree.own) its parent, never another of them. The
 			// lookup keeps that so.
-			x.remove(t.nodes.get(n.path))
-			deleted = append(deleted, n.path)
+			x.remove(t.nodes.get(n.path()))
+			deleted = append(deleted, n.path())
 		}
 		return Result{Op: OpResult{Type: typ}, Deleted: deleted}, x.events
 	case OpNoop:
@@ -159,16 +159,16 @@ func (x *txn) rollback() {
 		n := u.n
 		switch u.kind {
 		case undoStat:
-			n.stat, n.data, n.null, n.acl = u.stat, u.data, u.null, u.acl
+			n.stat, n.key, n.null, n.acl = u.stat, u.key, u.null, u.acl
 		case undoCreate:
-			t.nodes.del(n.path)
-			if p := t.nodes.get(parentOf(n.path)); p != nil {
+			t.nodes.del(n.path())
+			if p := t.nodes.get(parentOf(n.path())); p != nil {
 				t.unlink(p, n)
 				t.reindex(p)
 			}
 		case undoDelete:
 			t.nodes.put(n)
-			if p := t.nodes.get(parentOf(n.path)); p != nil {
+			if p := t.nodes.get(parentOf(n.path())); p != nil {
 				t.link(p, n)
 				t.reindex(p)
 			}
@@ -189,7 +189,7 @@ func (x *txn) emit(typ EventType, path string) {
 func (x *txn) saveStat(n *node) *node {
 	n = x.t.own(n)
 	if x.logged {
-		x.undo = append(x.undo, undoEntry{kind: undoStat, n: n, stat: n.stat, data: n.data, null: n.null, acl: n.acl})
+		x.undo = append(x.undo, undoEntry{kind: undoStat, n: n, stat: n.stat, key: n.key, null: n.null, acl: n.acl})
 	}
 	return n
 }
@@ -207,15 +207,15 @@ func (x *txn) insert(parent, n *node) {
 	}
 	t.reindex(n)
 	t.reindex(parent)
-	x.emit(EventNodeCreated, n.path)
-	x.emit(EventNodeChildrenChanged, parent.path)
+	x.emit(EventNodeCreated, n.path())
+	x.emit(EventNodeChildrenChanged, parent.path())
 }
 
 // remove deletes the childless node n and updates its parent's child stats.
 func (x *txn) remove(n *node) {
 	t := x.t
-	parent := x.saveStat(t.nodes.get(parentOf(n.path)))
-	t.nodes.del(n.path)
+	parent := x.saveStat(t.nodes.get(parentOf(n.path())))
+	t.nodes.del(n.path())
 	t.unlink(parent, n)
 	parent.stat.Cversion++
 	parent.stat.Pzxid = x.zxid
@@ -224,8 +224,8 @@ func (x *txn) remove(n *node) {
 	}
 	t.reindex(n)
 	t.reindex(parent)
-	x.emit(EventNodeDeleted, n.path)
-	x.emit(EventNodeChildrenChanged, parent.path)
+	x.emit(EventNodeDeleted, n.path())
+	x.emit(EventNodeChildrenChanged, parent.path())
 }
 
 // checkVersion is ZooKeeper's checkAndIncVersion test: -1 matches anything.
@@ -284,7 +284,6 @@ func (x *txn) create(op *Op) (OpResult, error) {
 		return OpResult{}, errs.ErrNoChildrenForEphemerals
 	}
 	n := &node{
-		path: path,
 		acl:  acl,
 		mode: uint8(mode),
 		gen:  t.gen.Load(),
@@ -296,7 +295,7 @@ func (x *txn) create(op *Op) (OpResult, error) {
 			Mtime: cmd.TimeMs,
 		},
 	}
-	n.setData(op.Data)
+	n.setPathData(path, op.Data)
 	if mode.ephemeral() {
 		n.extend().owner = cmd.Session
 	}
@@ -359,7 +358,7 @@ func (x *txn) setData(op *Op) (OpResult, error) {
 	n.stat.Mzxid = x.zxid
 	n.stat.Mtime = x.cmd.TimeMs
 	t.reindex(n) // a TTL node's deadline follows its mtime
-	x.emit(EventNodeDataChanged, n.path)
+	x.emit(EventNodeDataChanged, n.path())
 	return OpResult{Stat: n.Stat()}, nil
 }
 

@@ -344,7 +344,7 @@ func (h *harness) read(t *testing.T, cmd string, a args) string {
 		var out strings.Builder
 		for _, path := range tr.sortedPaths() {
 			n := tr.nodes.get(path)
-			fmt.Fprintf(&out, "%s data=%q %s\n", path, n.data, fmtStat(n.Stat()))
+			fmt.Fprintf(&out, "%s data=%q %s\n", path, n.data(), fmtStat(n.Stat()))
 		}
 		return out.String()
 	}

@@ -16,21 +16,21 @@ func checkInvariants(t testing.TB, tr *Tree) {
 	checkSet(t, "nodes", &tr.nodes)
 	ephemerals := 0
 	for n := range tr.nodes.all() {
-		p := n.path
+		p := n.path()
 		if err := ValidatePath(p, false); err != nil {
 			t.Fatalf("invalid path %q in tree", p)
 		}
 		if int(n.stat.NumChildren) != n.numKids() {
 			t.Fatalf("%s: numChildren %d, %d children", p, n.stat.NumChildren, n.numKids())
 		}
-		if st := n.Stat(); int(st.DataLength) != len(n.data) || n.null && n.data != "" {
-			t.Fatalf("%s: dataLength %d, %d bytes, null %v", p, st.DataLength, len(n.data), n.null)
+		if st := n.Stat(); int(st.DataLength) != len(n.data()) || n.null && n.data() != "" {
+			t.Fatalf("%s: dataLength %d, %d bytes, null %v", p, st.DataLength, len(n.data()), n.null)
 		}
 		if kids := n.kids(); kids != nil {
 			checkSet(t, p, kids)
 			for c := range kids.all() {
-				if parentOf(c.path) != p || tr.nodes.get(c.path) != c {
-					t.Fatalf("%s: child %q not the tree's node", p, c.path)
+				if parentOf(c.path()) != p || tr.nodes.get(c.path()) != c {
+					t.Fatalf("%s: child %q not the tree's node", p, c.path())
 				}
 			}
 		}
@@ -87,16 +87,16 @@ func checkInvariants(t testing.TB, tr *Tree) {
 		}
 	}
 	for i, n := range tr.ttl {
-		if n.expiry().heapIdx != i || tr.nodes.get(n.path) != n {
-			t.Fatalf("ttl heap entry %d (%s) stale", i, n.path)
+		if n.expiry().heapIdx != i || tr.nodes.get(n.path()) != n {
+			t.Fatalf("ttl heap entry %d (%s) stale", i, n.path())
 		}
 		if i > 0 && tr.ttl.Less(i, (i-1)/2) {
 			t.Fatalf("ttl heap order broken at %d", i)
 		}
 	}
 	for n := range tr.containers {
-		if tr.nodes.get(n.path) != n {
-			t.Fatalf("container index holds removed %s", n.path)
+		if tr.nodes.get(n.path()) != n {
+			t.Fatalf("container index holds removed %s", n.path())
 		}
 	}
 }
@@ -112,9 +112,9 @@ func checkSet(t testing.TB, name string, s *nodeSet) {
 		}
 		count++
 		mask := uint64(len(s.slots) - 1)
-		for j := hashPath(e.path) & mask; j != uint64(i); j = (j + 1) & mask {
+		for j := hashPath(e.path()) & mask; j != uint64(i); j = (j + 1) & mask {
 			if s.slots[j] == nil {
-				t.Fatalf("%s: %s unreachable from its home slot", name, e.path)
+				t.Fatalf("%s: %s unreachable from its home slot", name, e.path())
 			}
 		}
 	}
@@ -160,7 +160,7 @@ func checkRoundTrip(t testing.TB, tr *Tree) *Tree {
 func (t *Tree) sortedPaths() []string {
 	paths := make([]string, 0, t.nodes.len())
 	for n := range t.nodes.all() {
-		paths = append(paths, n.path)
+		paths = append(paths, n.path())
 	}
 	sort.Strings(paths)
 	return paths

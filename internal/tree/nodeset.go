@@ -43,14 +43,14 @@ func (s *nodeSet) get(path string) *node {
 		if e == nil {
 			return nil
 		}
-		if e.path == path {
+		if e.path() == path {
 			return e
 		}
 	}
 }
 
 // has reports whether n itself (not another node of its path) is in s.
-func (s *nodeSet) has(n *node) bool { return s.get(n.path) == n }
+func (s *nodeSet) has(n *node) bool { return s.get(n.path()) == n }
 
 // put adds n, replacing the node of the same path if there is one.
 func (s *nodeSet) put(n *node) {
@@ -60,14 +60,14 @@ func (s *nodeSet) put(n *node) {
 		s.resize(max(len(s.slots)*2, 4))
 	}
 	mask := uint64(len(s.slots) - 1)
-	for i := hashPath(n.path) & mask; ; i = (i + 1) & mask {
+	for i := hashPath(n.path()) & mask; ; i = (i + 1) & mask {
 		e := s.slots[i]
 		if e == nil {
 			s.slots[i] = n
 			s.n++
 			return
 		}
-		if e.path == n.path {
+		if e.path() == n.path() {
 			s.slots[i] = n
 			return
 		}
@@ -86,7 +86,7 @@ func (s *nodeSet) del(path string) bool {
 		if e == nil {
 			return false
 		}
-		if e.path == path {
+		if e.path() == path {
 			break
 		}
 	}
@@ -104,7 +104,7 @@ func (s *nodeSet) del(path string) bool {
 				s.shrink()
 				return true
 			}
-			h := hashPath(e.path) & mask
+			h := hashPath(e.path()) & mask
 			// e stays when its home h lies cyclically in (i, j].
 			if i <= j {
 				if i < h && h <= j {
@@ -140,7 +140,7 @@ func (s *nodeSet) resize(size int) {
 		if e == nil {
 			continue
 		}
-		i := hashPath(e.path) & mask
+		i := hashPath(e.path()) & mask
 		for s.slots[i] != nil {
 			i = (i + 1) & mask
 		}
@@ -151,7 +151,7 @@ func (s *nodeSet) resize(size int) {
 // replace puts n in the place of old, a node of the same path in s.
 func (s *nodeSet) replace(old, n *node) {
 	mask := uint64(len(s.slots) - 1)
-	for i := hashPath(n.path) & mask; s.slots[i] != nil; i = (i + 1) & mask {
+	for i := hashPath(n.path()) & mask; s.slots[i] != nil; i = (i + 1) & mask {
 		if s.slots[i] == old {
 			s.slots[i] = n
 			return

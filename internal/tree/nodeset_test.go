@@ -28,7 +28,8 @@ func TestNodeSetAgainstMap(t *testing.T) {
 			}
 			delete(ref, p)
 		default:
-			n := &node{path: p}
+			n := &node{}
+			n.setPathData(p, nil)
 			if old := ref[p]; old != nil && rng.Intn(2) == 0 {
 				s.replace(old, n)
 			} else {
@@ -48,8 +49,8 @@ func TestNodeSetAgainstMap(t *testing.T) {
 			}
 			seen := 0
 			for n := range s.all() {
-				if ref[n.path] != n {
-					t.Fatalf("step %d: %s not in the map", step, n.path)
+				if ref[n.path()] != n {
+					t.Fatalf("step %d: %s not in the map", step, n.path())
 				}
 				seen++
 			}

@@ -74,12 +74,12 @@ func appendNode(b []byte, n *node) []byte {
 
 // appendNodeStat is appendNode with the Stat given (tests give a wrong one).
 func appendNodeStat(b []byte, n *node, s *Stat) []byte {
-	b = appendString(b, n.path)
+	b = appendString(b, n.path())
 	if n.null {
 		b = binary.AppendUvarint(b, 0)
 	} else {
-		b = binary.AppendUvarint(b, uint64(len(n.data))+1)
-		b = append(b, n.data...)
+		b = binary.AppendUvarint(b, uint64(len(n.data()))+1)
+		b = append(b, n.data()...)
 	}
 	b = appendACL(b, n.acls())
 	for _, v := range [...]int64{s.Czxid, s.Mzxid, s.Ctime, s.Mtime, int64(s.Version),
@@ -111,7 +111,7 @@ func (t *Tree) Snapshot(w io.Writer) error {
 // call sorts the view; it is not safe for concurrent use.
 func (v *View) WriteTo(w io.Writer) (int64, error) {
 	if !v.sorted {
-		slices.SortFunc(v.nodes, func(a, b *node) int { return strings.Compare(a.path, b.path) })
+		slices.SortFunc(v.nodes, func(a, b *node) int { return strings.Compare(a.path(), b.path()) })
 		v.sorted = true
 	}
 	cw := &countingWriter{w: w}
@@ -221,9 +221,9 @@ func RestoreBytes(b []byte) (*Tree, error) {
 	t.nodes.resize(tableSize(min(count, len(d.b)/16)))
 	for i := 0; i < count && d.err == nil; i++ {
 		n := &node{}
-		n.path = d.str(MaxPathBytes)
+		path := d.raw(MaxPathBytes)
 		data, null := d.nullableRaw(MaxDataBytes)
-		n.data, n.null = string(data), null
+		n.key, n.plen, n.null = joinKeyBytes(path, data), uint16(len(path)), null
 		n.acl = intern(d.acl())
 		var s Stat
 		s.Czxid, s.Mzxid, s.Ctime, s.Mtime = d.varint(), d.varint(), d.varint(), d.varint()
@@ -237,13 +237,13 @@ func RestoreBytes(b []byte) (*Tree, error) {
 			break
 		}
 		if mode < 0 || mode > math.MaxUint8 {
-			return nil, corrupt("%s: bad mode", n.path)
+			return nil, corrupt("%s: bad mode", n.path())
 		}
 		n.mode = uint8(mode)
 		if err := t.restoreNode(n, &s, ttl, prev, i == 0); err != nil {
 			return nil, err
 		}
-		prev = n.path
+		prev = n.path()
 	}
 	d.end()
 	if d.err != nil {
@@ -255,7 +255,7 @@ func RestoreBytes(b []byte) (*Tree, error) {
 	for n := range t.nodes.all() {
 		// The decoded NumChildren must agree with the children linked since.
 		if int(n.stat.NumChildren) != n.numKids() {
-			return nil, corrupt("%s: numChildren %d, has %d", n.path, n.stat.NumChildren, n.numKids())
+			return nil, corrupt("%s: numChildren %d, has %d", n.path(), n.stat.NumChildren, n.numKids())
 		}
 		t.reindex(n)
 	}
@@ -265,7 +265,7 @@ func RestoreBytes(b []byte) (*Tree, error) {
 // restoreNode validates one decoded node and links it under its parent.
 // s is the decoded Stat, of which n keeps what it stores (nodeStat).
 func (t *Tree) restoreNode(n *node, s *Stat, ttl int64, prev string, first bool) error {
-	p := n.path
+	p := n.path()
 	if ValidatePath(p, false) != nil || (first != (p == "/")) || (!first && p <= prev) {
 		return corrupt("bad or unordered path %q", p)
 	}
@@ -279,7 +279,7 @@ func (t *Tree) restoreNode(n *node, s *Stat, ttl int64, prev string, first bool)
 	}
 	m := n.createMode()
 	switch {
-	case !m.valid() || int(s.DataLength) != len(n.data):
+	case !m.valid() || int(s.DataLength) != len(n.data()):
 		return corrupt("%s: bad mode or data length", p)
 	case m.isTTL() != (ttl > 0) || ttl < 0 || ttl > maxTTLMs:
 		return corrupt("%s: bad ttl", p)

@@ -139,7 +139,9 @@ func TestSnapshotInvariantsChecked(t *testing.T) {
 		"acl":           func(tr *Tree) { tr.nodes.get("/app").acl = &[]ACL{{Perms: 1, ID: ID{"super", ""}}} },
 		"empty acl":     func(tr *Tree) { tr.nodes.get("/app").acl = new([]ACL) },
 		"orphan node": func(tr *Tree) {
-			tr.nodes.put(&node{path: "/nope/x", acl: &openACL})
+			n := &node{acl: &openACL}
+			n.setPathData("/nope/x", nil)
+			tr.nodes.put(n)
 		},
 		"no root": func(tr *Tree) {
 			tr.nodes.del("/")
@@ -172,7 +174,7 @@ func snapshotWithStat(tr *Tree, path string, edit func(*Stat)) []byte {
 	b = binary.AppendUvarint(b, uint64(len(v.nodes)))
 	for _, n := range v.nodes {
 		st := n.Stat()
-		if n.path == path {
+		if n.path() == path {
 			edit(&st)
 		}
 		b = appendNodeStat(b, n, &st)

@@ -27,22 +27,55 @@ func (m CreateMode) isTTL() bool { return m == ModePersistentTTL || m == ModePer
 // a parent's children set holds the child nodes themselves.
 //
 // A server holds millions of these, so the struct is laid out to fit Go's
-// 112-byte size class (it was 160): the data is a string (8 bytes less than
-// a slice), the ACL a pointer to a shared, never modified list, the stat
-// leaves out what follows from elsewhere (DataLength is len(data),
-// EphemeralOwner is in ext) and what only some nodes need is in ext.
+// 96-byte size class (it was 160) and takes one allocation besides: the
+// path and the data share one string (one object for the collector to mark
+// instead of two, and one size-class rounding), the ACL is a pointer to a
+// shared, never modified list, the stat leaves out what follows from
+// elsewhere (DataLength is len(data), EphemeralOwner is in ext) and what
+// only some nodes need is in ext.
 type node struct {
-	path string
-	data string // never modified in place: replaced on setData; see null
+	// key is the path followed by the data: never modified in place,
+	// replaced on setData. A substring of it (the path) is not kept past
+	// the node's own life: it would keep the data too.
+	key  string
 	acl  *[]ACL // never modified in place: replaced on setACL; shared (intern)
 	stat nodeStat
 	// gen is the Tree.gen the node was created or copied in: a node of an
 	// older one may be shared with a View and is copied before it changes
 	// (own).
 	gen  uint32
-	mode uint8 // a CreateMode
-	null bool  // data is ZooKeeper's null, not empty
+	plen uint16 // len of the path (at most MaxPathBytes)
+	mode uint8  // a CreateMode
+	null bool   // data is ZooKeeper's null, not empty
 	ext  *nodeExt
+}
+
+func (n *node) path() string { return n.key[:n.plen] }
+
+func (n *node) data() string { return n.key[n.plen:] }
+
+// setPathData stores path and a copy of data (nil: null data).
+func (n *node) setPathData(path string, data []byte) {
+	n.key, n.plen, n.null = joinKey(path, data), uint16(len(path)), data == nil
+}
+
+// joinKey is path+string(data) in one allocation (the compiler's
+// concatenation copies data into a temporary string first).
+func joinKey(path string, data []byte) string {
+	var b strings.Builder
+	b.Grow(len(path) + len(data))
+	b.WriteString(path)
+	b.Write(data)
+	return b.String()
+}
+
+// joinKeyBytes is joinKey of a path in bytes (Restore's).
+func joinKeyBytes(path, data []byte) string {
+	var b strings.Builder
+	b.Grow(len(path) + len(data))
+	b.Write(path)
+	b.Write(data)
+	return b.String()
 }
 
 // nodeStat is the part of Stat a node stores, field for field with Stat's
@@ -85,13 +118,11 @@ func (n *node) dataBytes() []byte {
 	if n.null {
 		return nil
 	}
-	return []byte(n.data)
+	return []byte(n.data())
 }
 
 // setData stores a copy of b (nil: null data).
-func (n *node) setData(b []byte) {
-	n.data, n.null = string(b), b == nil
-}
+func (n *node) setData(b []byte) { n.setPathData(n.path(), b) }
 
 func (n *node) acls() []ACL { return *n.acl }
 
@@ -99,7 +130,7 @@ func (n *node) acls() []ACL { return *n.acl }
 func (n *node) Stat() Stat {
 	s := &n.stat
 	return Stat{Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime, Version: s.Version,
-		Cversion: s.Cversion, Aversion: s.Aversion, EphemeralOwner: n.owner(), DataLength: int32(len(n.data)),
+		Cversion: s.Cversion, Aversion: s.Aversion, EphemeralOwner: n.owner(), DataLength: int32(len(n.key)) - int32(n.plen),
 		NumChildren: s.NumChildren, Pzxid: s.Pzxid}
 }
 
@@ -191,9 +222,9 @@ func (t *Tree) own(n *node) *node {
 	c := *n
 	c.gen = gen
 	t.nodes.put(&c)
-	if c.path != "/" {
+	if c.path() != "/" {
 		// The parent's set holds the node itself: the copy takes its place.
-		t.nodes.get(parentOf(c.path)).ext.children.replace(n, &c)
+		t.nodes.get(parentOf(c.path())).ext.children.replace(n, &c)
 	}
 	if e := c.expiry(); e != nil && e.heapIdx >= 0 {
 		t.ttl[e.heapIdx] = &c
@@ -218,7 +249,8 @@ func newEmpty() *Tree {
 func New() *Tree {
 	t := newEmpty()
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
-		n := &node{path: p, acl: &openACL, null: true}
+		n := &node{acl: &openACL}
+		n.setPathData(p, nil)
 		t.nodes.put(n)
 		if p != "/" {
 			t.link(t.nodes.get(parentOf(p)), n)
@@ -238,7 +270,8 @@ func (t *Tree) link(parent, n *node) {
 			if s.ephemerals == nil {
 				s.ephemerals = make(map[string]struct{})
 			}
-			s.ephemerals[n.path] = struct{}{}
+			// A copy: n's path would keep its data alive (node.key).
+			s.ephemerals[strings.Clone(n.path())] = struct{}{}
 			t.ephemeral++
 		}
 	}
@@ -247,7 +280,7 @@ func (t *Tree) link(parent, n *node) {
 // unlink is the inverse of link.
 func (t *Tree) unlink(parent, n *node) {
 	if e := parent.ext; e != nil {
-		e.children.del(n.path)
+		e.children.del(n.path())
 		if e.children.n == 0 && e.owner == 0 && !parent.createMode().isTTL() {
 			parent.ext = nil // a copy (own) may share e: it is left as it is
 		}
@@ -255,8 +288,8 @@ func (t *Tree) unlink(parent, n *node) {
 	parent.stat.NumChildren = int32(parent.numKids())
 	if n.createMode().ephemeral() {
 		if s := t.sessions[n.owner()]; s != nil {
-			if _, ok := s.ephemerals[n.path]; ok {
-				delete(s.ephemerals, n.path)
+			if _, ok := s.ephemerals[n.path()]; ok {
+				delete(s.ephemerals, n.path())
 				t.ephemeral--
 			}
 		}
@@ -306,7 +339,7 @@ func (h ttlHeap) Less(i, j int) bool {
 	if h[i].expiry().deadline != h[j].expiry().deadline {
 		return h[i].expiry().deadline < h[j].expiry().deadline
 	}
-	return h[i].path < h[j].path
+	return h[i].path() < h[j].path()
 }
 func (h ttlHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -349,7 +382,7 @@ func (t *Tree) reapable(now int64) []*node {
 	for n := range t.containers {
 		out = append(out, n)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	sort.Slice(out, func(i, j int) bool { return out[i].path() < out[j].path() })
 	return out
 }
 
@@ -401,7 +434,7 @@ func (t *Tree) Children(path string) ([]string, Stat, error) {
 	names := make([]string, 0, n.numKids())
 	if kids := n.kids(); kids != nil {
 		for c := range kids.all() {
-			names = append(names, baseName(c.path))
+			names = append(names, baseName(c.path()))
 		}
 	}
 	sort.Strings(names)

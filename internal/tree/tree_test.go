@@ -191,7 +191,7 @@ func TestDigestCoversState(t *testing.T) {
 		t.Fatal("digest not deterministic")
 	}
 	for name, mutate := range map[string]func(*Tree){
-		"data":     func(tr *Tree) { tr.nodes.get("/a").data = "e" },
+		"data":     func(tr *Tree) { tr.nodes.get("/a").setData([]byte("e")) },
 		"mtime":    func(tr *Tree) { tr.nodes.get("/a").stat.Mtime++ },
 		"pzxid":    func(tr *Tree) { tr.nodes.get("/a").stat.Pzxid++ },
 		"acl":      func(tr *Tree) { tr.nodes.get("/a").acl = &[]ACL{{Perms: PermRead, ID: ID{"world", "anyone"}}} },
