@@ -123,13 +123,6 @@ func checkSet(t testing.TB, name string, s *nodeSet) {
 	}
 }
 
-func joinPath(parent, name string) string {
-	if parent == "/" {
-		return "/" + name
-	}
-	return parent + "/" + name
-}
-
 // checkRoundTrip snapshots tr, restores it and compares digests and bytes.
 func checkRoundTrip(t testing.TB, tr *Tree) *Tree {
 	t.Helper()
