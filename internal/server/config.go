@@ -185,6 +185,19 @@ type Config struct {
 	// 001's policies; the latter two for comparison).
 	PlacementPolicy string `yaml:"placement_policy,omitempty"`
 
+	// GCPercent is the Go collector's GOGC for the server process, set by
+	// `meridian server` at start (it is process-wide): the heap grows by
+	// this percentage of the live data between collections, so resident
+	// memory is about (1 + GCPercent/100) times the live heap and the
+	// collector's CPU about inversely proportional to it. 0 (absent): the
+	// GOGC environment variable's, else 50. See docs/monitoring.md.
+	GCPercent int `yaml:"gc_percent,omitempty"`
+	// MemoryLimitMiB is the Go runtime's soft memory limit (GOMEMLIMIT)
+	// for the server process: near it the collector runs more often
+	// instead of letting the heap grow, whatever GCPercent. 0 (absent):
+	// the GOMEMLIMIT environment variable's, else none.
+	MemoryLimitMiB int `yaml:"memory_limit_mib,omitempty"`
+
 	// A TLS client port for the ZooKeeper protocol (ZooKeeper's
 	// secureClientPort), beside or instead of zk_listen. PEM files; client
 	// certificates are required and checked against ZKTLSClientCA unless
@@ -336,6 +349,7 @@ func (c *Config) Normalize() error {
 		{"max_client_connections", c.MaxClientConnections}, {"max_http_connections", c.MaxHTTPConnections},
 		{"idle_timeout_ms", c.IdleTimeoutMs}, {"max_tick_ms", c.MaxTickMs},
 		{"placement_min_interval_ms", c.PlacementMinIntervalMs},
+		{"gc_percent", c.GCPercent}, {"memory_limit_mib", c.MemoryLimitMiB},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: %d must not be negative (0 or absent for the default)", f.key, f.v)

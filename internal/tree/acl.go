@@ -17,12 +17,16 @@ func isOpenACL(acl []ACL) bool {
 	return len(acl) == 1 && acl[0] == openACL[0]
 }
 
-// intern returns the shared open ACL when acl equals it.
-func intern(acl []ACL) []ACL {
+// intern returns the ACL as a node stores it: the shared open ACL when acl
+// equals it, else a pointer to acl (a node's ACL field is one pointer, not
+// a slice header: 16 bytes less a node).
+func intern(acl []ACL) *[]ACL {
 	if isOpenACL(acl) {
-		return openACL
+		return &openACL
 	}
-	return acl
+	p := new([]ACL) // not &acl: that would move acl to the heap on every call
+	*p = acl
+	return p
 }
 
 // fixupACL is ZooKeeper's PrepRequestProcessor.fixupACL: it drops duplicate
@@ -33,9 +37,12 @@ func intern(acl []ACL) []ACL {
 // expansion: digest, sasl and x509 (a verified client certificate) ones.
 // ip identities are not (ZooKeeper's IP provider is not "authenticated"),
 // world is anyone, and super may not appear in an ACL.
-func fixupACL(in []ACL, auth []ID) ([]ACL, error) {
+func fixupACL(in []ACL, auth []ID) (*[]ACL, error) {
 	if len(in) == 0 || len(in) > MaxACLEntries {
 		return nil, errs.ErrInvalidACL
+	}
+	if isOpenACL(in) {
+		return &openACL, nil // the common case, without the copy below
 	}
 	out := make([]ACL, 0, len(in))
 next:

@@ -29,9 +29,10 @@ const (
 type undoEntry struct {
 	kind undoKind
 	n    *node
-	stat Stat
-	data []byte
-	acl  []ACL
+	stat nodeStat
+	key  string
+	null bool
+	acl  *[]ACL
 }
 
 // Apply applies one committed command as the change zxid and returns the
@@ -92,8 +93,8 @@ func (t *Tree) Apply(zxid int64, cmd *Command) (Result, []Event) {
 			// Reapable nodes are childless: removing one changes (and
 			// may copy, Tree.own) its parent, never another of them. The
 			// lookup keeps that so.
-			x.remove(t.nodes[n.path])
-			deleted = append(deleted, n.path)
+			x.remove(t.nodes.get(n.path()))
+			deleted = append(deleted, n.path())
 		}
 		return Result{Op: OpResult{Type: typ}, Deleted: deleted}, x.events
 	case OpNoop:
@@ -158,16 +159,16 @@ func (x *txn) rollback() {
 		n := u.n
 		switch u.kind {
 		case undoStat:
-			n.stat, n.data, n.acl = u.stat, u.data, u.acl
+			n.stat, n.key, n.null, n.acl = u.stat, u.key, u.null, u.acl
 		case undoCreate:
-			delete(t.nodes, n.path)
-			if p := t.nodes[parentOf(n.path)]; p != nil {
+			t.nodes.del(n.path())
+			if p := t.nodes.get(parentOf(n.path())); p != nil {
 				t.unlink(p, n)
 				t.reindex(p)
 			}
 		case undoDelete:
-			t.nodes[n.path] = n
-			if p := t.nodes[parentOf(n.path)]; p != nil {
+			t.nodes.put(n)
+			if p := t.nodes.get(parentOf(n.path())); p != nil {
 				t.link(p, n)
 				t.reindex(p)
 			}
@@ -188,7 +189,7 @@ func (x *txn) emit(typ EventType, path string) {
 func (x *txn) saveStat(n *node) *node {
 	n = x.t.own(n)
 	if x.logged {
-		x.undo = append(x.undo, undoEntry{kind: undoStat, n: n, stat: n.stat, data: n.data, acl: n.acl})
+		x.undo = append(x.undo, undoEntry{kind: undoStat, n: n, stat: n.stat, key: n.key, null: n.null, acl: n.acl})
 	}
 	return n
 }
@@ -197,7 +198,7 @@ func (x *txn) saveStat(n *node) *node {
 func (x *txn) insert(parent, n *node) {
 	t := x.t
 	parent = x.saveStat(parent)
-	t.nodes[n.path] = n
+	t.nodes.put(n)
 	t.link(parent, n)
 	parent.stat.Cversion++
 	parent.stat.Pzxid = x.zxid
@@ -206,15 +207,15 @@ func (x *txn) insert(parent, n *node) {
 	}
 	t.reindex(n)
 	t.reindex(parent)
-	x.emit(EventNodeCreated, n.path)
-	x.emit(EventNodeChildrenChanged, parent.path)
+	x.emit(EventNodeCreated, n.path())
+	x.emit(EventNodeChildrenChanged, parent.path())
 }
 
 // remove deletes the childless node n and updates its parent's child stats.
 func (x *txn) remove(n *node) {
 	t := x.t
-	parent := x.saveStat(t.nodes[parentOf(n.path)])
-	delete(t.nodes, n.path)
+	parent := x.saveStat(t.nodes.get(parentOf(n.path())))
+	t.nodes.del(n.path())
 	t.unlink(parent, n)
 	parent.stat.Cversion++
 	parent.stat.Pzxid = x.zxid
@@ -223,8 +224,8 @@ func (x *txn) remove(n *node) {
 	}
 	t.reindex(n)
 	t.reindex(parent)
-	x.emit(EventNodeDeleted, n.path)
-	x.emit(EventNodeChildrenChanged, parent.path)
+	x.emit(EventNodeDeleted, n.path())
+	x.emit(EventNodeChildrenChanged, parent.path())
 }
 
 // checkVersion is ZooKeeper's checkAndIncVersion test: -1 matches anything.
@@ -258,11 +259,11 @@ func (x *txn) create(op *Op) (OpResult, error) {
 	if err != nil {
 		return OpResult{}, err
 	}
-	parent := t.nodes[parentOf(op.Path)]
+	parent := t.nodes.get(parentOf(op.Path))
 	if parent == nil {
 		return OpResult{}, errs.ErrNoNode
 	}
-	if err := checkPerm(parent.acl, PermCreate, cmd.Auth); err != nil {
+	if err := checkPerm(parent.acls(), PermCreate, cmd.Auth); err != nil {
 		return OpResult{}, err
 	}
 	path := op.Path
@@ -276,35 +277,33 @@ func (x *txn) create(op *Op) (OpResult, error) {
 	if protected(path) {
 		return OpResult{}, errs.ErrBadArguments
 	}
-	if path == "/" || t.nodes[path] != nil {
+	if path == "/" || t.nodes.get(path) != nil {
 		return OpResult{}, errs.ErrNodeExists
 	}
-	if parent.mode.ephemeral() {
+	if parent.createMode().ephemeral() {
 		return OpResult{}, errs.ErrNoChildrenForEphemerals
 	}
 	n := &node{
-		path: path,
-		data: cloneBytes(op.Data),
 		acl:  acl,
-		mode: mode,
+		mode: uint8(mode),
 		gen:  t.gen.Load(),
-		stat: Stat{
-			Czxid:      x.zxid,
-			Mzxid:      x.zxid,
-			Pzxid:      x.zxid,
-			Ctime:      cmd.TimeMs,
-			Mtime:      cmd.TimeMs,
-			DataLength: int32(len(op.Data)),
+		stat: nodeStat{
+			Czxid: x.zxid,
+			Mzxid: x.zxid,
+			Pzxid: x.zxid,
+			Ctime: cmd.TimeMs,
+			Mtime: cmd.TimeMs,
 		},
 	}
+	n.setPathData(path, op.Data)
 	if mode.ephemeral() {
-		n.stat.EphemeralOwner = cmd.Session
+		n.extend().owner = cmd.Session
 	}
 	if mode.isTTL() {
-		n.expiry = &ttlState{ms: op.TTLMs, heapIdx: -1}
+		n.extend().ttl.ms = op.TTLMs
 	}
 	x.insert(parent, n)
-	return OpResult{Path: path, Stat: n.stat}, nil
+	return OpResult{Path: path, Stat: n.Stat()}, nil
 }
 
 func (x *txn) delete(op *Op) error {
@@ -315,17 +314,17 @@ func (x *txn) delete(op *Op) error {
 	if op.Path == "/" || protected(op.Path) {
 		return errs.ErrBadArguments
 	}
-	n := t.nodes[op.Path]
+	n := t.nodes.get(op.Path)
 	if n == nil {
 		return errs.ErrNoNode
 	}
-	if err := checkPerm(t.nodes[parentOf(op.Path)].acl, PermDelete, x.cmd.Auth); err != nil {
+	if err := checkPerm(t.nodes.get(parentOf(op.Path)).acls(), PermDelete, x.cmd.Auth); err != nil {
 		return err
 	}
 	if err := checkVersion(op.Version, n.stat.Version); err != nil {
 		return err
 	}
-	if len(n.children) > 0 {
+	if n.numKids() > 0 {
 		return errs.ErrNotEmpty
 	}
 	x.remove(n)
@@ -343,25 +342,24 @@ func (x *txn) setData(op *Op) (OpResult, error) {
 	if protected(op.Path) {
 		return OpResult{}, errs.ErrBadArguments
 	}
-	n := t.nodes[op.Path]
+	n := t.nodes.get(op.Path)
 	if n == nil {
 		return OpResult{}, errs.ErrNoNode
 	}
-	if err := checkPerm(n.acl, PermWrite, x.cmd.Auth); err != nil {
+	if err := checkPerm(n.acls(), PermWrite, x.cmd.Auth); err != nil {
 		return OpResult{}, err
 	}
 	if err := checkVersion(op.Version, n.stat.Version); err != nil {
 		return OpResult{}, err
 	}
 	n = x.saveStat(n)
-	n.data = cloneBytes(op.Data)
+	n.setData(op.Data)
 	n.stat.Version++
 	n.stat.Mzxid = x.zxid
 	n.stat.Mtime = x.cmd.TimeMs
-	n.stat.DataLength = int32(len(op.Data))
 	t.reindex(n) // a TTL node's deadline follows its mtime
-	x.emit(EventNodeDataChanged, n.path)
-	return OpResult{Stat: n.stat}, nil
+	x.emit(EventNodeDataChanged, n.path())
+	return OpResult{Stat: n.Stat()}, nil
 }
 
 func (x *txn) setACL(op *Op) (OpResult, error) {
@@ -376,11 +374,11 @@ func (x *txn) setACL(op *Op) (OpResult, error) {
 	if err != nil {
 		return OpResult{}, err
 	}
-	n := t.nodes[op.Path]
+	n := t.nodes.get(op.Path)
 	if n == nil {
 		return OpResult{}, errs.ErrNoNode
 	}
-	if err := checkPerm(n.acl, PermAdmin, x.cmd.Auth); err != nil {
+	if err := checkPerm(n.acls(), PermAdmin, x.cmd.Auth); err != nil {
 		return OpResult{}, err
 	}
 	if err := checkVersion(op.Version, n.stat.Aversion); err != nil {
@@ -389,18 +387,18 @@ func (x *txn) setACL(op *Op) (OpResult, error) {
 	n = x.saveStat(n)
 	n.acl = acl
 	n.stat.Aversion++
-	return OpResult{Stat: n.stat}, nil
+	return OpResult{Stat: n.Stat()}, nil
 }
 
 func (x *txn) check(op *Op) error {
 	if err := ValidatePath(op.Path, false); err != nil {
 		return err
 	}
-	n := x.t.nodes[op.Path]
+	n := x.t.nodes.get(op.Path)
 	if n == nil {
 		return errs.ErrNoNode
 	}
-	if err := checkPerm(n.acl, PermRead, x.cmd.Auth); err != nil {
+	if err := checkPerm(n.acls(), PermRead, x.cmd.Auth); err != nil {
 		return err
 	}
 	return checkVersion(op.Version, n.stat.Version)
@@ -430,7 +428,7 @@ func (x *txn) endSession(s *session) []string {
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
-		if n := x.t.nodes[p]; n != nil {
+		if n := x.t.nodes.get(p); n != nil {
 			x.remove(n)
 		}
 	}

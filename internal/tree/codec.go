@@ -301,23 +301,33 @@ func (d *decoder) bytes(max int) []byte { return cloneBytes(d.raw(max)) }
 // nullable reads what appendNullable wrote (plain bytes in version 1, where
 // empty data was stored as null).
 func (d *decoder) nullable(max int) []byte {
+	b, null := d.nullableRaw(max)
+	if null {
+		return nil
+	}
+	return cloneBytes(b)
+}
+
+// nullableRaw is nullable without the copy: the bytes are d's, null
+// reports a null value.
+func (d *decoder) nullableRaw(max int) (b []byte, null bool) {
 	if d.v1 {
 		if b := d.raw(max); len(b) > 0 {
-			return cloneBytes(b)
+			return b, false
 		}
-		return nil
+		return nil, true
 	}
 	v := d.uvarint()
 	if v == 0 {
-		return nil
+		return nil, true
 	}
 	if v-1 > uint64(max) || v-1 > uint64(len(d.b)) {
 		d.fail("length out of range")
-		return nil
+		return nil, true
 	}
-	out := cloneBytes(d.b[: v-1 : v-1])
+	out := d.b[: v-1 : v-1]
 	d.b = d.b[v-1:]
-	return out
+	return out, false
 }
 
 func (d *decoder) str(max int) string { return string(d.raw(max)) }

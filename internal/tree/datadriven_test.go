@@ -343,8 +343,8 @@ func (h *harness) read(t *testing.T, cmd string, a args) string {
 	case "dump":
 		var out strings.Builder
 		for _, path := range tr.sortedPaths() {
-			n := tr.nodes[path]
-			fmt.Fprintf(&out, "%s data=%q %s\n", path, n.data, fmtStat(n.stat))
+			n := tr.nodes.get(path)
+			fmt.Fprintf(&out, "%s data=%q %s\n", path, n.data(), fmtStat(n.Stat()))
 		}
 		return out.String()
 	}

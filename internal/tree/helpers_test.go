@@ -2,6 +2,7 @@ package tree
 
 import (
 	"bytes"
+	"sort"
 	"testing"
 )
 
@@ -9,65 +10,66 @@ import (
 // against a recomputation from the nodes alone.
 func checkInvariants(t testing.TB, tr *Tree) {
 	t.Helper()
-	if tr.nodes["/"] == nil {
+	if tr.nodes.get("/") == nil {
 		t.Fatal("root missing")
 	}
+	checkSet(t, "nodes", &tr.nodes)
 	ephemerals := 0
-	for p, n := range tr.nodes {
-		if n.path != p {
-			t.Fatalf("node %q stored under %q", n.path, p)
-		}
+	for n := range tr.nodes.all() {
+		p := n.path()
 		if err := ValidatePath(p, false); err != nil {
 			t.Fatalf("invalid path %q in tree", p)
 		}
-		if int(n.stat.NumChildren) != len(n.children) {
-			t.Fatalf("%s: numChildren %d, %d children", p, n.stat.NumChildren, len(n.children))
+		if int(n.stat.NumChildren) != n.numKids() {
+			t.Fatalf("%s: numChildren %d, %d children", p, n.stat.NumChildren, n.numKids())
 		}
-		if int(n.stat.DataLength) != len(n.data) {
-			t.Fatalf("%s: dataLength %d, %d bytes", p, n.stat.DataLength, len(n.data))
+		if st := n.Stat(); int(st.DataLength) != len(n.data()) || n.null && n.data() != "" {
+			t.Fatalf("%s: dataLength %d, %d bytes, null %v", p, st.DataLength, len(n.data()), n.null)
 		}
-		for name := range n.children {
-			c := tr.nodes[joinPath(p, name)]
-			if c == nil {
-				t.Fatalf("%s: child %q missing", p, name)
+		if kids := n.kids(); kids != nil {
+			checkSet(t, p, kids)
+			for c := range kids.all() {
+				if parentOf(c.path()) != p || tr.nodes.get(c.path()) != c {
+					t.Fatalf("%s: child %q not the tree's node", p, c.path())
+				}
 			}
 		}
 		if p != "/" {
-			parent := tr.nodes[parentOf(p)]
+			parent := tr.nodes.get(parentOf(p))
 			if parent == nil {
 				t.Fatalf("%s: no parent", p)
 			}
-			if _, ok := parent.children[baseName(p)]; !ok {
+			if kids := parent.kids(); kids == nil || kids.get(p) != n {
 				t.Fatalf("%s: not in parent's children", p)
 			}
 		}
-		if n.mode.ephemeral() {
+		if n.createMode().ephemeral() {
 			ephemerals++
-			if len(n.children) > 0 {
+			if n.numKids() > 0 {
 				t.Fatalf("%s: ephemeral with children", p)
 			}
-			s := tr.sessions[n.stat.EphemeralOwner]
+			s := tr.sessions[n.owner()]
 			if s == nil {
-				t.Fatalf("%s: owner %d not a session", p, n.stat.EphemeralOwner)
+				t.Fatalf("%s: owner %d not a session", p, n.owner())
 			}
 			if _, ok := s.ephemerals[p]; !ok {
 				t.Fatalf("%s: not in its session's set", p)
 			}
-		} else if n.stat.EphemeralOwner != 0 {
+		} else if n.owner() != 0 {
 			t.Fatalf("%s: owner set on a non-ephemeral", p)
 		}
-		wantTTL := n.mode.isTTL() && len(n.children) == 0
-		if n.mode.isTTL() != (n.expiry != nil) {
-			t.Fatalf("%s: TTL state %v for mode %d", p, n.expiry, n.mode)
+		wantTTL := n.createMode().isTTL() && n.numKids() == 0
+		if n.createMode().isTTL() != (n.ext != nil && n.ext.ttl.ms > 0) {
+			t.Fatalf("%s: TTL state %v for mode %d", p, n.ext, n.mode)
 		}
 		if wantTTL != n.inHeap() {
 			t.Fatalf("%s: ttl index membership %v, want %v", p, n.inHeap(), wantTTL)
 		}
-		if wantTTL && (tr.ttl[n.expiry.heapIdx] != n || n.expiry.deadline != ttlDeadline(n.stat.Mtime, n.expiry.ms)) {
+		if wantTTL && (tr.ttl[n.expiry().heapIdx] != n || n.expiry().deadline != ttlDeadline(n.stat.Mtime, n.expiry().ms)) {
 			t.Fatalf("%s: ttl index entry wrong", p)
 		}
 		_, inC := tr.containers[n]
-		if want := n.mode == ModeContainer && len(n.children) == 0 && n.stat.Cversion > 0; want != inC {
+		if want := n.createMode() == ModeContainer && n.numKids() == 0 && n.stat.Cversion > 0; want != inC {
 			t.Fatalf("%s: container index membership %v, want %v", p, inC, want)
 		}
 	}
@@ -79,31 +81,46 @@ func checkInvariants(t testing.TB, tr *Tree) {
 			t.Fatalf("session %d stored under %d", s.info.ID, id)
 		}
 		for p := range s.ephemerals {
-			if n := tr.nodes[p]; n == nil || n.stat.EphemeralOwner != id {
+			if n := tr.nodes.get(p); n == nil || n.owner() != id {
 				t.Fatalf("session %d lists %s", id, p)
 			}
 		}
 	}
 	for i, n := range tr.ttl {
-		if n.expiry.heapIdx != i || tr.nodes[n.path] != n {
-			t.Fatalf("ttl heap entry %d (%s) stale", i, n.path)
+		if n.expiry().heapIdx != i || tr.nodes.get(n.path()) != n {
+			t.Fatalf("ttl heap entry %d (%s) stale", i, n.path())
 		}
 		if i > 0 && tr.ttl.Less(i, (i-1)/2) {
 			t.Fatalf("ttl heap order broken at %d", i)
 		}
 	}
 	for n := range tr.containers {
-		if tr.nodes[n.path] != n {
-			t.Fatalf("container index holds removed %s", n.path)
+		if tr.nodes.get(n.path()) != n {
+			t.Fatalf("container index holds removed %s", n.path())
 		}
 	}
 }
 
-func joinPath(parent, name string) string {
-	if parent == "/" {
-		return "/" + name
+// checkSet verifies a nodeSet's count and that every node is found from
+// its home slot without crossing an empty one (what get relies on).
+func checkSet(t testing.TB, name string, s *nodeSet) {
+	t.Helper()
+	count := 0
+	for i, e := range s.slots {
+		if e == nil {
+			continue
+		}
+		count++
+		mask := uint64(len(s.slots) - 1)
+		for j := hashPath(e.path()) & mask; j != uint64(i); j = (j + 1) & mask {
+			if s.slots[j] == nil {
+				t.Fatalf("%s: %s unreachable from its home slot", name, e.path())
+			}
+		}
 	}
-	return parent + "/" + name
+	if count != s.n || s.n > 0 && s.n*4 > len(s.slots)*3 {
+		t.Fatalf("%s: count %d, %d counted in %d slots", name, s.n, count, len(s.slots))
+	}
 }
 
 // checkRoundTrip snapshots tr, restores it and compares digests and bytes.
@@ -130,4 +147,14 @@ func checkRoundTrip(t testing.TB, tr *Tree) *Tree {
 		t.Fatal("snapshot of restored tree differs")
 	}
 	return r
+}
+
+// sortedPaths is every node's path, sorted.
+func (t *Tree) sortedPaths() []string {
+	paths := make([]string, 0, t.nodes.len())
+	for n := range t.nodes.all() {
+		paths = append(paths, n.path())
+	}
+	sort.Strings(paths)
+	return paths
 }

@@ -7,10 +7,10 @@ import (
 	"hash/crc32"
 	"hash/fnv"
 	"io"
-	"maps"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/meridian-coord/meridian/internal/errs"
 )
@@ -39,19 +39,19 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // View is the state as of one moment, for a snapshot: it may be written
 // (WriteTo) on another goroutine while the tree goes on changing, once the
-// tree's lock is released. Taking one copies the index of nodes (their
-// pointers) and the sessions, not the nodes: the tree copies a node before
-// it first changes it after the view was taken (own), and the view keeps
-// the original.
+// tree's lock is released. Taking one copies the list of nodes (their
+// pointers: 8 bytes a node) and the sessions, not the nodes: the tree
+// copies a node before it first changes it after the view was taken (own),
+// and the view keeps the original.
 type View struct {
 	sessions []SessionInfo // sorted by ID
-	nodes    map[string]*node
-	paths    []string // sorted, once WriteTo has run
+	nodes    []*node       // sorted by path once WriteTo has run
+	sorted   bool
 }
 
 // View returns the state as of now for a snapshot.
 func (t *Tree) View() *View {
-	v := &View{sessions: make([]SessionInfo, 0, len(t.sessions)), nodes: maps.Clone(t.nodes)}
+	v := &View{sessions: make([]SessionInfo, 0, len(t.sessions)), nodes: t.nodes.list()}
 	for _, id := range t.sortedSessionIDs() {
 		v.sessions = append(v.sessions, t.sessions[id].info) // Password is never modified in place
 	}
@@ -68,10 +68,20 @@ func appendSessionInfo(b []byte, s *SessionInfo) []byte {
 func appendSession(b []byte, s *session) []byte { return appendSessionInfo(b, &s.info) }
 
 func appendNode(b []byte, n *node) []byte {
-	b = appendString(b, n.path)
-	b = appendNullable(b, n.data)
-	b = appendACL(b, n.acl)
-	s := &n.stat
+	st := n.Stat()
+	return appendNodeStat(b, n, &st)
+}
+
+// appendNodeStat is appendNode with the Stat given (tests give a wrong one).
+func appendNodeStat(b []byte, n *node, s *Stat) []byte {
+	b = appendString(b, n.path())
+	if n.null {
+		b = binary.AppendUvarint(b, 0)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(n.data()))+1)
+		b = append(b, n.data()...)
+	}
+	b = appendACL(b, n.acls())
 	for _, v := range [...]int64{s.Czxid, s.Mzxid, s.Ctime, s.Mtime, int64(s.Version),
 		int64(s.Cversion), int64(s.Aversion), s.EphemeralOwner, int64(s.DataLength),
 		int64(s.NumChildren), s.Pzxid} {
@@ -79,15 +89,6 @@ func appendNode(b []byte, n *node) []byte {
 	}
 	b = binary.AppendVarint(b, int64(n.mode))
 	return binary.AppendVarint(b, n.ttlMs())
-}
-
-func (t *Tree) sortedPaths() []string {
-	paths := make([]string, 0, len(t.nodes))
-	for p := range t.nodes {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	return paths
 }
 
 func (t *Tree) sortedSessionIDs() []int64 {
@@ -109,14 +110,9 @@ func (t *Tree) Snapshot(w io.Writer) error {
 // writes for the tree it was taken from) and returns how many. The first
 // call sorts the view; it is not safe for concurrent use.
 func (v *View) WriteTo(w io.Writer) (int64, error) {
-	if v.paths == nil {
-		// Sized once: grown by appending, the slice of a million paths
-		// (16 MB) showed as 82 MB in a heap profile taken mid-snapshot.
-		v.paths = make([]string, 0, len(v.nodes))
-		for p := range v.nodes {
-			v.paths = append(v.paths, p)
-		}
-		slices.Sort(v.paths)
+	if !v.sorted {
+		slices.SortFunc(v.nodes, func(a, b *node) int { return strings.Compare(a.path(), b.path()) })
+		v.sorted = true
 	}
 	cw := &countingWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 1<<16)
@@ -139,9 +135,9 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 			}
 		}
 	}
-	buf = binary.AppendUvarint(buf, uint64(len(v.paths)))
-	for _, p := range v.paths {
-		buf = appendNode(buf, v.nodes[p])
+	buf = binary.AppendUvarint(buf, uint64(len(v.nodes)))
+	for _, n := range v.nodes {
+		buf = appendNode(buf, n)
 		if len(buf) >= 1<<12 {
 			if err := flush(); err != nil {
 				return cw.n, err
@@ -222,37 +218,44 @@ func RestoreBytes(b []byte) (*Tree, error) {
 	count := d.count(math.MaxInt)
 	// Presize: a node takes at least 16 encoded bytes, so the hint stays
 	// proportional to the input even if count lies.
-	t.nodes = make(map[string]*node, min(count, len(d.b)/16))
+	t.nodes.resize(tableSize(min(count, len(d.b)/16)))
 	for i := 0; i < count && d.err == nil; i++ {
 		n := &node{}
-		n.path = d.str(MaxPathBytes)
-		n.data = d.nullable(MaxDataBytes)
+		path := d.raw(MaxPathBytes)
+		data, null := d.nullableRaw(MaxDataBytes)
+		n.key, n.plen, n.null = joinKeyBytes(path, data), uint16(len(path)), null
 		n.acl = intern(d.acl())
-		s := &n.stat
+		var s Stat
 		s.Czxid, s.Mzxid, s.Ctime, s.Mtime = d.varint(), d.varint(), d.varint(), d.varint()
 		s.Version, s.Cversion, s.Aversion = d.int32(), d.int32(), d.int32()
 		s.EphemeralOwner, s.DataLength, s.NumChildren, s.Pzxid = d.varint(), d.int32(), d.int32(), d.varint()
-		n.mode = CreateMode(d.int32())
+		n.stat = nodeStat{Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime, Pzxid: s.Pzxid,
+			Version: s.Version, Cversion: s.Cversion, Aversion: s.Aversion, NumChildren: s.NumChildren}
+		mode := d.int32()
 		ttl := d.varint()
 		if d.err != nil {
 			break
 		}
-		if err := t.restoreNode(n, ttl, prev, i == 0); err != nil {
+		if mode < 0 || mode > math.MaxUint8 {
+			return nil, corrupt("%s: bad mode", n.path())
+		}
+		n.mode = uint8(mode)
+		if err := t.restoreNode(n, &s, ttl, prev, i == 0); err != nil {
 			return nil, err
 		}
-		prev = n.path
+		prev = n.path()
 	}
 	d.end()
 	if d.err != nil {
 		return nil, d.err
 	}
-	if t.nodes["/"] == nil {
+	if t.nodes.get("/") == nil {
 		return nil, corrupt("no root")
 	}
-	for _, n := range t.nodes {
+	for n := range t.nodes.all() {
 		// The decoded NumChildren must agree with the children linked since.
-		if int(n.stat.NumChildren) != len(n.children) {
-			return nil, corrupt("%s: numChildren %d, has %d", n.path, n.stat.NumChildren, len(n.children))
+		if int(n.stat.NumChildren) != n.numKids() {
+			return nil, corrupt("%s: numChildren %d, has %d", n.path(), n.stat.NumChildren, n.numKids())
 		}
 		t.reindex(n)
 	}
@@ -260,41 +263,45 @@ func RestoreBytes(b []byte) (*Tree, error) {
 }
 
 // restoreNode validates one decoded node and links it under its parent.
-func (t *Tree) restoreNode(n *node, ttl int64, prev string, first bool) error {
-	p := n.path
+// s is the decoded Stat, of which n keeps what it stores (nodeStat).
+func (t *Tree) restoreNode(n *node, s *Stat, ttl int64, prev string, first bool) error {
+	p := n.path()
 	if ValidatePath(p, false) != nil || (first != (p == "/")) || (!first && p <= prev) {
 		return corrupt("bad or unordered path %q", p)
 	}
-	if len(n.acl) == 0 {
+	if len(n.acls()) == 0 {
 		return corrupt("%s: empty ACL", p)
 	}
-	for _, a := range n.acl {
+	for _, a := range n.acls() {
 		if !validACLEntry(a) {
 			return corrupt("%s: bad ACL", p)
 		}
 	}
-	m := n.mode
+	m := n.createMode()
 	switch {
-	case !m.valid() || int(n.stat.DataLength) != len(n.data):
+	case !m.valid() || int(s.DataLength) != len(n.data()):
 		return corrupt("%s: bad mode or data length", p)
 	case m.isTTL() != (ttl > 0) || ttl < 0 || ttl > maxTTLMs:
 		return corrupt("%s: bad ttl", p)
-	case m.ephemeral() != (n.stat.EphemeralOwner != 0):
+	case m.ephemeral() != (s.EphemeralOwner != 0):
 		return corrupt("%s: bad ephemeral owner", p)
-	case m.ephemeral() && t.sessions[n.stat.EphemeralOwner] == nil:
+	case m.ephemeral() && t.sessions[s.EphemeralOwner] == nil:
 		return corrupt("%s: ephemeral of unknown session", p)
 	}
 	if ttl > 0 {
-		n.expiry = &ttlState{ms: ttl, heapIdx: -1}
+		n.extend().ttl.ms = ttl
+	}
+	if s.EphemeralOwner != 0 {
+		n.extend().owner = s.EphemeralOwner
 	}
 	// Link with NumChildren preserved: link recomputes it from the child
 	// set, which is still being filled in; it is checked once all are read.
 	want := n.stat.NumChildren
 	n.stat.NumChildren = 0
-	t.nodes[p] = n
+	t.nodes.put(n)
 	if !first {
-		parent := t.nodes[parentOf(p)]
-		if parent == nil || parent.mode.ephemeral() {
+		parent := t.nodes.get(parentOf(p))
+		if parent == nil || parent.createMode().ephemeral() {
 			return corrupt("%s: missing or ephemeral parent", p)
 		}
 		pw := parent.stat.NumChildren
@@ -318,7 +325,7 @@ func (t *Tree) Digest() uint64 {
 		h.Write(b)
 		sum += mix64(h.Sum64())
 	}
-	for _, n := range t.nodes {
+	for n := range t.nodes.all() {
 		buf = appendNode(buf[:0], n)
 		add('n', buf)
 	}

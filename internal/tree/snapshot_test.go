@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"io"
 	"reflect"
 	"testing"
 
@@ -130,19 +131,20 @@ func TestSnapshotCorruptionDetected(t *testing.T) {
 // A snapshot with a valid checksum but inconsistent content is refused too.
 func TestSnapshotInvariantsChecked(t *testing.T) {
 	for name, corrupt := range map[string]func(tr *Tree){
-		"numChildren":   func(tr *Tree) { tr.nodes["/app"].stat.NumChildren = 5 },
-		"dataLength":    func(tr *Tree) { tr.nodes["/app"].stat.DataLength = 1 },
+		"numChildren":   func(tr *Tree) { tr.nodes.get("/app").stat.NumChildren = 5 },
 		"orphan owner":  func(tr *Tree) { delete(tr.sessions, 1) },
-		"owner on node": func(tr *Tree) { tr.nodes["/app"].stat.EphemeralOwner = 2 },
-		"bad mode":      func(tr *Tree) { tr.nodes["/app"].mode = 9 },
-		"ttl":           func(tr *Tree) { tr.nodes["/ttl"].expiry.ms = 0 },
-		"acl":           func(tr *Tree) { tr.nodes["/app"].acl = []ACL{{Perms: 1, ID: ID{"super", ""}}} },
-		"empty acl":     func(tr *Tree) { tr.nodes["/app"].acl = nil },
+		"owner on node": func(tr *Tree) { tr.nodes.get("/app").extend().owner = 2 },
+		"bad mode":      func(tr *Tree) { tr.nodes.get("/app").mode = 9 },
+		"ttl":           func(tr *Tree) { tr.nodes.get("/ttl").expiry().ms = 0 },
+		"acl":           func(tr *Tree) { tr.nodes.get("/app").acl = &[]ACL{{Perms: 1, ID: ID{"super", ""}}} },
+		"empty acl":     func(tr *Tree) { tr.nodes.get("/app").acl = new([]ACL) },
 		"orphan node": func(tr *Tree) {
-			tr.nodes["/nope/x"] = &node{path: "/nope/x", acl: openACL}
+			n := &node{acl: &openACL}
+			n.setPathData("/nope/x", nil)
+			tr.nodes.put(n)
 		},
 		"no root": func(tr *Tree) {
-			delete(tr.nodes, "/")
+			tr.nodes.del("/")
 		},
 	} {
 		tr := richTree(t)
@@ -151,6 +153,33 @@ func TestSnapshotInvariantsChecked(t *testing.T) {
 			t.Errorf("%s: err %v", name, err)
 		}
 	}
+	// A node stores no DataLength (it is len of the data), so a wrong one
+	// is written into the snapshot's bytes instead.
+	bad := snapshotWithStat(richTree(t), "/app", func(s *Stat) { s.DataLength = 1 })
+	if _, err := Restore(bytes.NewReader(bad)); !errors.Is(err, errs.ErrDataInconsistency) {
+		t.Errorf("dataLength: err %v", err)
+	}
+}
+
+// snapshotWithStat is the snapshot of tr (WriteTo's format) with the Stat
+// written for path changed by edit.
+func snapshotWithStat(tr *Tree, path string, edit func(*Stat)) []byte {
+	v := tr.View()
+	v.WriteTo(io.Discard) // sorts v.nodes
+	b := append(snapshotMagic[:], snapshotVersion)
+	b = binary.AppendUvarint(b, uint64(len(v.sessions)))
+	for i := range v.sessions {
+		b = appendSessionInfo(b, &v.sessions[i])
+	}
+	b = binary.AppendUvarint(b, uint64(len(v.nodes)))
+	for _, n := range v.nodes {
+		st := n.Stat()
+		if n.path() == path {
+			edit(&st)
+		}
+		b = appendNodeStat(b, n, &st)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 type failWriter struct{ n int }

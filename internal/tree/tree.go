@@ -23,20 +23,85 @@ func (m CreateMode) ephemeral() bool { return m == ModeEphemeral || m == ModeEph
 
 func (m CreateMode) isTTL() bool { return m == ModePersistentTTL || m == ModePersistentSeqTTL }
 
-// node is one znode. Nodes live in Tree.nodes under their full path; the
-// children set holds names only, so Children is a sort of one small map.
+// node is one znode. Nodes live in Tree.nodes, keyed by their full path;
+// a parent's children set holds the child nodes themselves.
+//
+// A server holds millions of these, so the struct is laid out to fit Go's
+// 96-byte size class (it was 160) and takes one allocation besides: the
+// path and the data share one string (one object for the collector to mark
+// instead of two, and one size-class rounding), the ACL is a pointer to a
+// shared, never modified list, the stat leaves out what follows from
+// elsewhere (DataLength is len(data), EphemeralOwner is in ext) and what
+// only some nodes need is in ext.
 type node struct {
-	path string
-	data []byte // never modified in place: replaced on setData
-	acl  []ACL  // never modified in place: replaced on setACL
-	stat Stat   // NumChildren is kept equal to len(children)
-	mode CreateMode
+	// key is the path followed by the data: never modified in place,
+	// replaced on setData. A substring of it (the path) is not kept past
+	// the node's own life: it would keep the data too.
+	key  string
+	acl  *[]ACL // never modified in place: replaced on setACL; shared (intern)
+	stat nodeStat
 	// gen is the Tree.gen the node was created or copied in: a node of an
 	// older one may be shared with a View and is copied before it changes
 	// (own).
-	gen      uint32
-	children map[string]struct{}
-	expiry   *ttlState // TTL modes only (nil otherwise): a node's size matters at millions of them
+	gen  uint32
+	plen uint16 // len of the path (at most MaxPathBytes)
+	mode uint8  // a CreateMode
+	null bool   // data is ZooKeeper's null, not empty
+	ext  *nodeExt
+}
+
+func (n *node) path() string { return n.key[:n.plen] }
+
+func (n *node) data() string { return n.key[n.plen:] }
+
+// setPathData stores path and a copy of data (nil: null data).
+func (n *node) setPathData(path string, data []byte) {
+	n.key, n.plen, n.null = joinKey(path, data), uint16(len(path)), data == nil
+}
+
+// joinKey is path+string(data) in one allocation (the compiler's
+// concatenation copies data into a temporary string first).
+func joinKey(path string, data []byte) string {
+	var b strings.Builder
+	b.Grow(len(path) + len(data))
+	b.WriteString(path)
+	b.Write(data)
+	return b.String()
+}
+
+// joinKeyBytes is joinKey of a path in bytes (Restore's).
+func joinKeyBytes(path, data []byte) string {
+	var b strings.Builder
+	b.Grow(len(path) + len(data))
+	b.Write(path)
+	b.Write(data)
+	return b.String()
+}
+
+// nodeStat is the part of Stat a node stores, field for field with Stat's
+// names. NumChildren is stored, not len of the children set: a copy taken
+// by own shares the set with the View's original (which does not read it),
+// while the stat a View writes must be the one of its moment.
+type nodeStat struct {
+	Czxid       int64
+	Mzxid       int64
+	Ctime       int64
+	Mtime       int64
+	Pzxid       int64
+	Version     int32
+	Cversion    int32
+	Aversion    int32
+	NumChildren int32
+}
+
+// nodeExt is what only some nodes need: parents their children, ephemeral
+// nodes their owner, TTL nodes their TTL. A copy made by own shares it with
+// the original: the owner and TTL never change, and a View reads neither
+// the children set nor the TTL's heap place.
+type nodeExt struct {
+	children nodeSet
+	owner    int64    // session id of an ephemeral node
+	ttl      ttlState // TTL modes only
 }
 
 // ttlState is a TTL node's TTL and its place in Tree.ttl.
@@ -46,16 +111,79 @@ type ttlState struct {
 	deadline int64 // TTL expiry while in Tree.ttl
 }
 
-// ttlMs is the node's TTL, 0 for a node of a mode without one.
-func (n *node) ttlMs() int64 {
-	if n.expiry == nil {
+func (n *node) createMode() CreateMode { return CreateMode(n.mode) }
+
+// dataBytes is a copy of the data, nil for null data.
+func (n *node) dataBytes() []byte {
+	if n.null {
+		return nil
+	}
+	return []byte(n.data())
+}
+
+// setData stores a copy of b (nil: null data).
+func (n *node) setData(b []byte) { n.setPathData(n.path(), b) }
+
+func (n *node) acls() []ACL { return *n.acl }
+
+// Stat is the node's ZooKeeper Stat.
+func (n *node) Stat() Stat {
+	s := &n.stat
+	return Stat{Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime, Version: s.Version,
+		Cversion: s.Cversion, Aversion: s.Aversion, EphemeralOwner: n.owner(), DataLength: int32(len(n.key)) - int32(n.plen),
+		NumChildren: s.NumChildren, Pzxid: s.Pzxid}
+}
+
+// owner is the ephemeral owner, 0 for other nodes.
+func (n *node) owner() int64 {
+	if n.ext == nil {
 		return 0
 	}
-	return n.expiry.ms
+	return n.ext.owner
+}
+
+// kids is the children set, nil when there are none.
+func (n *node) kids() *nodeSet {
+	if n.ext == nil || n.ext.children.n == 0 {
+		return nil
+	}
+	return &n.ext.children
+}
+
+// numKids is the size of the children set.
+func (n *node) numKids() int {
+	if n.ext == nil {
+		return 0
+	}
+	return n.ext.children.n
+}
+
+// expiry is the TTL state of a node of a TTL mode, nil otherwise.
+func (n *node) expiry() *ttlState {
+	if n.ext == nil || !n.createMode().isTTL() {
+		return nil
+	}
+	return &n.ext.ttl
+}
+
+// extend returns n's ext, allocating it if needed.
+func (n *node) extend() *nodeExt {
+	if n.ext == nil {
+		n.ext = &nodeExt{ttl: ttlState{heapIdx: -1}}
+	}
+	return n.ext
+}
+
+// ttlMs is the node's TTL, 0 for a node of a mode without one.
+func (n *node) ttlMs() int64 {
+	if e := n.expiry(); e != nil {
+		return e.ms
+	}
+	return 0
 }
 
 // inHeap reports whether n is in Tree.ttl.
-func (n *node) inHeap() bool { return n.expiry != nil && n.expiry.heapIdx >= 0 }
+func (n *node) inHeap() bool { e := n.expiry(); return e != nil && e.heapIdx >= 0 }
 
 type session struct {
 	info       SessionInfo
@@ -64,7 +192,7 @@ type session struct {
 
 // Tree is the data tree plus the session table. See the package doc.
 type Tree struct {
-	nodes     map[string]*node
+	nodes     nodeSet
 	sessions  map[int64]*session
 	ephemeral int // number of ephemeral nodes
 
@@ -93,9 +221,13 @@ func (t *Tree) own(n *node) *node {
 	}
 	c := *n
 	c.gen = gen
-	t.nodes[c.path] = &c
-	if c.expiry != nil && c.expiry.heapIdx >= 0 {
-		t.ttl[c.expiry.heapIdx] = &c
+	t.nodes.put(&c)
+	if c.path() != "/" {
+		// The parent's set holds the node itself: the copy takes its place.
+		t.nodes.get(parentOf(c.path())).ext.children.replace(n, &c)
+	}
+	if e := c.expiry(); e != nil && e.heapIdx >= 0 {
+		t.ttl[e.heapIdx] = &c
 	}
 	if _, ok := t.containers[n]; ok {
 		delete(t.containers, n)
@@ -106,7 +238,6 @@ func (t *Tree) own(n *node) *node {
 
 func newEmpty() *Tree {
 	return &Tree{
-		nodes:      make(map[string]*node),
 		sessions:   make(map[int64]*session),
 		containers: make(map[*node]struct{}),
 	}
@@ -118,10 +249,11 @@ func newEmpty() *Tree {
 func New() *Tree {
 	t := newEmpty()
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
-		n := &node{path: p, acl: openACL}
-		t.nodes[p] = n
+		n := &node{acl: &openACL}
+		n.setPathData(p, nil)
+		t.nodes.put(n)
 		if p != "/" {
-			t.link(t.nodes[parentOf(p)], n)
+			t.link(t.nodes.get(parentOf(p)), n)
 		}
 	}
 	return t
@@ -130,17 +262,16 @@ func New() *Tree {
 // link attaches a node already in t.nodes to its parent's child set and to
 // its session's ephemeral set. Stats are the caller's business.
 func (t *Tree) link(parent, n *node) {
-	if parent.children == nil {
-		parent.children = make(map[string]struct{}, 1)
-	}
-	parent.children[baseName(n.path)] = struct{}{}
-	parent.stat.NumChildren = int32(len(parent.children))
-	if n.mode.ephemeral() {
-		if s := t.sessions[n.stat.EphemeralOwner]; s != nil {
+	kids := &parent.extend().children
+	kids.put(n)
+	parent.stat.NumChildren = int32(kids.len())
+	if n.createMode().ephemeral() {
+		if s := t.sessions[n.owner()]; s != nil {
 			if s.ephemerals == nil {
 				s.ephemerals = make(map[string]struct{})
 			}
-			s.ephemerals[n.path] = struct{}{}
+			// A copy: n's path would keep its data alive (node.key).
+			s.ephemerals[strings.Clone(n.path())] = struct{}{}
 			t.ephemeral++
 		}
 	}
@@ -148,15 +279,17 @@ func (t *Tree) link(parent, n *node) {
 
 // unlink is the inverse of link.
 func (t *Tree) unlink(parent, n *node) {
-	delete(parent.children, baseName(n.path))
-	if len(parent.children) == 0 {
-		parent.children = nil
+	if e := parent.ext; e != nil {
+		e.children.del(n.path())
+		if e.children.n == 0 && e.owner == 0 && !parent.createMode().isTTL() {
+			parent.ext = nil // a copy (own) may share e: it is left as it is
+		}
 	}
-	parent.stat.NumChildren = int32(len(parent.children))
-	if n.mode.ephemeral() {
-		if s := t.sessions[n.stat.EphemeralOwner]; s != nil {
-			if _, ok := s.ephemerals[n.path]; ok {
-				delete(s.ephemerals, n.path)
+	parent.stat.NumChildren = int32(parent.numKids())
+	if n.createMode().ephemeral() {
+		if s := t.sessions[n.owner()]; s != nil {
+			if _, ok := s.ephemerals[n.path()]; ok {
+				delete(s.ephemerals, n.path())
 				t.ephemeral--
 			}
 		}
@@ -166,10 +299,10 @@ func (t *Tree) unlink(parent, n *node) {
 // reindex brings the reap indexes up to date for n after any change to n
 // (including its removal from the tree).
 func (t *Tree) reindex(n *node) {
-	live := t.nodes[n.path] == n
-	empty := len(n.children) == 0
-	if live && empty && n.mode.isTTL() {
-		e := n.expiry
+	live := t.nodes.has(n)
+	empty := n.numKids() == 0
+	if live && empty && n.createMode().isTTL() {
+		e := n.expiry()
 		d := ttlDeadline(n.stat.Mtime, e.ms)
 		switch {
 		case e.heapIdx < 0:
@@ -180,10 +313,10 @@ func (t *Tree) reindex(n *node) {
 			heap.Fix(&t.ttl, e.heapIdx)
 		}
 	} else if n.inHeap() {
-		heap.Remove(&t.ttl, n.expiry.heapIdx)
+		heap.Remove(&t.ttl, n.expiry().heapIdx)
 	}
 	// ZooKeeper's ContainerManager: cversion > 0 means it once had a child.
-	if live && empty && n.mode == ModeContainer && n.stat.Cversion > 0 {
+	if live && empty && n.createMode() == ModeContainer && n.stat.Cversion > 0 {
 		t.containers[n] = struct{}{}
 	} else {
 		delete(t.containers, n)
@@ -203,19 +336,19 @@ type ttlHeap []*node
 
 func (h ttlHeap) Len() int { return len(h) }
 func (h ttlHeap) Less(i, j int) bool {
-	if h[i].expiry.deadline != h[j].expiry.deadline {
-		return h[i].expiry.deadline < h[j].expiry.deadline
+	if h[i].expiry().deadline != h[j].expiry().deadline {
+		return h[i].expiry().deadline < h[j].expiry().deadline
 	}
-	return h[i].path < h[j].path
+	return h[i].path() < h[j].path()
 }
 func (h ttlHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].expiry.heapIdx = i
-	h[j].expiry.heapIdx = j
+	h[i].expiry().heapIdx = i
+	h[j].expiry().heapIdx = j
 }
 func (h *ttlHeap) Push(x any) {
 	n := x.(*node)
-	n.expiry.heapIdx = len(*h)
+	n.expiry().heapIdx = len(*h)
 	*h = append(*h, n)
 }
 func (h *ttlHeap) Pop() any {
@@ -223,7 +356,7 @@ func (h *ttlHeap) Pop() any {
 	n := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	n.expiry.heapIdx = -1
+	n.expiry().heapIdx = -1
 	return n
 }
 
@@ -234,7 +367,7 @@ func (h ttlHeap) expired(now int64, out []*node) []*node {
 	for len(stack) > 0 {
 		i := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if i >= len(h) || h[i].expiry.deadline > now {
+		if i >= len(h) || h[i].expiry().deadline > now {
 			continue
 		}
 		out = append(out, h[i])
@@ -249,7 +382,7 @@ func (t *Tree) reapable(now int64) []*node {
 	for n := range t.containers {
 		out = append(out, n)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	sort.Slice(out, func(i, j int) bool { return out[i].path() < out[j].path() })
 	return out
 }
 
@@ -259,7 +392,7 @@ func (t *Tree) lookup(path string) (*node, error) {
 	if err := ValidatePath(path, false); err != nil {
 		return nil, err
 	}
-	n := t.nodes[path]
+	n := t.nodes.get(path)
 	if n == nil {
 		return nil, errs.ErrNoNode
 	}
@@ -280,7 +413,7 @@ func (t *Tree) Get(path string) ([]byte, Stat, error) {
 	if err != nil {
 		return nil, Stat{}, err
 	}
-	return cloneBytes(n.data), n.stat, nil
+	return n.dataBytes(), n.Stat(), nil
 }
 
 // Exists returns the node's stat.
@@ -289,7 +422,7 @@ func (t *Tree) Exists(path string) (Stat, error) {
 	if err != nil {
 		return Stat{}, err
 	}
-	return n.stat, nil
+	return n.Stat(), nil
 }
 
 // Children returns the sorted child names and the node's stat.
@@ -298,12 +431,14 @@ func (t *Tree) Children(path string) ([]string, Stat, error) {
 	if err != nil {
 		return nil, Stat{}, err
 	}
-	names := make([]string, 0, len(n.children))
-	for c := range n.children {
-		names = append(names, c)
+	names := make([]string, 0, n.numKids())
+	if kids := n.kids(); kids != nil {
+		for c := range kids.all() {
+			names = append(names, baseName(c.path()))
+		}
 	}
 	sort.Strings(names)
-	return names, n.stat, nil
+	return names, n.Stat(), nil
 }
 
 // GetACL returns a copy of the node's ACL and its stat.
@@ -312,7 +447,7 @@ func (t *Tree) GetACL(path string) ([]ACL, Stat, error) {
 	if err != nil {
 		return nil, Stat{}, err
 	}
-	return append([]ACL(nil), n.acl...), n.stat, nil
+	return append([]ACL(nil), n.acls()...), n.Stat(), nil
 }
 
 // CheckACL reports whether identities auth hold perm on path, for reads
@@ -322,7 +457,7 @@ func (t *Tree) CheckACL(path string, perm int32, auth []ID) error {
 	if err != nil {
 		return err
 	}
-	return checkPerm(n.acl, perm, auth)
+	return checkPerm(n.acls(), perm, auth)
 }
 
 // AllChildrenNumber returns the number of descendants of path.
@@ -332,17 +467,19 @@ func (t *Tree) AllChildrenNumber(path string) (int, error) {
 		return 0, err
 	}
 	if path == "/" {
-		return len(t.nodes) - 1, nil
+		return t.nodes.len() - 1, nil
 	}
 	count := 0
 	stack := []*node{n}
 	for len(stack) > 0 {
 		cur := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		for name := range cur.children {
-			count++
-			if c := t.nodes[cur.path+"/"+name]; c != nil && len(c.children) > 0 {
-				stack = append(stack, c)
+		if kids := cur.kids(); kids != nil {
+			for c := range kids.all() {
+				count++
+				if c.numKids() > 0 {
+					stack = append(stack, c)
+				}
 			}
 		}
 	}
@@ -420,12 +557,12 @@ func (t *Tree) ForgetSession(id int64) bool {
 }
 
 // NodeCount returns the number of nodes, the root and /zookeeper included.
-func (t *Tree) NodeCount() int { return len(t.nodes) }
+func (t *Tree) NodeCount() int { return t.nodes.len() }
 
 // EphemeralCount returns the number of ephemeral nodes.
 func (t *Tree) EphemeralCount() int { return t.ephemeral }
 
 // NeedsReap reports whether an OpReap at nowMs would delete something.
 func (t *Tree) NeedsReap(nowMs int64) bool {
-	return len(t.containers) > 0 || (len(t.ttl) > 0 && t.ttl[0].expiry.deadline <= nowMs)
+	return len(t.containers) > 0 || (len(t.ttl) > 0 && t.ttl[0].expiry().deadline <= nowMs)
 }

@@ -76,19 +76,19 @@ func TestValidatePathCharacters(t *testing.T) {
 func TestInt32Wrap(t *testing.T) {
 	tr := New()
 	mustApply(t, tr, 1, createCmd("/p", ModePersistent))
-	tr.nodes["/p"].stat.Cversion = math.MaxInt32
+	tr.nodes.get("/p").stat.Cversion = math.MaxInt32
 	if got := mustApply(t, tr, 2, createCmd("/p/s-", ModePersistentSequential)).Op.Path; got != "/p/s-2147483647" {
 		t.Errorf("got %s", got)
 	}
 	if got := mustApply(t, tr, 3, createCmd("/p/s-", ModePersistentSequential)).Op.Path; got != "/p/s--2147483648" {
 		t.Errorf("got %s", got)
 	}
-	tr.nodes["/p"].stat.Cversion = -5
+	tr.nodes.get("/p").stat.Cversion = -5
 	if got := mustApply(t, tr, 4, createCmd("/p/s-", ModePersistentSequential)).Op.Path; got != "/p/s--000000005" {
 		t.Errorf("got %s", got)
 	}
 
-	tr.nodes["/p"].stat.Version = math.MaxInt32
+	tr.nodes.get("/p").stat.Version = math.MaxInt32
 	set := &Command{Op: Op{Type: OpSetData, Path: "/p", Version: math.MaxInt32}}
 	if v := mustApply(t, tr, 5, set).Op.Stat.Version; v != math.MinInt32 {
 		t.Errorf("version after wrap %d", v)
@@ -191,14 +191,14 @@ func TestDigestCoversState(t *testing.T) {
 		t.Fatal("digest not deterministic")
 	}
 	for name, mutate := range map[string]func(*Tree){
-		"data":     func(tr *Tree) { tr.nodes["/a"].data = []byte("e") },
-		"mtime":    func(tr *Tree) { tr.nodes["/a"].stat.Mtime++ },
-		"pzxid":    func(tr *Tree) { tr.nodes["/a"].stat.Pzxid++ },
-		"acl":      func(tr *Tree) { tr.nodes["/a"].acl = []ACL{{Perms: PermRead, ID: ID{"world", "anyone"}}} },
-		"mode":     func(tr *Tree) { tr.nodes["/a"].mode = ModeContainer },
+		"data":     func(tr *Tree) { tr.nodes.get("/a").setData([]byte("e")) },
+		"mtime":    func(tr *Tree) { tr.nodes.get("/a").stat.Mtime++ },
+		"pzxid":    func(tr *Tree) { tr.nodes.get("/a").stat.Pzxid++ },
+		"acl":      func(tr *Tree) { tr.nodes.get("/a").acl = &[]ACL{{Perms: PermRead, ID: ID{"world", "anyone"}}} },
+		"mode":     func(tr *Tree) { tr.nodes.get("/a").mode = uint8(ModeContainer) },
 		"session":  func(tr *Tree) { tr.sessions[1].info.TimeoutMs++ },
 		"password": func(tr *Tree) { tr.sessions[1].info.Password = []byte("x") },
-		"no node":  func(tr *Tree) { delete(tr.nodes, "/a") },
+		"no node":  func(tr *Tree) { tr.nodes.del("/a") },
 	} {
 		tr := base()
 		mutate(tr)
