@@ -285,6 +285,7 @@ type Replica struct {
 	refused       uint64
 	refusedLogged time.Time
 	held          heldProposals // forwarded proposals raft would drop now (raft loop only)
+	props         proposalBatch // local proposals taken, not yet stepped (raft loop only)
 	stamps        stamps        // when uncommitted entries entered the log here (raft loop only)
 	unsynced      unsynced      // a learner's writes and acknowledgements waiting for a sync (raft loop only)
 	origins       origins       // proposals stepped while leading, by the member they came through
@@ -333,6 +334,8 @@ type Replica struct {
 	inflight      map[string]*readBatch
 	readSeq       uint64
 	readRounds    atomic.Uint64 // ReadIndex rounds issued (tests check batching)
+	propBatches   atomic.Uint64 // MsgProps of local proposals stepped (tests check batching)
+	propMaxBytes  atomic.Int64  // the largest such MsgProp's data, of more than one proposal (tests check the bound)
 	numReads      atomic.Int64  // reads waiting, for the limit
 
 	stopc chan struct{}
@@ -1083,6 +1086,7 @@ const maxDrain = 4096
 // before the next Ready, so all of them share one fsync (group commit), one
 // round of messages and one ReadIndex round.
 func (r *Replica) drain() {
+	defer r.flushProposals()
 	for i := 0; i < maxDrain; i++ {
 		select {
 		case p := <-r.propc:
@@ -1243,16 +1247,58 @@ func refuseStep(m *pb.Message, last uint64, leads bool) error {
 	return nil
 }
 
+// propose queues a local proposal for the next flushProposals (raft loop).
+// Proposals taken in one drain are stepped as one MsgProp: raft appends
+// them together and sends each follower one append for all of them (a
+// follower forwards them to the leader as one message) instead of one
+// append, one acknowledgement and one encoding per proposal. The batch is
+// bounded by MaxSizePerMsg bytes (a single larger proposal goes alone), so
+// a forwarded batch stays within what peers accept in a frame.
 func (r *Replica) propose(p proposal) {
+	if n := len(r.props.batch); n > 0 && r.props.bytes+len(p.data) > int(r.cfg.MaxSizePerMsg) {
+		r.flushProposals()
+	}
+	r.props.batch = append(r.props.batch, p)
+	r.props.bytes += len(p.data)
+}
+
+// proposalBatch is the raft loop's queued local proposals (propose).
+type proposalBatch struct {
+	batch []proposal
+	bytes int
+}
+
+// flushProposals steps the queued proposals into raft, in order, and
+// answers each (raft loop). raft takes or drops a MsgProp whole, so every
+// proposal of a batch gets the same answer.
+func (r *Replica) flushProposals() {
+	b := &r.props
+	if len(b.batch) == 0 {
+		return
+	}
 	r.unquiesce()
-	err := r.rn.Propose(p.data)
+	// A fresh slice each time: raft may keep it (a follower's MsgProp is
+	// forwarded as is; an unstable log may take the slice over).
+	ents := make([]*pb.Entry, 0, len(b.batch))
+	for _, p := range b.batch {
+		ents = append(ents, &pb.Entry{Data: p.data})
+	}
+	r.propBatches.Add(1)
+	if len(b.batch) > 1 && int64(b.bytes) > r.propMaxBytes.Load() {
+		r.propMaxBytes.Store(int64(b.bytes))
+	}
+	err := r.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(r.cfg.ID), Entries: ents})
 	if errors.Is(err, raft.ErrProposalDropped) {
 		err = errs.ErrNotLeader
 	}
 	if err == nil && r.leader.Load() == r.cfg.ID {
-		r.origins.add(r.cfg.ID, 1)
+		r.origins.add(r.cfg.ID, len(b.batch))
 	}
-	p.errc <- err
+	for i, p := range b.batch {
+		p.errc <- err
+		b.batch[i] = proposal{}
+	}
+	b.batch, b.bytes = b.batch[:0], 0
 }
 
 // origins counts the entries this member proposed while leading, by the

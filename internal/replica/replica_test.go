@@ -331,6 +331,54 @@ func TestReadIndexBatching(t *testing.T) {
 	}
 }
 
+// TestProposalBatching: concurrent proposals through the leader and
+// through a follower are stepped into raft a batch at a time, every one
+// is applied, and no batch of several exceeds MaxSizePerMsg.
+func TestProposalBatching(t *testing.T) {
+	const maxMsg = 8 << 10
+	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxSizePerMsg = maxMsg })
+	lead := c.leader()
+	val := strings.Repeat("v", 1000)
+	for _, i := range []int{lead, (lead + 1) % 3} {
+		before := c.reps[i].propBatches.Load()
+		const n = 200
+		var wg sync.WaitGroup
+		errc := make(chan error, n)
+		for j := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				errc <- c.reps[i].Propose(ctx, []byte(fmt.Sprintf("b%d-%d=%s", i, j, val)))
+			}()
+		}
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.waitAll(func(s *kv) bool {
+			for j := range n {
+				if _, ok := s.get(fmt.Sprintf("b%d-%d", i, j)); !ok {
+					return false
+				}
+			}
+			return true
+		})
+		batches := c.reps[i].propBatches.Load() - before
+		t.Logf("replica %d: %d proposals in %d batches, largest %d bytes", i+1, n, batches, c.reps[i].propMaxBytes.Load())
+		if batches >= n {
+			t.Fatalf("%d proposals took %d batches; want them batched", n, batches)
+		}
+		if got := c.reps[i].propMaxBytes.Load(); got > maxMsg {
+			t.Fatalf("a batch of %d bytes exceeds MaxSizePerMsg %d", got, maxMsg)
+		}
+	}
+}
+
 // TestLeaderCrashDuringWrites kills the leader under a stream of writes: a new
 // leader takes over, writes continue, nothing applied anywhere is lost, and
 // the old leader catches up when it comes back.

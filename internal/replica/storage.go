@@ -45,6 +45,8 @@ type disk struct {
 	// last is the highest entry index stored (or the snapshot index when the
 	// log is empty). Only the raft loop touches it.
 	last uint64
+	// scratch is Save's buffer for entry keys and values (raft loop only).
+	scratch []byte
 }
 
 // groupPrefix is the key prefix of group's state (group > 0).
@@ -89,15 +91,17 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // ErrCorrupt reports a stored value that fails its checksum or does not decode.
 var ErrCorrupt = errors.New("replica: corrupt raft storage")
 
-func seal(m proto.Message) ([]byte, error) {
-	b, err := proto.Marshal(m)
+func seal(m proto.Message) ([]byte, error) { return sealAppend(nil, m) }
+
+// sealAppend appends m's sealed value (seal) to b.
+func sealAppend(b []byte, m proto.Message) ([]byte, error) {
+	at := len(b)
+	b, err := proto.MarshalOptions{}.MarshalAppend(append(b, 0, 0, 0, 0), m)
 	if err != nil {
-		return nil, err
+		return b[:at], err
 	}
-	out := make([]byte, 4+len(b))
-	binary.BigEndian.PutUint32(out, crc32.Checksum(b, crcTable))
-	copy(out[4:], b)
-	return out, nil
+	binary.BigEndian.PutUint32(b[at:], crc32.Checksum(b[at+4:], crcTable))
+	return b, nil
 }
 
 func unseal(v []byte, m proto.Message) error {
@@ -247,14 +251,22 @@ func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync 
 		}
 		last = snap.GetMetadata().GetIndex()
 	}
+	// One buffer for every entry's key and value: Set copies both into the
+	// batch, and an entry per proposal made two allocations and a copy each.
+	buf := d.scratch[:0]
 	for _, e := range ents {
-		v, err := seal(e)
-		if err != nil {
+		buf = binary.BigEndian.AppendUint64(append(append(buf[:0], d.prefix...), 'e'), e.GetIndex())
+		k := len(buf)
+		var err error
+		if buf, err = sealAppend(buf, e); err != nil {
 			return err
 		}
-		if err := b.Set(d.entryKey(e.GetIndex()), v, nil); err != nil {
+		if err := b.Set(buf[:k], buf[k:], nil); err != nil {
 			return err
 		}
+	}
+	if cap(buf) <= 1<<20 { // a rare large entry's buffer is not kept
+		d.scratch = buf[:0]
 	}
 	if n := len(ents); n > 0 {
 		// A new leader overwrote a suffix: remove whatever lies beyond the new

@@ -791,8 +791,13 @@ func (t *transport) reader(raw net.Conn) {
 		t.log.Warn("bad peer frame; closing connection", append([]any{"remote", raw.RemoteAddr().String(), "member", sender, "reason", reason}, args...)...)
 	}
 	for {
-		// Idle limit: live peers write at least every keepaliveEvery.
-		c.SetReadDeadline(time.Now().Add(inboundIdle))
+		// Idle limit: live peers write at least every keepaliveEvery. The
+		// deadlines are set only before a read that may block: a batch's
+		// frames arrive together, and most are read from the buffer (a
+		// deadline costs a clock read and a timer update, twice a frame).
+		if r.Buffered() < len(hdr) {
+			c.SetReadDeadline(time.Now().Add(inboundIdle))
+		}
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				t.log.Debug("peer read", "remote", c.RemoteAddr().String(), "err", err)
@@ -844,7 +849,9 @@ func (t *transport) reader(raw net.Conn) {
 		}
 		// Body limit: 5 s plus a second per MiB declared, so a stalled
 		// frame cannot hold an inbound slot.
-		c.SetReadDeadline(time.Now().Add(bodyTimeout + time.Duration(n>>20)*time.Second))
+		if kind == kindSnapStream || int64(r.Buffered()) < n-frameHeader {
+			c.SetReadDeadline(time.Now().Add(bodyTimeout + time.Duration(n>>20)*time.Second))
+		}
 		if kind == kindSnapStream {
 			m, group, err := t.receiveStream(r, n-frameHeader, from, func(size uint64) {
 				c.SetReadDeadline(time.Now().Add(bodyTimeout + time.Duration(size>>20)*time.Second))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -388,4 +389,64 @@ func BenchmarkZKSetData1KiB(b *testing.B) {
 		_, err := conns[i%len(conns)].Set(fmt.Sprintf("/k%d", i%64), val, -1)
 		return 0, err
 	}, []*client.Client{nil})
+}
+
+// BenchmarkZKFill fills znodes of 100 B through the ZooKeeper port with 64
+// sessions spread over the three members, each creating in turn, as the
+// scale experiment's fill does (bench/scale.go), and reports the CPU time
+// of the whole process (the three members and the clients) per create:
+// on a shared host that figure moves less with the load than the rate.
+func BenchmarkZKFill(b *testing.B) {
+	tc := benchCluster(b)
+	addrs := tc.zkAddrs()
+	const clients = 64
+	conns := make([]*gozk.Conn, clients)
+	for i := range conns {
+		conns[i], _ = zkConnect(b, []string{addrs[i%len(addrs)]})
+	}
+	if _, err := conns[0].Create("/fill", nil, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range conns {
+		if _, err := c.Sync("/fill"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	data := make([]byte, 100)
+	var cpu0 time.Duration
+	b.ResetTimer()
+	cpu0 = processCPU()
+	var wg sync.WaitGroup
+	errc := make(chan error, clients)
+	per := b.N/clients + 1
+	start := time.Now()
+	for w, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if _, err := c.Create(fmt.Sprintf("/fill/n%d-%d", w, i), data, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	close(errc)
+	for err := range errc {
+		b.Fatal(err)
+	}
+	n := float64(per * clients)
+	b.ReportMetric(n/el.Seconds(), "creates/s")
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "cpu-µs/create")
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"runtime"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,7 +47,81 @@ type metrics struct {
 	buildInfo       *prometheus.GaugeVec
 	readWaits       *prometheus.CounterVec
 
+	// Children looked up once, on first use as WithLabelValues makes them:
+	// WithLabelValues hashes its labels and takes the vector's lock on
+	// every call, and a write passes through several of these on each of
+	// the three members (its request, its proposal, its stages), thousands
+	// of times a second. Keys come from fixed tables only (stage names,
+	// named opcodes, proposal outcomes), so the caches stay small.
+	stages    sync.Map // stageKey → prometheus.Observer
+	zkOps     sync.Map // int32 opcode → *zkOpMetrics, named opcodes only
+	proposalC sync.Map // result → prometheus.Counter
+
 	collectors []prometheus.Collector // every one registered (register)
+}
+
+type stageKey struct {
+	stage string
+	root  bool
+}
+
+// zkOpMetrics are one ZooKeeper opcode's children: its method label, its
+// "ok" count and its latency.
+type zkOpMetrics struct {
+	method   string // zkMethod's label
+	ok       prometheus.Counter
+	duration prometheus.Observer
+}
+
+// zkOp returns opcode op's children; nil for an opcode without a name
+// (zkMethod's "zk:unknown"), which is not cached: a client chooses the
+// opcodes it sends, and the cache must not grow with them.
+func (m *metrics) zkOp(op int32) *zkOpMetrics {
+	if v, ok := m.zkOps.Load(op); ok {
+		return v.(*zkOpMetrics)
+	}
+	method := zkMethod(op)
+	if method == "zk:unknown" {
+		return nil
+	}
+	z := &zkOpMetrics{method: method, ok: m.requests.WithLabelValues(method, "ok"),
+		duration: m.requestDuration.WithLabelValues(portZK, strings.TrimPrefix(method, "zk:"))}
+	v, _ := m.zkOps.LoadOrStore(op, z)
+	return v.(*zkOpMetrics)
+}
+
+// countZK counts one ZooKeeper request with opcode op and outcome code in
+// meridian_requests_total (method zkMethod(op)).
+func (m *metrics) countZK(op int32, code string) {
+	z := m.zkOp(op)
+	switch {
+	case z == nil:
+		m.requests.WithLabelValues(zkMethod(op), code).Inc()
+	case code == "ok":
+		z.ok.Inc()
+	default:
+		m.requests.WithLabelValues(z.method, code).Inc()
+	}
+}
+
+// observeZK records the latency of a ZooKeeper request with opcode op.
+func (m *metrics) observeZK(op int32, d time.Duration) {
+	if z := m.zkOp(op); z != nil {
+		z.duration.Observe(d.Seconds())
+		return
+	}
+	m.observeRequest(portZK, strings.TrimPrefix(zkMethod(op), "zk:"), d)
+}
+
+// countProposal counts a proposal's outcome (applied, rejected, timeout,
+// unknown).
+func (m *metrics) countProposal(result string) {
+	if c, ok := m.proposalC.Load(result); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c, _ := m.proposalC.LoadOrStore(result, m.proposals.WithLabelValues(result))
+	c.(prometheus.Counter).Inc()
 }
 
 // Ports, the port label of meridian_request_duration_seconds.
@@ -74,11 +150,17 @@ const (
 
 // observeStage records d in a group's stage.
 func (m *metrics) observeStage(root bool, stage string, d time.Duration) {
+	k := stageKey{stage, root}
+	if o, ok := m.stages.Load(k); ok {
+		o.(prometheus.Observer).Observe(d.Seconds())
+		return
+	}
 	group := "keyspace"
 	if root {
 		group = "root"
 	}
-	m.proposalStage.WithLabelValues(stage, group).Observe(d.Seconds())
+	o, _ := m.stages.LoadOrStore(k, m.proposalStage.WithLabelValues(stage, group))
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 func newMetrics() *metrics {

@@ -277,23 +277,23 @@ func (f *Future) wait() (applied, error) {
 	case <-f.done:
 		a := f.result
 		if a.err != nil {
-			s.metrics.proposals.WithLabelValues("unknown").Inc()
+			s.metrics.countProposal("unknown")
 			return applied{}, a.err
 		}
-		s.metrics.proposals.WithLabelValues("applied").Inc()
+		s.metrics.countProposal("applied")
 		if v := viewOf(f.parent); v != nil {
 			v.observe(f.g.id, a.index)
 		}
 		f.observeStages()
 		return a, nil
 	case <-f.ctx.Done():
-		s.metrics.proposals.WithLabelValues("timeout").Inc()
+		s.metrics.countProposal("timeout")
 		return applied{}, errs.ErrTimeout
 	case <-s.stop:
 		// raft has it and may commit it after all (forwarded to the
 		// leader): not "stopped", which says it was not applied and lets
 		// clients retry it.
-		s.metrics.proposals.WithLabelValues("unknown").Inc()
+		s.metrics.countProposal("unknown")
 		return applied{}, errs.ErrOutcomeUnknown
 	}
 }
@@ -389,7 +389,7 @@ func (s *Server) submitOnce(f *Future, id uint64, data []byte) error {
 			// Applied meanwhile after all (and answered): a retry under
 			// the same id must not register it again.
 		default:
-			s.metrics.proposals.WithLabelValues("rejected").Inc()
+			s.metrics.countProposal("rejected")
 			return err
 		}
 	}

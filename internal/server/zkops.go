@@ -81,7 +81,7 @@ func (c *zkConn) replyCounting(hdr zk.RequestHeader, zxid int64, err error, body
 // its calls: method "zk:" and the opcode's name, code the outcome's label
 // (codeLabel, the native API's).
 func (c *zkConn) count(op int32, outcome error) {
-	c.s.metrics.requests.WithLabelValues(zkMethod(op), codeLabel(outcome)).Inc()
+	c.s.metrics.countZK(op, codeLabel(outcome))
 }
 
 // finish records that a request with opcode op, read at start, has had
@@ -92,7 +92,7 @@ func (c *zkConn) finish(op int32, start time.Time) {
 	d := time.Since(start)
 	c.l.stats.outstanding.Add(-1)
 	c.l.stats.observe(d)
-	c.s.metrics.observeRequest(portZK, strings.TrimPrefix(zkMethod(op), "zk:"), d)
+	c.s.metrics.observeZK(op, d)
 }
 
 // requestOpcode is the opcode of request pkt (xid, then type), read as
@@ -129,7 +129,7 @@ func zkMethod(op int32) string {
 // reconnects with its id and password within its timeout and goes on.
 // Each such request is counted with code "connection_closed".
 func (c *zkConn) loseConnection(hdr zk.RequestHeader, err error) {
-	c.s.metrics.requests.WithLabelValues(zkMethod(hdr.Type), "connection_closed").Inc()
+	c.s.metrics.countZK(hdr.Type, "connection_closed")
 	if !c.closeAs("cannot answer: "+err.Error(), true) {
 		return // already closed: this reply would not have been sent either
 	}
