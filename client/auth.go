@@ -79,14 +79,8 @@ func dial(cfg Config, addr string, unary []grpc.UnaryClientInterceptor, stream [
 	if !cfg.GRPC {
 		return wire.Dial(addr, wire.ClientOptions{TLS: cfg.TLS, DialTimeout: cfg.DialTimeout, Unary: unary, Stream: stream})
 	}
-	creds := insecure.NewCredentials()
-	if cfg.TLS != nil {
-		creds = credentials.NewTLS(cfg.TLS.Clone())
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
-		grpc.WithStaticStreamWindowSize(pb.StreamWindowBytes), grpc.WithStaticConnWindowSize(pb.ConnWindowBytes),
-		grpc.WithChainUnaryInterceptor(unary...), grpc.WithChainStreamInterceptor(stream...),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
+	conn, err := grpc.NewClient(addr, append(grpcDialOptions(cfg, unary, stream),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))...)
 	if err != nil {
 		// Only a malformed target fails here; the lean transport fails
 		// the same address at its first call.
@@ -149,12 +143,18 @@ func validDigest(d string) error {
 // the servers as cfg would (transport security and the meridian-auth
 // metadata). Calls that name a session must add its password themselves.
 func DialOptions(cfg Config) []grpc.DialOption {
+	unary, stream := interceptors(cfg, nil)
+	return grpcDialOptions(cfg, []grpc.UnaryClientInterceptor{unary}, []grpc.StreamClientInterceptor{stream})
+}
+
+// grpcDialOptions are a gRPC connection's transport security, flow-control
+// windows and interceptors.
+func grpcDialOptions(cfg Config, unary []grpc.UnaryClientInterceptor, stream []grpc.StreamClientInterceptor) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS.Clone())
 	}
-	unary, stream := interceptors(cfg, nil)
 	return []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithStaticStreamWindowSize(pb.StreamWindowBytes), grpc.WithStaticConnWindowSize(pb.ConnWindowBytes),
-		grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream)}
+		grpc.WithChainUnaryInterceptor(unary...), grpc.WithChainStreamInterceptor(stream...)}
 }

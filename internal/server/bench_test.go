@@ -152,17 +152,22 @@ func BenchmarkLock(b *testing.B) {
 	}
 }
 
+// zkConns opens n go-zookeeper sessions with addr.
+func zkConns(b *testing.B, addr string, n int) []*gozk.Conn {
+	var conns []*gozk.Conn
+	for i := 0; i < n; i++ {
+		c, _ := zkConnect(b, []string{addr})
+		conns = append(conns, c)
+	}
+	return conns
+}
+
 // BenchmarkZKGetData: 64 callers over 8 go-zookeeper connections to one
 // member reading a 1 KiB node (the ZooKeeper port's serving path: framing,
 // decoding, the read, the reply's write).
 func BenchmarkZKGetData(b *testing.B) {
 	tc := benchCluster(b)
-	addr := tc.zkAddrs()[0]
-	var conns []*gozk.Conn
-	for i := 0; i < 8; i++ {
-		c, _ := zkConnect(b, []string{addr})
-		conns = append(conns, c)
-	}
+	conns := zkConns(b, tc.zkAddrs()[0], 8)
 	if _, err := conns[0].Create("/r", make([]byte, 1024), 0, gozk.WorldACL(gozk.PermAll)); err != nil {
 		b.Fatal(err)
 	}
@@ -373,12 +378,7 @@ func BenchmarkTLSCost(b *testing.B) {
 // ZooKeeper port: 64 callers over 8 go-zookeeper connections to one member.
 func BenchmarkZKSetData1KiB(b *testing.B) {
 	tc := benchCluster(b)
-	addr := tc.zkAddrs()[0]
-	var conns []*gozk.Conn
-	for i := 0; i < 8; i++ {
-		c, _ := zkConnect(b, []string{addr})
-		conns = append(conns, c)
-	}
+	conns := zkConns(b, tc.zkAddrs()[0], 8)
 	for i := 0; i < 64; i++ {
 		if _, err := conns[0].Create(fmt.Sprintf("/k%d", i), nil, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
 			b.Fatal(err)

@@ -82,7 +82,7 @@ func (c *ClientConn) Close() error {
 	c.cur = nil
 	c.mu.Unlock()
 	if cur != nil {
-		cur.fail(status.Error(codes.Canceled, "grpc: the client connection is closing"))
+		cur.fail(errClosing)
 	}
 	return nil
 }
