@@ -450,3 +450,66 @@ func processCPU() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkPorts runs the suite's loopback throughput rows in-process, the
+// native API beside the ZooKeeper port on one plaintext cluster (as
+// meridian-bench runs it): 32 closed-loop clients, each with its own
+// connection and session to the first member, reading (sequentially, as a
+// getData) or writing 1000 B to 64 keys. cpu-µs/op is the whole process's
+// (members and clients), the figure the suite's two CPU columns add up to.
+func BenchmarkPorts(b *testing.B) {
+	clients := 32
+	for _, op := range []string{"read", "write"} {
+		b.Run(op, func(b *testing.B) {
+			tc := newTestCluster(b, 3, func(c *Config) {
+				c.TickMs, c.SessionTickMs = 50, 1000
+				c.Insecure, c.TLS = true, TLSConfig{}
+			})
+			tc.leader()
+			ctx := context.Background()
+			val := make([]byte, 1000)
+			seed := tc.client(tc.endpoints()[0])
+			for i := 0; i < 64; i++ {
+				if _, _, err := seed.Create(ctx, fmt.Sprintf("/k%d", i), val, client.CreateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.Run("native", func(b *testing.B) {
+				cls := make([]*client.Client, clients)
+				for i := range cls {
+					cls[i] = tc.client(tc.endpoints()[0])
+					defer cls[i].Close() // the first member admits 60 connections from one address
+				}
+				cpu0 := processCPU()
+				runLoad(b, clients, func(c *client.Client, i int) (time.Duration, error) {
+					var err error
+					if op == "read" {
+						_, _, err = c.Get(ctx, fmt.Sprintf("/k%d", i%64), client.WithConsistency(client.Sequential))
+					} else {
+						_, err = c.Set(ctx, fmt.Sprintf("/k%d", i%64), val, -1)
+					}
+					return 0, err
+				}, cls)
+				b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			})
+			b.Run("zk", func(b *testing.B) {
+				conns := zkConns(b, tc.zkAddrs()[0], clients)
+				for _, c := range conns {
+					defer c.Close()
+				}
+				cpu0 := processCPU()
+				runLoad(b, clients, func(_ *client.Client, i int) (time.Duration, error) {
+					var err error
+					c := conns[(i/(b.N/clients+1))%clients] // each client goroutine its own connection
+					if op == "read" {
+						_, _, err = c.Get(fmt.Sprintf("/k%d", i%64))
+					} else {
+						_, err = c.Set(fmt.Sprintf("/k%d", i%64), val, -1)
+					}
+					return 0, err
+				}, []*client.Client{nil})
+				b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			})
+		})
+	}
+}
