@@ -59,8 +59,8 @@ type Conn interface {
 // dial opens the client's connection to addr: transport security and the
 // credentials sent with each call, and the view carried with it.
 func (c *Client) dial(addr string) Conn {
-	unary, stream := interceptors(c.cfg, c.sessionPassword)
-	return dial(c.cfg, addr, []grpc.UnaryClientInterceptor{unary, c.carryView}, []grpc.StreamClientInterceptor{stream})
+	_, stream := interceptors(c.cfg, c.sessionPassword)
+	return dial(c.cfg, addr, []grpc.UnaryClientInterceptor{c.carry}, []grpc.StreamClientInterceptor{stream})
 }
 
 // Dial opens a connection to addr as a client configured by cfg would
@@ -101,10 +101,7 @@ func (f failedConn) Close() error { return nil }
 // interceptors send cfg's credentials with every call and, when password
 // is set, the session password (nil before the session exists).
 func interceptors(cfg Config, password func() []byte) (grpc.UnaryClientInterceptor, grpc.StreamClientInterceptor) {
-	var auth []string
-	for _, d := range cfg.Digest {
-		auth = append(auth, pb.MetadataAuth, "digest "+d)
-	}
+	auth := credentialPairs(cfg)
 	decorate := func(ctx context.Context) context.Context {
 		kv := auth
 		if password != nil {
@@ -122,6 +119,15 @@ func interceptors(cfg Config, password func() []byte) (grpc.UnaryClientIntercept
 		}, func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			return streamer(decorate(ctx), desc, cc, method, opts...)
 		}
+}
+
+// credentialPairs are cfg's credentials as metadata pairs (key, value, …).
+func credentialPairs(cfg Config) []string {
+	var auth []string
+	for _, d := range cfg.Digest {
+		auth = append(auth, pb.MetadataAuth, "digest "+d)
+	}
+	return auth
 }
 
 // sessionPassword is the password of the client's session, once it has one.

@@ -20,14 +20,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
@@ -129,8 +127,9 @@ type Config struct {
 
 // Client is a session with a Meridian cluster. It is safe for concurrent use.
 type Client struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	auth []string // credentialPairs(cfg)
+	log  *slog.Logger
 
 	mu struct {
 		sync.Mutex
@@ -147,6 +146,12 @@ type Client struct {
 		password []byte
 		timeout  time.Duration
 		lastZxid int64
+		// sent is what carry sends with every call (view.go): its
+		// credentials, the session's password, lastZxid and the view's
+		// header; rebuilt when one of those changed (sentZxid, sentView).
+		sent     []string
+		sentZxid int64
+		sentView string
 		// groups is the client's view: every group's highest index seen
 		// (view.go).
 		groups map[uint64]uint64
@@ -198,7 +203,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, err
 		}
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, watches: newWatchRegistry(), stop: make(chan struct{})}
+	c := &Client{cfg: cfg, auth: credentialPairs(cfg), log: cfg.Logger, watches: newWatchRegistry(), stop: make(chan struct{})}
 	c.leases.m = map[string]*Lease{}
 	c.mu.endpoint = -1
 	c.mu.deliveredCh = make(chan struct{})
@@ -247,7 +252,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			continue
 		}
 		c.mu.Lock()
-		c.mu.session, c.mu.password = resp.GetSessionId(), resp.GetPassword()
+		c.mu.session, c.mu.password, c.mu.sent = resp.GetSessionId(), resp.GetPassword(), nil
 		c.mu.timeout = time.Duration(resp.GetTimeoutMs()) * time.Millisecond
 		c.observe(resp.GetHeader())
 		c.mu.Unlock()
@@ -435,7 +440,7 @@ func (c *Client) call(ctx context.Context, write bool, fn func(context.Context, 
 func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) error {
 	for attempt := 0; ; attempt++ {
 		c.mu.Lock()
-		api, gen, sid, expired, seen := c.mu.api, c.mu.gen, c.mu.session, c.mu.expired, c.mu.lastZxid
+		api, gen, sid, expired := c.mu.api, c.mu.gen, c.mu.session, c.mu.expired
 		c.mu.Unlock()
 		if expired {
 			return ErrSessionExpired
@@ -446,10 +451,9 @@ func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb
 			}
 			continue
 		}
-		// The highest zxid this client has seen travels with every call: a
-		// write's zxid must exceed it, also in another raft group (regional
-		// keyspaces order a session's writes across groups by zxid).
-		h, err := fn(metadata.AppendToOutgoingContext(ctx, SeenZxidHeader, strconv.FormatInt(seen, 10)), api, sid)
+		// The highest zxid this client has seen travels with every call
+		// (carry, view.go).
+		h, err := fn(ctx, api, sid)
 		if err == nil {
 			c.mu.Lock()
 			c.observe(h)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync/atomic"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 )
@@ -98,12 +99,14 @@ type readConfig struct {
 
 // WithConsistency overrides the client's default read consistency.
 func WithConsistency(cons Consistency) ReadOption {
-	return func(rc *readConfig) {
-		if cons == Sequential {
-			rc.req.Consistency = pb.Consistency_SEQUENTIAL
-		} else {
-			rc.req.Consistency = pb.Consistency_LINEARIZABLE
-		}
+	return func(rc *readConfig) { rc.setConsistency(cons) }
+}
+
+func (rc *readConfig) setConsistency(cons Consistency) {
+	if cons == Sequential {
+		rc.req.Consistency = pb.Consistency_SEQUENTIAL
+	} else {
+		rc.req.Consistency = pb.Consistency_LINEARIZABLE
 	}
 }
 
@@ -115,7 +118,7 @@ func WithHedge() ReadOption { return func(rc *readConfig) { rc.hedge = true } }
 
 func (c *Client) readReq(path string, watch bool, opts []ReadOption) *readConfig {
 	rc := &readConfig{req: &pb.ReadRequest{Path: path, Watch: watch}, hedge: c.cfg.HedgeSequentialReads}
-	WithConsistency(c.cfg.Consistency)(rc)
+	rc.setConsistency(c.cfg.Consistency)
 	for _, o := range opts {
 		o(rc)
 	}
@@ -124,12 +127,17 @@ func (c *Client) readReq(path string, watch bool, opts []ReadOption) *readConfig
 }
 
 // read runs one read RPC, hedged when asked and safe. The request is built
-// per attempt so min_zxid reflects everything seen by then.
+// per attempt so min_zxid reflects everything seen by then (the first
+// attempt's is the one built to decide on hedging, just before).
 func read[T any](c *Client, ctx context.Context, path string, w *watchReg, opts []ReadOption,
 	rpc func(context.Context, pb.MeridianClient, *pb.ReadRequest) (T, error), header func(T) *pb.Header) (T, error) {
 	rc := c.readReq(path, w != nil, opts)
+	var built atomic.Bool // rc.req goes with the first attempt
 	return hedgedRead(c, ctx, rc, func(ctx context.Context, api pb.MeridianClient, sid int64) (T, *pb.Header, error) {
-		req := c.readReq(path, w != nil, opts).req
+		req := rc.req
+		if built.Swap(true) {
+			req = c.readReq(path, w != nil, opts).req
+		}
 		req.SessionId = sid
 		r, err := rpc(ctx, api, req)
 		return r, header(r), err

@@ -8,6 +8,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // SeenGroupsHeader is the gRPC metadata key of the client's view, sent
@@ -28,21 +31,52 @@ const SeenGroupsHeader = "meridian-seen-groups"
 // beyond it is not sent: reads fall back to min_zxid.
 const maxSeenGroups = 2048
 
-// carryView is the unary interceptor that sends the view with a call and
-// merges the one the server returns.
-func (c *Client) carryView(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+// carry is the unary interceptor of the client's connections: every call
+// carries the credentials, the session's password (once there is a
+// session), the highest zxid the client has seen (a write's zxid must
+// exceed it, also in another raft group: regional keyspaces order a
+// session's writes across groups by zxid) and the view; the view the
+// server returns is merged. On the lean transport the pairs go as its
+// call option, without copying the context's metadata on every call.
+func (c *Client) carry(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c.mu.Lock()
-	h, ok := c.viewHeaderLocked()
+	kv := c.sentLocked()
 	c.mu.Unlock()
-	if ok {
-		ctx = metadata.AppendToOutgoingContext(ctx, SeenGroupsHeader, h)
-	}
 	var md metadata.MD
-	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&md))...)
+	if c.cfg.GRPC {
+		ctx = metadata.AppendToOutgoingContext(ctx, kv...)
+		opts = append(opts, grpc.Header(&md))
+	} else {
+		opts = append(opts, &wire.CallMetadata{Out: kv, Header: &md})
+	}
+	err := invoker(ctx, method, req, reply, cc, opts...)
 	if vs := md.Get(SeenGroupsHeader); len(vs) == 1 {
 		c.mergeView(vs[0])
 	}
 	return err
+}
+
+// sentLocked is what carry sends, built again only when the zxid seen,
+// the view or the session changed. The slice is shared by the calls in
+// flight: nobody may modify it. Caller holds c.mu.
+func (c *Client) sentLocked() []string {
+	h, ok := c.viewHeaderLocked()
+	if !ok {
+		h = ""
+	}
+	if c.mu.sent != nil && c.mu.sentZxid == c.mu.lastZxid && c.mu.sentView == h {
+		return c.mu.sent
+	}
+	kv := append(make([]string, 0, len(c.auth)+6), c.auth...)
+	if len(c.mu.password) > 0 {
+		kv = append(kv, pb.MetadataSessionPassword, string(c.mu.password))
+	}
+	kv = append(kv, SeenZxidHeader, strconv.FormatInt(c.mu.lastZxid, 10))
+	if ok {
+		kv = append(kv, SeenGroupsHeader, h)
+	}
+	c.mu.sent, c.mu.sentZxid, c.mu.sentView = slices.Clip(kv), c.mu.lastZxid, h
+	return c.mu.sent
 }
 
 // viewHeaderLocked is the view in SeenGroupsHeader's form; false when it

@@ -233,6 +233,10 @@ func (f *FSM) Deps() Deps {
 	return maps.Clone(f.deps)
 }
 
+// HasDeps reports whether the group depends on any other. Call it under
+// RLock.
+func (f *FSM) HasDeps() bool { return len(f.deps) > 0 }
+
 // DepsInto merges the group's dependencies into d. Call it under RLock.
 func (f *FSM) DepsInto(d Deps) {
 	d.Merge(f.deps)

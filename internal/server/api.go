@@ -38,7 +38,7 @@ func (a *api) headerFor(zxid uint64, session int64) *pb.Header {
 }
 
 func (a *api) done(method string, err error) error {
-	a.s.metrics.requests.WithLabelValues(method, codeLabel(err)).Inc()
+	a.s.metrics.countNative(method, codeLabel(err))
 	return errs.GRPCStatus(err)
 }
 

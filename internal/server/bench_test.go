@@ -453,14 +453,17 @@ func processCPU() time.Duration {
 
 // BenchmarkPorts runs the suite's loopback throughput rows in-process, the
 // native API beside the ZooKeeper port on one plaintext cluster (as
-// meridian-bench runs it): 32 closed-loop clients, each with its own
+// meridian-bench runs it): 1 or 32 closed-loop clients, each with its own
 // connection and session to the first member, reading (sequentially, as a
 // getData) or writing 1000 B to 64 keys. cpu-µs/op is the whole process's
 // (members and clients), the figure the suite's two CPU columns add up to.
 func BenchmarkPorts(b *testing.B) {
-	clients := 32
-	for _, op := range []string{"read", "write"} {
-		b.Run(op, func(b *testing.B) {
+	for _, bc := range []struct {
+		op      string
+		clients int
+	}{{"read", 1}, {"read", 32}, {"write", 1}, {"write", 32}} {
+		op, clients := bc.op, bc.clients
+		b.Run(fmt.Sprintf("%s/clients=%d", op, clients), func(b *testing.B) {
 			tc := newTestCluster(b, 3, func(c *Config) {
 				c.TickMs, c.SessionTickMs = 50, 1000
 				c.Insecure, c.TLS = true, TLSConfig{}

@@ -155,7 +155,7 @@ func (s *Server) grpcIdentity(ctx context.Context) ([]tree.ID, error) {
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "no peer")
 	}
-	auth := metadata.ValueFromIncomingContext(ctx, pb.MetadataAuth)
+	auth := incoming(ctx, pb.MetadataAuth)
 	// A native connection resolves the same credentials once (its address
 	// and certificate do not change).
 	memo, key := wire.MemoFrom(ctx), ""
@@ -188,13 +188,39 @@ func (s *Server) grpcIdentity(ctx context.Context) ([]tree.ID, error) {
 	return ids, nil
 }
 
-type identityKey struct{}
+// incoming is the values of the call's metadata key (lower case), for
+// reading only: the lean transport's own, else gRPC's (a copy).
+func incoming(ctx context.Context, key string) []string {
+	if md, ok := wire.IncomingMetadata(ctx); ok {
+		return md[key]
+	}
+	return metadata.ValueFromIncomingContext(ctx, key)
+}
+
+// callKey carries a native call's callInfo.
+type callKey struct{}
+
+// callInfo is what the interceptor learned of a native call, one value in
+// its context: the caller's identities, the highest zxid its client has
+// seen (seenZxid; 0: unknown) and its view (viewOf; nil: none).
+type callInfo struct {
+	ids  []tree.ID
+	seen int64
+	view *view
+}
+
+func callOf(ctx context.Context) *callInfo {
+	ci, _ := ctx.Value(callKey{}).(*callInfo)
+	return ci
+}
 
 // callerOf returns the identities the interceptor resolved for this call.
 // A call that did not pass the interceptor has none: it acts as world only.
 func callerOf(ctx context.Context) []tree.ID {
-	ids, _ := ctx.Value(identityKey{}).([]tree.ID)
-	return ids
+	if ci := callOf(ctx); ci != nil {
+		return ci.ids
+	}
+	return nil
 }
 
 // rpcRule is who may call a native method.
@@ -272,21 +298,20 @@ func errAdminRequired(method string) error {
 }
 
 // authorizeCall applies method's rule to a caller: it resolves the
-// identities, refuses what the rule forbids, and returns the context the
-// handler runs with.
-func (s *Server) authorizeCall(ctx context.Context, method string) (context.Context, []tree.ID, rpcRule, error) {
+// identities and refuses what the rule forbids.
+func (s *Server) authorizeCall(ctx context.Context, method string) ([]tree.ID, rpcRule, error) {
 	rule, ok := grpcRules[method]
 	if !ok {
-		return nil, nil, 0, status.Errorf(codes.PermissionDenied, "%s: no authorization rule", method)
+		return nil, 0, status.Errorf(codes.PermissionDenied, "%s: no authorization rule", method)
 	}
 	ids, err := s.grpcIdentity(ctx)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, 0, err
 	}
 	if rule == admin && !s.isAdmin(ids) {
-		return nil, nil, 0, errAdminRequired(method)
+		return nil, 0, errAdminRequired(method)
 	}
-	return context.WithValue(ctx, identityKey{}, ids), ids, rule, nil
+	return ids, rule, nil
 }
 
 // checkSessionOwner refuses a request that names a session (any message with
@@ -300,7 +325,7 @@ func (s *Server) checkSessionOwner(ctx context.Context, rule rpcRule, ids []tree
 	if rule == sessionAdmin && s.isAdmin(ids) {
 		return nil
 	}
-	pws := metadata.ValueFromIncomingContext(ctx, pb.MetadataSessionPassword)
+	pws := incoming(ctx, pb.MetadataSessionPassword)
 	s.mu.RLock()
 	si, known := s.mu.tree.Session(sr.GetSessionId())
 	s.mu.RUnlock()
@@ -314,25 +339,24 @@ func (s *Server) checkSessionOwner(ctx context.Context, rule rpcRule, ids []tree
 // latency in meridian_request_duration_seconds (refused calls included).
 func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	defer func() { s.metrics.observeRequest(portGRPC, grpcOp(info.FullMethod), time.Since(start)) }()
-	ctx, ids, rule, err := s.authorizeCall(ctx, info.FullMethod)
+	defer func() { s.metrics.observeNative(info.FullMethod, time.Since(start)) }()
+	ids, rule, err := s.authorizeCall(ctx, info.FullMethod)
 	if err == nil {
 		err = s.checkSessionOwner(ctx, rule, ids, req)
 	}
 	if err != nil {
-		s.metrics.requests.WithLabelValues(methodName(info.FullMethod), codeLabel(err)).Inc()
+		s.metrics.countNative(methodName(info.FullMethod), codeLabel(err))
 		return nil, err
 	}
-	ctx = withSeen(ctx, seenFromMetadata(ctx))
 	v, sent := viewFromMetadata(ctx)
-	resp, err := handler(withView(ctx, v), req)
+	resp, err := handler(context.WithValue(ctx, callKey{}, &callInfo{ids: ids, seen: seenFromMetadata(ctx), view: v}), req)
 	if v != nil {
 		// The client's view with what this call observed; lost only when
 		// the reply itself is (the client then keeps what it had), and
 		// not sent when it is the view the client sent (nothing to merge).
 		s.settle(v)
-		if h := encodeView(v); h != sent {
-			_ = grpc.SetHeader(ctx, metadata.Pairs(seenGroupsHeader, h))
+		if !sameView(v, sent) {
+			_ = grpc.SetHeader(ctx, metadata.Pairs(seenGroupsHeader, encodeView(v)))
 		}
 	}
 	return resp, err
@@ -342,7 +366,7 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 // the header it came in, nil when absent or malformed (the call then
 // reads by its min_zxid).
 func viewFromMetadata(ctx context.Context) (*view, string) {
-	vs := metadata.ValueFromIncomingContext(ctx, seenGroupsHeader)
+	vs := incoming(ctx, seenGroupsHeader)
 	if len(vs) != 1 {
 		return nil, ""
 	}
@@ -357,7 +381,7 @@ func viewFromMetadata(ctx context.Context) (*view, string) {
 // seen (client.SeenZxidHeader), 0 when absent or malformed; what it
 // proposes gets a larger zxid (propose.go bounds the claim by the clock).
 func seenFromMetadata(ctx context.Context) int64 {
-	v := metadata.ValueFromIncomingContext(ctx, seenZxidHeader)
+	v := incoming(ctx, seenZxidHeader)
 	if len(v) != 1 {
 		return 0
 	}
@@ -373,11 +397,13 @@ func seenFromMetadata(ctx context.Context) int64 {
 const seenZxidHeader = "meridian-seen-zxid"
 
 func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, ids, rule, err := s.authorizeCall(ss.Context(), info.FullMethod)
+	ctx := ss.Context()
+	ids, rule, err := s.authorizeCall(ctx, info.FullMethod)
 	if err != nil {
-		s.metrics.requests.WithLabelValues(methodName(info.FullMethod), codeLabel(err)).Inc()
+		s.metrics.countNative(methodName(info.FullMethod), codeLabel(err))
 		return err
 	}
+	ctx = context.WithValue(ctx, callKey{}, &callInfo{ids: ids})
 	return handler(srv, &authStream{ServerStream: ss, ctx: ctx, s: s, ids: ids, rule: rule})
 }
 

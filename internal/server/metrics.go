@@ -54,7 +54,8 @@ type metrics struct {
 	// of times a second. Keys come from fixed tables only (stage names,
 	// named opcodes, proposal outcomes), so the caches stay small.
 	stages    sync.Map // stageKey → prometheus.Observer
-	zkOps     sync.Map // int32 opcode → *zkOpMetrics, named opcodes only
+	zkOps     sync.Map // int32 opcode → *opMetrics, named opcodes only
+	nativeOps sync.Map // method name → *opMetrics, grpcOps only
 	proposalC sync.Map // result → prometheus.Counter
 
 	collectors []prometheus.Collector // every one registered (register)
@@ -65,9 +66,9 @@ type stageKey struct {
 	root  bool
 }
 
-// zkOpMetrics are one ZooKeeper opcode's children: its method label, its
-// "ok" count and its latency.
-type zkOpMetrics struct {
+// opMetrics are one ZooKeeper opcode's or native method's children: its
+// method label, its "ok" count and its latency.
+type opMetrics struct {
 	method   string // zkMethod's label
 	ok       prometheus.Counter
 	duration prometheus.Observer
@@ -76,18 +77,18 @@ type zkOpMetrics struct {
 // zkOp returns opcode op's children; nil for an opcode without a name
 // (zkMethod's "zk:unknown"), which is not cached: a client chooses the
 // opcodes it sends, and the cache must not grow with them.
-func (m *metrics) zkOp(op int32) *zkOpMetrics {
+func (m *metrics) zkOp(op int32) *opMetrics {
 	if v, ok := m.zkOps.Load(op); ok {
-		return v.(*zkOpMetrics)
+		return v.(*opMetrics)
 	}
 	method := zkMethod(op)
 	if method == "zk:unknown" {
 		return nil
 	}
-	z := &zkOpMetrics{method: method, ok: m.requests.WithLabelValues(method, "ok"),
+	z := &opMetrics{method: method, ok: m.requests.WithLabelValues(method, "ok"),
 		duration: m.requestDuration.WithLabelValues(portZK, strings.TrimPrefix(method, "zk:"))}
 	v, _ := m.zkOps.LoadOrStore(op, z)
-	return v.(*zkOpMetrics)
+	return v.(*opMetrics)
 }
 
 // countZK counts one ZooKeeper request with opcode op and outcome code in
@@ -255,6 +256,42 @@ var grpcOps = func() map[string]bool {
 	}
 	return ops
 }()
+
+// nativeOp returns the children of the native method named name (the
+// last element of its full name); nil for a name outside grpcOps, which
+// is not cached.
+func (m *metrics) nativeOp(name string) *opMetrics {
+	if v, ok := m.nativeOps.Load(name); ok {
+		return v.(*opMetrics)
+	}
+	if !grpcOps[name] {
+		return nil
+	}
+	o := &opMetrics{method: name, ok: m.requests.WithLabelValues(name, "ok"),
+		duration: m.requestDuration.WithLabelValues(portGRPC, name)}
+	v, _ := m.nativeOps.LoadOrStore(name, o)
+	return v.(*opMetrics)
+}
+
+// countNative counts one native call of the method named name with
+// outcome code in meridian_requests_total.
+func (m *metrics) countNative(name, code string) {
+	if o := m.nativeOp(name); o != nil && code == "ok" {
+		o.ok.Inc()
+		return
+	}
+	m.requests.WithLabelValues(name, code).Inc()
+}
+
+// observeNative records the latency of a native call of fullMethod (op
+// "unknown" outside the service, as grpcOp).
+func (m *metrics) observeNative(fullMethod string, d time.Duration) {
+	if o := m.nativeOp(methodName(fullMethod)); o != nil {
+		o.duration.Observe(d.Seconds())
+		return
+	}
+	m.observeRequest(portGRPC, grpcOp(fullMethod), d)
+}
 
 // observeRequest records one request's latency. op must come from a fixed
 // table (grpcOps, zkMethod's opcodes).

@@ -468,8 +468,13 @@ func seenZxid(ctx context.Context) int64 {
 	if ctx == nil {
 		return 0
 	}
-	z, _ := ctx.Value(seenKey{}).(int64)
-	return z
+	if z, ok := ctx.Value(seenKey{}).(int64); ok {
+		return z
+	}
+	if ci := callOf(ctx); ci != nil { // a native call's
+		return ci.seen
+	}
+	return 0
 }
 
 func (s *Server) nextID() uint64 {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,17 +31,23 @@ import (
 //
 // A ZooKeeper connection keeps one view for its life; a native call
 // carries its client's view in SeenGroupsHeader both ways.
+//
+// A native call's view lives for the call: its maps are made when first
+// written (nil until then), so a call in a cluster without keyspaces
+// allocates little for it.
 type view struct {
 	mu    sync.Mutex
 	floor int64
 	at    fsm.Deps
 	// fresh are the groups observed since their dependencies were last
-	// merged, events the paths of the watch events delivered since then
-	// (settle): merging is left to the next use, because events are
-	// delivered under their group's write lock, and a view's lock is
-	// never held while a group's is taken.
-	fresh  map[uint64]bool
-	events []string
+	// merged (each once; a request observes a few), events the paths of
+	// the watch events delivered since then (settle): merging is left to
+	// the next use, because events are delivered under their group's
+	// write lock, and a view's lock is never held while a group's is
+	// taken.
+	fresh    []uint64
+	freshBuf [2]uint64 // fresh's first array
+	events   []string
 	// met are the groups known to have reached floor here; complete
 	// those whose dependencies in at are known complete (depsComplete).
 	met        map[uint64]bool
@@ -55,17 +62,44 @@ type view struct {
 const maxViewEvents = 256
 
 func newView(floor int64) *view {
-	return &view{floor: max(floor, 0), at: fsm.Deps{}, fresh: map[uint64]bool{}, met: map[uint64]bool{}, complete: map[uint64]bool{}}
+	return &view{floor: max(floor, 0)}
+}
+
+// raise sets g's index in at to index if that is higher. Caller holds
+// v.mu.
+func (v *view) raise(g, index uint64) {
+	if index > v.at[g] {
+		if v.at == nil {
+			v.at = fsm.Deps{}
+		}
+		v.at[g] = index
+	}
+}
+
+// markFresh adds g to fresh. Caller holds v.mu.
+func (v *view) markFresh(g uint64) {
+	if v.fresh == nil {
+		v.fresh = v.freshBuf[:0]
+	}
+	if !slices.Contains(v.fresh, g) {
+		v.fresh = append(v.fresh, g)
+	}
+}
+
+// setFlag sets (*m)[g], making the map when it is nil.
+func setFlag(m *map[uint64]bool, g uint64) {
+	if *m == nil {
+		*m = map[uint64]bool{}
+	}
+	(*m)[g] = true
 }
 
 // observe records that the client saw group g's state at index.
 func (v *view) observe(g, index uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if index > v.at[g] {
-		v.at[g] = index
-	}
-	v.fresh[g] = true
+	v.raise(g, index)
+	v.markFresh(g)
 }
 
 // event records that the client was told of a change to path (a watch
@@ -86,14 +120,15 @@ func (v *view) event(path string) {
 // what the client observed, so possibly more than it needs, never less).
 func (s *Server) settle(v *view) {
 	v.mu.Lock()
-	fresh, events, full := v.fresh, v.events, v.eventsFull
-	if len(fresh) == 0 && len(events) == 0 && !full {
+	if len(v.fresh) == 0 && len(v.events) == 0 && !v.eventsFull {
 		v.mu.Unlock()
 		return
 	}
-	v.fresh, v.events, v.eventsFull = map[uint64]bool{}, nil, false
+	var local [4]uint64
+	fresh, events, full := append(local[:0], v.fresh...), v.events, v.eventsFull // fresh's array is reused
+	v.fresh, v.events, v.eventsFull = nil, nil, false
 	v.mu.Unlock()
-	seen := fsm.Deps{}
+	var seen fsm.Deps // made when something is to be merged
 	var groups []*group
 	if full {
 		groups = append([]*group{s.root}, s.keyspaceGroups.all()...)
@@ -103,20 +138,35 @@ func (s *Server) settle(v *view) {
 		}
 	}
 	for _, g := range groups {
+		if seen == nil {
+			seen = fsm.Deps{}
+		}
 		g.fsm.RLock()
 		seen[g.id] = max(seen[g.id], g.fsm.Applied())
 		g.fsm.RUnlock()
-		fresh[g.id] = true
+		if !slices.Contains(fresh, g.id) {
+			fresh = append(fresh, g.id)
+		}
 	}
-	for id := range fresh {
+	for _, id := range fresh {
 		if g := s.groupByID(id); g != nil {
 			g.fsm.RLock()
-			g.fsm.DepsInto(seen)
+			if g.fsm.HasDeps() {
+				if seen == nil {
+					seen = fsm.Deps{}
+				}
+				g.fsm.DepsInto(seen)
+			}
 			g.fsm.RUnlock()
 		}
 	}
+	if len(seen) == 0 {
+		return
+	}
 	v.mu.Lock()
-	v.at.Merge(seen)
+	for g, index := range seen {
+		v.raise(g, index)
+	}
 	v.mu.Unlock()
 }
 
@@ -226,7 +276,7 @@ func (s *Server) viewBarrier(ctx context.Context, g *group, linear bool, v *view
 		return err
 	}
 	v.mu.Lock()
-	v.met[g.id] = true
+	setFlag(&v.met, g.id)
 	v.mu.Unlock()
 	return nil
 }
@@ -265,12 +315,13 @@ func (s *Server) depsComplete(v *view, g uint64) bool {
 			// The copy here is past the marker (it applied it), so its
 			// dependencies, merged now, cover what the client observed.
 			v.mu.Lock()
-			v.fresh[d.Group], v.complete[d.Group] = true, true
+			v.markFresh(d.Group)
+			setFlag(&v.complete, d.Group)
 			v.mu.Unlock()
 			again = true
 		default:
 			v.mu.Lock()
-			v.complete[d.Group] = true
+			setFlag(&v.complete, d.Group)
 			v.mu.Unlock()
 		}
 	}
@@ -302,8 +353,13 @@ func viewOf(ctx context.Context) *view {
 	if ctx == nil {
 		return nil
 	}
-	v, _ := ctx.Value(viewKey{}).(*view)
-	return v
+	if v, ok := ctx.Value(viewKey{}).(*view); ok {
+		return v
+	}
+	if ci := callOf(ctx); ci != nil { // a native call's
+		return ci.view
+	}
+	return nil
 }
 
 // seenGroupsHeader is the gRPC metadata key of a native client's view,
@@ -320,16 +376,61 @@ func encodeView(v *view) string {
 	if len(v.at) == 0 {
 		return "-"
 	}
-	var b strings.Builder
+	var buf [64]byte
+	b := buf[:0]
+	if len(v.at) == 1 { // the root alone: no sorting
+		for g, index := range v.at {
+			b = appendViewPair(b, g, index)
+		}
+		return string(b)
+	}
 	for i, d := range v.at.Sorted() {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.WriteString(strconv.FormatUint(d.Group, 10))
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatUint(d.Index, 10))
+		b = appendViewPair(b, d.Group, d.Index)
 	}
-	return b.String()
+	return string(b)
+}
+
+// sameView reports whether v encodes as h (call settle first), without
+// encoding it.
+func sameView(v *view, h string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.at) == 0 {
+		return h == "-"
+	}
+	if strings.Count(h, ",")+1 != len(v.at) {
+		return false
+	}
+	for pair := range strings.SplitSeq(h, ",") {
+		g, index, ok := parseViewPair(pair)
+		if !ok || v.at[g] != index {
+			return false
+		}
+	}
+	return true
+}
+
+func appendViewPair(b []byte, g, index uint64) []byte {
+	b = strconv.AppendUint(b, g, 10)
+	b = append(b, ':')
+	return strconv.AppendUint(b, index, 10)
+}
+
+// parseViewPair reads one "group:index" pair.
+func parseViewPair(pair string) (g, index uint64, ok bool) {
+	gs, is, found := strings.Cut(pair, ":")
+	if !found {
+		return 0, 0, false
+	}
+	g, err1 := strconv.ParseUint(gs, 10, 64)
+	index, err2 := strconv.ParseUint(is, 10, 64)
+	if err1 != nil || err2 != nil || index == 0 {
+		return 0, 0, false
+	}
+	return g, index, true
 }
 
 // parseView reads seenGroupsHeader's form; false when it is malformed or
@@ -343,17 +444,12 @@ func parseView(s string) (*view, bool) {
 	if strings.Count(s, ",") >= fsm.MaxDeps {
 		return nil, false
 	}
-	for _, pair := range strings.Split(s, ",") {
-		gs, is, ok := strings.Cut(pair, ":")
+	for pair := range strings.SplitSeq(s, ",") {
+		g, i, ok := parseViewPair(pair)
 		if !ok {
 			return nil, false
 		}
-		g, err1 := strconv.ParseUint(gs, 10, 64)
-		i, err2 := strconv.ParseUint(is, 10, 64)
-		if err1 != nil || err2 != nil || i == 0 {
-			return nil, false
-		}
-		v.at[g] = max(v.at[g], i)
+		v.raise(g, i)
 	}
 	return v, true
 }

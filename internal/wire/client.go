@@ -180,6 +180,7 @@ type clientConn struct {
 // pendingCall is a call waiting for its reply (and a stream's messages).
 type pendingCall struct {
 	reply  []byte        // the reply frame's body, once it came
+	buf    *[]byte       // reply's buffer, from the frame pool
 	done   chan struct{} // closed when reply or err is set
 	err    error
 	stream bool
@@ -220,7 +221,11 @@ func (cc *clientConn) fail(err error) {
 func (cc *clientConn) readLoop() {
 	br := bufio.NewReaderSize(cc.conn, 32<<10)
 	for {
-		kind, id, body, _, err := readFrame(br, nil)
+		// A reply's buffer goes back to the pool once the call decoded it
+		// (invoke); a stream's messages keep theirs.
+		fb := getFrame()
+		kind, id, body, b, err := readFrame(br, *fb)
+		*fb = b
 		if err != nil {
 			cc.fail(status.Error(codes.Unavailable, "error reading from server: "+err.Error()))
 			return
@@ -230,9 +235,10 @@ func (cc *clientConn) readLoop() {
 		switch {
 		case p == nil:
 			// A call that was cancelled or timed out: drop its frames.
+			putFrame(fb)
 		case kind == kindReply:
 			delete(cc.pending, id)
-			p.reply = body
+			p.reply, p.buf = body, fb
 			close(p.done)
 		case kind == kindMessage && p.stream:
 			if p.queued+len(body) > 2*StreamWindowBytes+MaxFrameBytes {
@@ -255,8 +261,9 @@ func (cc *clientConn) readLoop() {
 	}
 }
 
-// start registers a call and sends its frame.
-func (cc *clientConn) start(ctx context.Context, method string, req any, stream bool) (uint32, *pendingCall, error) {
+// start registers a call and sends its frame, with the context's outgoing
+// metadata and out's pairs.
+func (cc *clientConn) start(ctx context.Context, method string, req any, stream bool, out []string) (uint32, *pendingCall, error) {
 	p := &pendingCall{done: make(chan struct{}), stream: stream}
 	if stream {
 		p.more = make(chan struct{}, 1)
@@ -289,7 +296,7 @@ func (cc *clientConn) start(ctx context.Context, method string, req any, stream 
 	b = append(b, byte(timeout>>56), byte(timeout>>48), byte(timeout>>40), byte(timeout>>32),
 		byte(timeout>>24), byte(timeout>>16), byte(timeout>>8), byte(timeout))
 	md, _ := metadata.FromOutgoingContext(ctx)
-	b = appendMetadata(b, md)
+	b = appendMetadata(b, md, out)
 	b, err := (proto.MarshalOptions{}).MarshalAppend(b, req.(proto.Message))
 	if err != nil {
 		cc.forget(id)
@@ -324,6 +331,20 @@ func (cc *clientConn) cancel(id uint32) {
 	_ = cc.w.send(*fb)
 }
 
+// CallMetadata is this transport's own call option: metadata sent with
+// the call without going through the context (Out: key, value, key,
+// value…, keys in lower case), and where to store the reply's header
+// metadata (Header, nil: not wanted). It spares a caller that adds the
+// same few keys to every call the context and map copies of
+// metadata.AppendToOutgoingContext. gRPC ignores it (it embeds
+// grpc.EmptyCallOption): a caller that may run on gRPC too must use the
+// context there.
+type CallMetadata struct {
+	grpc.EmptyCallOption
+	Out    []string
+	Header *metadata.MD
+}
+
 // callOptions are the grpc.CallOptions this transport honours.
 type callOptions struct {
 	wait    bool
@@ -331,6 +352,7 @@ type callOptions struct {
 	trailer *metadata.MD
 	peer    *peer.Peer
 	maxRecv int
+	out     []string // CallMetadata's
 }
 
 func parseOptions(opts []grpc.CallOption) (callOptions, error) {
@@ -350,6 +372,14 @@ func parseOptions(opts []grpc.CallOption) (callOptions, error) {
 			co.maxRecv = min(co.maxRecv, o.MaxRecvMsgSize)
 		case grpc.MaxSendMsgSizeCallOption:
 			// Sends are bounded by MaxFrameBytes.
+		case *CallMetadata:
+			if len(o.Out)%2 == 1 {
+				return co, status.Error(codes.Internal, "wire: CallMetadata.Out has a key without a value")
+			}
+			co.out = append(co.out, o.Out...)
+			if o.Header != nil {
+				co.header = o.Header
+			}
 		default:
 			return co, status.Errorf(codes.Internal, "wire: call option %T is not supported", o)
 		}
@@ -395,7 +425,7 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	if err != nil {
 		return err
 	}
-	id, p, err := cc.start(ctx, method, args, false)
+	id, p, err := cc.start(ctx, method, args, false, co.out)
 	if err != nil {
 		return err
 	}
@@ -411,6 +441,7 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	if co.peer != nil {
 		co.peer.Addr, co.peer.LocalAddr = cc.conn.RemoteAddr(), cc.conn.LocalAddr()
 	}
+	defer putFrame(p.buf) // decodeReply and Unmarshal copy what they keep
 	header, st, payload, err := decodeReply(p.reply)
 	if err != nil {
 		cc.fail(status.Error(codes.Unavailable, err.Error()))
@@ -437,7 +468,7 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 // decodeReply splits a reply frame's body; st is nil when the call succeeded.
 func decodeReply(body []byte) (metadata.MD, *spb.Status, []byte, error) {
 	d := decoder{b: body}
-	md := d.metadata()
+	md := d.metadata(nil)
 	n := d.u32()
 	raw := d.take(int(n))
 	if d.err != nil {
@@ -521,7 +552,7 @@ func (s *clientStream) SendMsg(m any) error {
 		return status.Error(codes.Internal, "wire: a server stream takes one request")
 	}
 	s.sent = true
-	id, p, err := s.cc.start(s.ctx, s.method, m, true)
+	id, p, err := s.cc.start(s.ctx, s.method, m, true, s.opts.out)
 	if err != nil {
 		s.finish(err)
 		return err

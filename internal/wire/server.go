@@ -164,6 +164,7 @@ type serverConn struct {
 	calls map[uint32]*serverCall
 	once  sync.Once
 	memo  Memo
+	names interner // serve's only
 }
 
 // serverCall is a call in flight.
@@ -256,11 +257,16 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 	d := decoder{b: body}
 	method := string(d.take(d.u16()))
 	timeout := time.Duration(d.u64())
-	md := d.metadata()
+	md := d.metadata(&c.names)
 	if d.err != nil {
 		return d.err
 	}
-	payload := append([]byte(nil), d.b...)
+	// The request outlives the frame's buffer, which serve reuses; it
+	// goes back to the pool when the call ends (proto.Unmarshal copies
+	// what it keeps).
+	pbuf := getFrame()
+	*pbuf = append((*pbuf)[:0], d.b...)
+	payload := *pbuf
 	md1, unary := c.s.unary[method]
 	sd, stream := c.s.streams[method]
 
@@ -279,6 +285,7 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 	if _, dup := c.calls[id]; dup {
 		c.mu.Unlock()
 		cancel()
+		putFrame(pbuf)
 		return errors.New("wire: call id in use")
 	}
 	refuse := error(nil)
@@ -293,15 +300,17 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 	c.mu.Unlock()
 	if refuse != nil {
 		cancel()
+		putFrame(pbuf)
 		c.reply(id, nil, refuse, nil)
 		return nil
 	}
-	ts := &transportStream{method: method}
+	ts := &transportStream{method: method, incoming: md}
 	ctx = metadata.NewIncomingContext(ctx, md)
 	ctx = grpc.NewContextWithServerTransportStream(ctx, ts)
 	c.s.calls.Add(1)
 	c.s.run(func() {
 		defer c.s.calls.Done()
+		defer putFrame(pbuf)
 		defer c.endCall(id)
 		if unary {
 			dec := func(m any) error {
@@ -384,7 +393,7 @@ func (c *serverConn) reply(id uint32, header metadata.MD, err error, resp any) {
 // appendReply appends a reply frame and returns where it starts.
 func appendReply(b []byte, id uint32, header metadata.MD, err error, resp any) ([]byte, int) {
 	b, start := beginFrame(b, kindReply, id)
-	b = appendMetadata(b, header)
+	b = appendMetadata(b, header, nil)
 	if err == nil {
 		if m, ok := resp.(proto.Message); ok && m != nil {
 			at := len(b)
@@ -416,11 +425,25 @@ func appendStatus(b []byte, st *spb.Status) []byte {
 	return b
 }
 
-// transportStream carries a call's header metadata (grpc.SetHeader).
+// transportStream carries a call's header metadata (grpc.SetHeader), and
+// its incoming metadata for IncomingMetadata.
 type transportStream struct {
-	method string
-	mu     sync.Mutex
-	header metadata.MD
+	method   string
+	incoming metadata.MD
+	mu       sync.Mutex
+	header   metadata.MD
+}
+
+// IncomingMetadata is the metadata of the call ctx belongs to, when it
+// came over this transport (false otherwise), without the copy that
+// metadata.ValueFromIncomingContext makes of every value it returns. Keys
+// are lower case. The map and its values must not be modified.
+func IncomingMetadata(ctx context.Context) (metadata.MD, bool) {
+	ts, ok := grpc.ServerTransportStreamFromContext(ctx).(*transportStream)
+	if !ok {
+		return nil, false
+	}
+	return ts.incoming, true
 }
 
 func (t *transportStream) Method() string { return t.method }

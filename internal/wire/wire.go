@@ -126,23 +126,36 @@ func endFrame(b []byte, start int) []byte {
 	return b
 }
 
-func appendMetadata(b []byte, md metadata.MD) []byte {
-	n := 0
+// appendMetadata appends md and then the pairs of kv (key, value, …), at
+// most maxMetadataPairs in all (the rest are not sent).
+func appendMetadata(b []byte, md metadata.MD, kv []string) []byte {
+	n := len(kv) / 2
 	for _, vs := range md {
 		n += len(vs)
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(min(n, maxMetadataPairs)))
 	written := 0
+	pair := func(k, v string) bool {
+		if written == maxMetadataPairs {
+			return false
+		}
+		b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+		b = append(b, k...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+		b = append(b, v...)
+		written++
+		return true
+	}
 	for k, vs := range md {
 		for _, v := range vs {
-			if written == maxMetadataPairs {
+			if !pair(k, v) {
 				return b
 			}
-			b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
-			b = append(b, k...)
-			b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
-			b = append(b, v...)
-			written++
+		}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if !pair(kv[i], kv[i+1]) {
+			return b
 		}
 	}
 	return b
@@ -189,8 +202,10 @@ func (d *decoder) u64() uint64 {
 }
 
 // metadata decodes metadata: keys are lower-cased as gRPC's are; keys
-// and values are copied (the frame's buffer is reused).
-func (d *decoder) metadata() metadata.MD {
+// and values are copied (the frame's buffer is reused), or taken from
+// names when it has them: the keys and values a connection sends on
+// every call are made into strings once.
+func (d *decoder) metadata(names *interner) metadata.MD {
 	n := d.u16()
 	if n > maxMetadataPairs {
 		d.err = errMalformed
@@ -200,16 +215,68 @@ func (d *decoder) metadata() metadata.MD {
 		return nil
 	}
 	md := make(metadata.MD, n)
+	vals := make([]string, n) // one array for the values of keys sent once
 	for i := 0; i < n && d.err == nil; i++ {
 		k := d.take(d.u16())
 		v := d.take(int(d.u32()))
 		if d.err != nil {
 			return nil
 		}
-		key := lower(k)
-		md[key] = append(md[key], string(v))
+		key := names.key(k)
+		vals[i] = names.value(key, v)
+		if vs, ok := md[key]; ok {
+			md[key] = append(vs[:len(vs):len(vs)], vals[i])
+		} else {
+			md[key] = vals[i : i+1 : i+1]
+		}
 	}
 	return md
+}
+
+// maxInterned bounds an interner's keys; past it, keys and values are
+// copied as they come.
+const maxInterned = 32
+
+// maxInternedValue bounds a value an interner keeps.
+const maxInternedValue = 256
+
+// interner is one connection's metadata strings: its keys (lower case)
+// and each key's last value. nil: none kept. Not safe for concurrent use.
+type interner struct {
+	keys map[string]string // as sent → lower case
+	last map[string]string // key → its last value
+}
+
+func (in *interner) key(k []byte) string {
+	if in == nil {
+		return lower(k)
+	}
+	if s, ok := in.keys[string(k)]; ok {
+		return s
+	}
+	s := lower(k)
+	if len(in.keys) < maxInterned {
+		if in.keys == nil {
+			in.keys, in.last = map[string]string{}, map[string]string{}
+		}
+		in.keys[string(k)] = s
+	}
+	return s
+}
+
+func (in *interner) value(key string, v []byte) string {
+	if in == nil || in.last == nil || len(v) > maxInternedValue {
+		return string(v)
+	}
+	s, ok := in.last[key]
+	if ok && s == string(v) {
+		return s
+	}
+	s = string(v)
+	if ok || len(in.last) < maxInterned {
+		in.last[key] = s
+	}
+	return s
 }
 
 // lower is strings.ToLower for metadata keys without a detour through a

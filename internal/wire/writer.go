@@ -112,7 +112,7 @@ var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b
 func getFrame() *[]byte { return framePool.Get().(*[]byte) }
 
 func putFrame(b *[]byte) {
-	if cap(*b) > 64<<10 {
+	if b == nil || cap(*b) > 64<<10 {
 		return
 	}
 	*b = (*b)[:0]
