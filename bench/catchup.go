@@ -75,6 +75,30 @@ func AdminSuperDigest() string {
 	return ksSuperUser + ":" + base64.StdEncoding.EncodeToString(sum[:])
 }
 
+// MoveLeader transfers Meridian's leadership to server want (0-based)
+// and waits until c reports it leading, within timeout.
+func MoveLeader(c *Cluster, want int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	adm, err := client.New(ctx, client.Config{Endpoints: c.GRPC, SessionTimeout: 10 * time.Second,
+		Digest: []string{ksSuperUser + ":" + ksSuperPassword}})
+	if err != nil {
+		return fmt.Errorf("admin client: %w", err)
+	}
+	defer adm.Close()
+	for c.Leader() != want {
+		if err := adm.TransferLeader(ctx, uint64(want+1)); err != nil && ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server %d still leads", c.Leader()+1)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // runCatchup makes one follower of c catch up from scratch; a failure is
 // recorded in the result (the fill's figures stand without it).
 func runCatchup(e *Env, c *Cluster, region string, timeout time.Duration, progress func(string)) ScaleCatchup {
