@@ -18,6 +18,12 @@
 // handlers through the same interceptors: identity, authorization and the
 // request core are decided in one place.
 //
+// A client that sends the same few keys with every call passes them as
+// CallMetadata, not through the context; the server decodes a call's
+// metadata once (each connection's repeated keys and values made into
+// strings once) and hands it to the interceptors without copies
+// (IncomingMetadata).
+//
 // What it must never do: interpret a request itself, skip the server's
 // interceptors, hold more than its limits (MaxFrameBytes a frame,
 // Options.MaxConcurrentCalls calls a connection, StreamWindowBytes unread

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +58,20 @@ func (s *service) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataRe
 		return nil, ctx.Err()
 	case "/fail":
 		return nil, status.Error(codes.FailedPrecondition, "node is not empty")
+	case "/incoming":
+		// The call's metadata as IncomingMetadata has it, "k=v" sorted.
+		md, ok := IncomingMetadata(ctx)
+		if !ok {
+			return nil, status.Error(codes.Internal, "no IncomingMetadata")
+		}
+		var kv []string
+		for k, vs := range md {
+			for _, v := range vs {
+				kv = append(kv, k+"="+v)
+			}
+		}
+		slices.Sort(kv)
+		return &pb.GetDataResponse{Data: []byte(strings.Join(kv, " "))}, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("echo", strings.Join(md.Get("x-test"), ",")))
@@ -162,6 +178,41 @@ func TestUnaryCall(t *testing.T) {
 				t.Errorf("unimplemented method: %v", err)
 			}
 		})
+	}
+}
+
+// TestCallMetadata: pairs passed as the CallMetadata option reach the
+// handler after the context's, its header comes back through it, and a
+// connection's metadata decodes right whether its strings are kept
+// (repeated keys and values) or not (more keys than it keeps, a value
+// that changes).
+func TestCallMetadata(t *testing.T) {
+	addr := serve(t, newService(), Options{})
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "X-Test", "a")
+	var header metadata.MD
+	if _, err := api.GetData(ctx, &pb.ReadRequest{Path: "/n"}, &CallMetadata{Out: []string{"x-test", "c", "x-test", "d"}, Header: &header}); err != nil {
+		t.Fatal(err)
+	}
+	if got := header.Get("echo"); len(got) != 1 || got[0] != "a,c,d" {
+		t.Errorf("header echo = %q, want the context's pair then CallMetadata's: [a,c,d]", got)
+	}
+	for i := 0; i < 2*maxInterned; i++ {
+		out := []string{"same", "value", "counter", strconv.Itoa(i), "key-" + strconv.Itoa(i), "v"}
+		r, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/incoming"}, &CallMetadata{Out: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"counter=" + strconv.Itoa(i), "key-" + strconv.Itoa(i) + "=v", "same=value"}
+		slices.Sort(want)
+		if got := string(r.GetData()); got != strings.Join(want, " ") {
+			t.Fatalf("call %d: the handler saw %q, want %q", i, got, strings.Join(want, " "))
+		}
+	}
+	if _, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/n"}, &CallMetadata{Out: []string{"odd"}}); status.Code(err) != codes.Internal {
+		t.Errorf("a key without a value: %v, want Internal", err)
 	}
 }
 
