@@ -122,7 +122,7 @@ func (c *Client) mergeView(s string) {
 	if c.mu.groups == nil {
 		c.mu.groups = map[uint64]uint64{}
 	}
-	for _, pair := range strings.Split(s, ",") {
+	for pair := range strings.SplitSeq(s, ",") {
 		gs, is, ok := strings.Cut(pair, ":")
 		if !ok {
 			continue
