@@ -42,18 +42,39 @@ func (c *Client) carry(ctx context.Context, method string, req, reply any, cc *g
 	c.mu.Lock()
 	kv := c.sentLocked()
 	c.mu.Unlock()
-	var md metadata.MD
 	if c.cfg.GRPC {
-		ctx = metadata.AppendToOutgoingContext(ctx, kv...)
-		opts = append(opts, grpc.Header(&md))
+		var md metadata.MD
+		err := invoker(metadata.AppendToOutgoingContext(ctx, kv...), method, req, reply, cc, append(opts, grpc.Header(&md))...)
+		c.mergeHeader(md)
+		return err
+	}
+	// One allocation for the option, the header it fills and, for a call
+	// without options (the generated code's), the options.
+	x := &carried{}
+	x.cm = wire.CallMetadata{Out: kv, Header: &x.md}
+	if len(opts) == 0 {
+		x.opts[0] = &x.cm
+		opts = x.opts[:]
 	} else {
-		opts = append(opts, &wire.CallMetadata{Out: kv, Header: &md})
+		opts = append(opts, &x.cm)
 	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
+	c.mergeHeader(x.md)
+	return err
+}
+
+// carried is what carry hands the lean transport with a call.
+type carried struct {
+	cm   wire.CallMetadata
+	md   metadata.MD
+	opts [1]grpc.CallOption
+}
+
+// mergeHeader merges the view a reply's header carries.
+func (c *Client) mergeHeader(md metadata.MD) {
 	if vs := md.Get(SeenGroupsHeader); len(vs) == 1 {
 		c.mergeView(vs[0])
 	}
-	return err
 }
 
 // sentLocked is what carry sends, built again only when the zxid seen,

@@ -580,3 +580,54 @@ func TestMemberAddCarriesIdentity(t *testing.T) {
 		t.Fatalf("member record %+v", m)
 	}
 }
+
+// TestNativeClientOverGRPC: the Go client with Config.GRPC (the native
+// API over gRPC's HTTP/2 transport, not the lean one) carries what every
+// call needs the same way: its session password (an ephemeral node and a
+// lock, which name the session), its digest credential (a node only that
+// identity may read) and its view (a read after its own write on another
+// member sees the write).
+func TestNativeClientOverGRPC(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dial := func(ep string) *client.Client {
+		c, err := client.New(ctx, client.Config{Endpoints: []string{ep}, KeepEndpointOrder: true, SessionTimeout: 5 * time.Second,
+			TLS: tc.clientTLS(), GRPC: true, Digest: []string{"alice:secret"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	eps := tc.endpoints()
+	a, b := dial(eps[0]), dial(eps[1])
+	acl := []*client.ACL{{Perms: 31 /* ALL */, Scheme: "digest", Id: digestOf("alice:secret")}}
+	if _, _, err := a.Create(ctx, "/grpc", []byte("v1"), client.CreateOptions{Mode: client.Ephemeral, ACL: acl}); err != nil {
+		t.Fatalf("ephemeral create over gRPC: %v", err)
+	}
+	if _, err := a.Set(ctx, "/grpc", []byte("v2"), -1); err != nil {
+		t.Fatal(err)
+	}
+	data, _, err := a.Get(ctx, "/grpc", client.WithConsistency(client.Sequential))
+	if err != nil || string(data) != "v2" {
+		t.Fatalf("read own write: %q %v", data, err)
+	}
+	l, err := b.Lock(ctx, "grpc-lock", client.LockOptions{})
+	if err != nil {
+		t.Fatalf("lock over gRPC: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("unlock over gRPC: %v", err)
+	}
+	stranger, err := client.New(ctx, client.Config{Endpoints: []string{eps[0]}, KeepEndpointOrder: true, SessionTimeout: 5 * time.Second,
+		TLS: tc.clientTLS(), GRPC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	if _, _, err := stranger.Get(ctx, "/grpc", client.WithConsistency(client.Sequential)); !errors.Is(err, client.ErrNoAuth) {
+		t.Fatalf("a client without the digest read the node: %v", err)
+	}
+}

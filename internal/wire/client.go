@@ -43,6 +43,7 @@ type ClientConn struct {
 	addr string
 	opts ClientOptions
 	sem  chan struct{}
+	next []grpc.UnaryInvoker // next[i]: what opts.Unary[i] calls on
 
 	mu     sync.Mutex
 	cur    *clientConn
@@ -71,7 +72,15 @@ func Dial(addr string, opts ClientOptions) *ClientConn {
 			opts.TLS.ServerName = host
 		}
 	}
-	return &ClientConn{addr: addr, opts: opts, sem: make(chan struct{}, opts.MaxConcurrentCalls)}
+	c := &ClientConn{addr: addr, opts: opts, sem: make(chan struct{}, opts.MaxConcurrentCalls)}
+	// Each interceptor's invoker, made once rather than on every call.
+	c.next = make([]grpc.UnaryInvoker, len(opts.Unary))
+	for i := range c.next {
+		c.next[i] = func(ctx context.Context, method string, args, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+			return c.chainUnary(i+1, ctx, method, args, reply, opts)
+		}
+	}
+	return c
 }
 
 // Close closes the connection; calls in flight fail with Canceled.
@@ -175,11 +184,14 @@ type clientConn struct {
 	next    uint32
 	pending map[uint32]*pendingCall
 	err     error
+
+	names interner // readLoop's only
 }
 
 // pendingCall is a call waiting for its reply (and a stream's messages).
 type pendingCall struct {
-	reply  []byte        // the reply frame's body, once it came
+	header metadata.MD   // the reply's header metadata, decoded by readLoop
+	reply  []byte        // the rest of the reply frame's body, once it came
 	buf    *[]byte       // reply's buffer, from the frame pool
 	done   chan struct{} // closed when reply or err is set
 	err    error
@@ -237,8 +249,18 @@ func (cc *clientConn) readLoop() {
 			// A call that was cancelled or timed out: drop its frames.
 			putFrame(fb)
 		case kind == kindReply:
+			// The header is decoded here, where the connection's
+			// repeated keys and values are kept (the interner is this
+			// goroutine's).
+			d := decoder{b: body}
+			header := d.metadata(&cc.names)
+			if d.err != nil {
+				cc.mu.Unlock()
+				cc.fail(status.Error(codes.Unavailable, d.err.Error()))
+				return
+			}
 			delete(cc.pending, id)
-			p.reply, p.buf = body, fb
+			p.header, p.reply, p.buf = header, d.b, fb
 			close(p.done)
 		case kind == kindMessage && p.stream:
 			if p.queued+len(body) > 2*StreamWindowBytes+MaxFrameBytes {
@@ -376,7 +398,11 @@ func parseOptions(opts []grpc.CallOption) (callOptions, error) {
 			if len(o.Out)%2 == 1 {
 				return co, status.Error(codes.Internal, "wire: CallMetadata.Out has a key without a value")
 			}
-			co.out = append(co.out, o.Out...)
+			if co.out == nil {
+				co.out = o.Out[:len(o.Out):len(o.Out)] // appended to: copied
+			} else {
+				co.out = append(co.out, o.Out...)
+			}
 			if o.Header != nil {
 				co.header = o.Header
 			}
@@ -396,9 +422,7 @@ func (c *ClientConn) chainUnary(i int, ctx context.Context, method string, args,
 	if i == len(c.opts.Unary) {
 		return c.invoke(ctx, method, args, reply, opts)
 	}
-	return c.opts.Unary[i](ctx, method, args, reply, nil, func(ctx context.Context, method string, args, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
-		return c.chainUnary(i+1, ctx, method, args, reply, opts)
-	}, opts...)
+	return c.opts.Unary[i](ctx, method, args, reply, nil, c.next[i], opts...)
 }
 
 func (c *ClientConn) acquire(ctx context.Context) error {
@@ -441,14 +465,14 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	if co.peer != nil {
 		co.peer.Addr, co.peer.LocalAddr = cc.conn.RemoteAddr(), cc.conn.LocalAddr()
 	}
-	defer putFrame(p.buf) // decodeReply and Unmarshal copy what they keep
-	header, st, payload, err := decodeReply(p.reply)
+	defer putFrame(p.buf) // decodeStatus and Unmarshal copy what they keep
+	st, payload, err := decodeStatus(p.reply)
 	if err != nil {
 		cc.fail(status.Error(codes.Unavailable, err.Error()))
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	if co.header != nil {
-		*co.header = header
+		*co.header = p.header
 	}
 	if co.trailer != nil {
 		*co.trailer = metadata.MD{}
@@ -469,22 +493,33 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 func decodeReply(body []byte) (metadata.MD, *spb.Status, []byte, error) {
 	d := decoder{b: body}
 	md := d.metadata(nil)
-	n := d.u32()
-	raw := d.take(int(n))
 	if d.err != nil {
 		return nil, nil, nil, d.err
 	}
+	st, payload, err := decodeStatus(d.b)
+	return md, st, payload, err
+}
+
+// decodeStatus splits what follows a reply's header: its status (nil when
+// the call succeeded) and message.
+func decodeStatus(b []byte) (*spb.Status, []byte, error) {
+	d := decoder{b: b}
+	n := d.u32()
+	raw := d.take(int(n))
+	if d.err != nil {
+		return nil, nil, d.err
+	}
 	if n == 0 {
-		return md, nil, d.b, nil
+		return nil, d.b, nil
 	}
 	st := &spb.Status{}
 	if err := proto.Unmarshal(raw, st); err != nil {
-		return nil, nil, nil, errMalformed
+		return nil, nil, errMalformed
 	}
 	if st.GetCode() == int32(codes.OK) {
 		st.Code = int32(codes.Unknown) // an error reply must not read as success
 	}
-	return md, st, nil, nil
+	return st, nil, nil
 }
 
 // NewStream opens a server stream (one request, many replies): the only
@@ -625,12 +660,12 @@ func (s *clientStream) RecvMsg(m any) error {
 		if p.err != nil {
 			return s.finish(p.err)
 		}
-		header, st, _, err := decodeReply(p.reply)
+		st, _, err := decodeStatus(p.reply)
 		if err != nil {
 			s.cc.fail(status.Error(codes.Unavailable, err.Error()))
 			return s.finish(status.Error(codes.Unavailable, err.Error()))
 		}
-		s.header = header
+		s.header = p.header
 		if st != nil {
 			return s.finish(status.FromProto(st).Err())
 		}
