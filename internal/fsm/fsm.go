@@ -78,6 +78,8 @@ type FSM struct {
 	// which they are complete.
 	deps     Deps
 	depsFrom uint64
+	// res is the result of the entry Apply is applying (Apply only).
+	res Result
 }
 
 // New returns an empty state machine at index 0: the root group's, or
@@ -178,9 +180,14 @@ type Result struct {
 // lock held, calls Hooks.Applied and returns the result; an entry of a
 // later format is refused instead (Result.Refused, version.go).
 func (f *FSM) Apply(index uint64, data []byte) Result {
-	r := Result{Index: index}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// The result is built in f.res rather than on the stack: the hook's
+	// pointer would move it to the heap, one allocation of the whole
+	// Result per entry on every member.
+	f.res = Result{Index: index}
+	r := &f.res
+	defer func() { f.res = Result{} }() // keeps nothing of the entry alive
 	// Every member decodes the same bytes the same way, so skipping is
 	// deterministic; the proposer validated what it encoded. A skipped
 	// entry still takes a zxid, so that without envelopes the zxid stays
@@ -189,7 +196,7 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 	if err == nil {
 		if nerr := newerEntry(inner); nerr != nil {
 			r.Refused = fmt.Errorf("log entry %d: %w", index, nerr)
-			return r
+			return *r
 		}
 	}
 	zxid, ok := nextZxid(f.lastZxid, index, stamp)
@@ -206,17 +213,17 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 		f.stamp = stamp
 		f.mergeDeps(stamp.deps)
 		if len(inner) > 0 && inner[0] == DepsMarkerTag {
-			f.applyMarker(&r, inner)
+			f.applyMarker(r, inner)
 		} else {
-			f.applyEntry(&r, inner)
+			f.applyEntry(r, inner)
 		}
 		f.stamp = clockStamp{}
 	}
 	f.applied = index
 	if f.hooks.Applied != nil {
-		f.hooks.Applied(&r)
+		f.hooks.Applied(r)
 	}
-	return r
+	return *r
 }
 
 // applyEntry applies an unwrapped entry: a coordination command, a
