@@ -787,6 +787,7 @@ func (t *transport) reader(raw net.Conn) {
 	}
 	t.authenticated(raw)
 	var hdr [4 + frameHeader]byte
+	var scratch []byte // the bodies of raft messages (readBodyInto)
 	bad := func(reason string, args ...any) {
 		t.log.Warn("bad peer frame; closing connection", append([]any{"remote", raw.RemoteAddr().String(), "member", sender, "reason", reason}, args...)...)
 	}
@@ -865,7 +866,17 @@ func (t *transport) reader(raw net.Conn) {
 			}
 			continue
 		}
-		body, err := readBody(r, n-frameHeader)
+		var body []byte
+		var err error
+		if (kind == kindRaft || kind == kindGroupRaft) && n-frameHeader <= maxReusedBody {
+			// Decoding copies what it keeps, so a raft message's body is
+			// read into the connection's buffer: one allocation less per
+			// frame.
+			body, err = readBodyInto(r, scratch, n-frameHeader)
+			scratch = body[:0]
+		} else {
+			body, err = readBody(r, n-frameHeader)
+		}
 		if err != nil {
 			bad("truncated frame", "err", err)
 			return
@@ -967,6 +978,23 @@ func readBody(r io.Reader, size int64) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	return buf, nil
+}
+
+// maxReusedBody bounds the raft message bodies a connection reads into its
+// own buffer (readBodyInto): larger ones, rare, are read afresh.
+const maxReusedBody = 64 << 10
+
+// readBodyInto reads a frame body of size bytes (at most maxReusedBody)
+// into buf, grown if it is too small.
+func readBodyInto(r io.Reader, buf []byte, size int64) ([]byte, error) {
+	if int64(cap(buf)) < size {
+		buf = make([]byte, size, min(max(size, 2*int64(cap(buf)), 4<<10), maxReusedBody))
+	}
+	buf = buf[:size]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return buf[:0], err
 	}
 	return buf, nil
 }
