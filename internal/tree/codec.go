@@ -161,6 +161,8 @@ func appendOp(b []byte, op *Op) []byte {
 
 // DecodeCommand parses a command encoded by EncodeCommand. Malformed input
 // yields an error wrapping errs.ErrMarshalling (or errs.ErrRequestTooLarge).
+// The ops' Data share b's bytes: b must not change while the command is
+// used.
 func DecodeCommand(b []byte) (*Command, error) {
 	if len(b) > MaxCommandBytes {
 		return nil, fmt.Errorf("%w: command of %d bytes", errs.ErrRequestTooLarge, len(b))
@@ -298,18 +300,9 @@ func (d *decoder) raw(max int) []byte {
 
 func (d *decoder) bytes(max int) []byte { return cloneBytes(d.raw(max)) }
 
-// nullable reads what appendNullable wrote (plain bytes in version 1, where
-// empty data was stored as null).
-func (d *decoder) nullable(max int) []byte {
-	b, null := d.nullableRaw(max)
-	if null {
-		return nil
-	}
-	return cloneBytes(b)
-}
-
-// nullableRaw is nullable without the copy: the bytes are d's, null
-// reports a null value.
+// nullableRaw reads what appendNullable wrote (plain bytes in version 1,
+// where empty data was stored as null), without a copy: the bytes are
+// d's; null reports a null value.
 func (d *decoder) nullableRaw(max int) (b []byte, null bool) {
 	if d.v1 {
 		if b := d.raw(max); len(b) > 0 {
@@ -348,7 +341,11 @@ func (d *decoder) acl() []ACL {
 func (d *decoder) op(op *Op) {
 	op.Type = OpType(d.byte())
 	op.Path = d.str(MaxPathBytes)
-	op.Data = d.nullable(MaxDataBytes)
+	// Not copied: Apply copies the data it stores (setPathData), and the
+	// command is decoded on every member for every write.
+	if b, null := d.nullableRaw(MaxDataBytes); !null {
+		op.Data = b
+	}
 	op.ACL = d.acl()
 	op.Mode = CreateMode(d.int32())
 	op.TTLMs = d.varint()
