@@ -178,7 +178,7 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if n := d.count(MaxAuthIDs); n > 0 {
 		c.Auth = make([]ID, 0, n)
 		for i := 0; i < n && d.err == nil; i++ {
-			c.Auth = append(c.Auth, ID{Scheme: d.str(maxIDBytes), ID: d.str(maxIDBytes)})
+			c.Auth = append(c.Auth, ID{Scheme: d.idStr(maxIDBytes), ID: d.idStr(maxIDBytes)})
 		}
 	}
 	d.op(&c.Op)
@@ -325,6 +325,30 @@ func (d *decoder) nullableRaw(max int) (b []byte, null bool) {
 
 func (d *decoder) str(max int) string { return string(d.raw(max)) }
 
+// idStr is str for the parts of an identity: the schemes and world's one
+// id come back as constants, not allocated for every ACL and every
+// requester of every write on every member.
+func (d *decoder) idStr(max int) string {
+	b := d.raw(max)
+	switch string(b) { // no allocation: compared in place
+	case "world":
+		return "world"
+	case "anyone":
+		return "anyone"
+	case "ip":
+		return "ip"
+	case "digest":
+		return "digest"
+	case "auth":
+		return "auth"
+	case "sasl":
+		return "sasl"
+	case "x509":
+		return "x509"
+	}
+	return string(b)
+}
+
 func (d *decoder) acl() []ACL {
 	n := d.count(MaxACLEntries)
 	if n == 0 {
@@ -333,7 +357,7 @@ func (d *decoder) acl() []ACL {
 	acl := make([]ACL, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		perms := d.int32()
-		acl = append(acl, ACL{Perms: perms, ID: ID{Scheme: d.str(maxIDBytes), ID: d.str(maxIDBytes)}})
+		acl = append(acl, ACL{Perms: perms, ID: ID{Scheme: d.idStr(maxIDBytes), ID: d.idStr(maxIDBytes)}})
 	}
 	return acl
 }
