@@ -164,14 +164,25 @@ func appendOp(b []byte, op *Op) []byte {
 // The ops' Data share b's bytes: b must not change while the command is
 // used.
 func DecodeCommand(b []byte) (*Command, error) {
+	c := &Command{}
+	if err := DecodeCommandInto(c, b); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DecodeCommandInto is DecodeCommand into c, which it overwrites whole
+// (its slices are not reused: what a command held stays as it was), for
+// a caller that decodes command after command into one Command.
+func DecodeCommandInto(c *Command, b []byte) error {
+	*c = Command{}
 	if len(b) > MaxCommandBytes {
-		return nil, fmt.Errorf("%w: command of %d bytes", errs.ErrRequestTooLarge, len(b))
+		return fmt.Errorf("%w: command of %d bytes", errs.ErrRequestTooLarge, len(b))
 	}
 	if len(b) == 0 || (b[0] != codecVersion && b[0] != codecVersionV1) {
-		return nil, fmt.Errorf("%w: unknown command encoding", errs.ErrMarshalling)
+		return fmt.Errorf("%w: unknown command encoding", errs.ErrMarshalling)
 	}
 	d := decoder{b: b[1:], base: errs.ErrMarshalling, v1: b[0] == codecVersionV1}
-	c := &Command{}
 	c.ID = d.uvarint()
 	c.TimeMs = d.varint()
 	c.Session = d.varint()
@@ -200,9 +211,10 @@ func DecodeCommand(b []byte) (*Command, error) {
 	}
 	d.end()
 	if d.err != nil {
-		return nil, d.err
+		*c = Command{}
+		return d.err
 	}
-	return c, nil
+	return nil
 }
 
 // decoder reads the varint format above with sticky errors: after the first
