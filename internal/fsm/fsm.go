@@ -78,6 +78,11 @@ type FSM struct {
 	// which they are complete.
 	deps     Deps
 	depsFrom uint64
+	// res is the result of the entry Apply is applying, cmd its tree
+	// command (Apply only): a Result's TreeCommand is good until the next
+	// Apply.
+	res Result
+	cmd tree.Command
 }
 
 // New returns an empty state machine at index 0: the root group's, or
@@ -147,7 +152,8 @@ type Result struct {
 	ID uint64
 	// TreeCommand is the tree command of the entry (for a fenced write, its
 	// inner command, nil when that does not decode); nil for coordination
-	// commands.
+	// commands. It is the FSM's until the next Apply, which overwrites it
+	// (a plain tree command: one less allocation per entry per member).
 	TreeCommand *tree.Command
 	// CoordCommand is the coordination command of the entry (a fenced write
 	// too); nil for tree commands.
@@ -178,9 +184,14 @@ type Result struct {
 // lock held, calls Hooks.Applied and returns the result; an entry of a
 // later format is refused instead (Result.Refused, version.go).
 func (f *FSM) Apply(index uint64, data []byte) Result {
-	r := Result{Index: index}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// The result is built in f.res rather than on the stack: the hook's
+	// pointer would move it to the heap, one allocation of the whole
+	// Result per entry on every member.
+	f.res = Result{Index: index}
+	r := &f.res
+	defer func() { f.res = Result{} }() // keeps nothing of the entry alive
 	// Every member decodes the same bytes the same way, so skipping is
 	// deterministic; the proposer validated what it encoded. A skipped
 	// entry still takes a zxid, so that without envelopes the zxid stays
@@ -189,7 +200,7 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 	if err == nil {
 		if nerr := newerEntry(inner); nerr != nil {
 			r.Refused = fmt.Errorf("log entry %d: %w", index, nerr)
-			return r
+			return *r
 		}
 	}
 	zxid, ok := nextZxid(f.lastZxid, index, stamp)
@@ -206,17 +217,17 @@ func (f *FSM) Apply(index uint64, data []byte) Result {
 		f.stamp = stamp
 		f.mergeDeps(stamp.deps)
 		if len(inner) > 0 && inner[0] == DepsMarkerTag {
-			f.applyMarker(&r, inner)
+			f.applyMarker(r, inner)
 		} else {
-			f.applyEntry(&r, inner)
+			f.applyEntry(r, inner)
 		}
 		f.stamp = clockStamp{}
 	}
 	f.applied = index
 	if f.hooks.Applied != nil {
-		f.hooks.Applied(&r)
+		f.hooks.Applied(r)
 	}
-	return r
+	return *r
 }
 
 // applyEntry applies an unwrapped entry: a coordination command, a
@@ -226,9 +237,10 @@ func (f *FSM) applyEntry(r *Result, data []byte) {
 		f.applyCoord(r, data)
 	} else if len(data) > 0 && data[0] == KeyspaceTag {
 		f.applyKeyspace(r, data)
-	} else if cmd, err := tree.DecodeCommand(data); err != nil {
+	} else if err := tree.DecodeCommandInto(&f.cmd, data); err != nil {
 		r.Skipped = fmt.Errorf("tree entry: %w", err)
 	} else {
+		cmd := &f.cmd
 		r.ID, r.TreeCommand = cmd.ID, cmd
 		if err := f.treeOwned(cmd); err != nil {
 			r.TreeResult = tree.Result{Err: err}

@@ -1352,11 +1352,13 @@ func (r *Replica) handleReady() error {
 	// steps its self-acknowledgement, i.e. after this Ready is on disk; the
 	// leader's term and vote were synced before it campaigned; and messages
 	// that vouch for this member's durable state (append and vote
-	// responses) never leave early.
-	msgs := rd.Messages
+	// responses) never leave early. Appends that follow each other to one
+	// member go as one message, and so do their acknowledgements (coalesce).
+	msgs := coalesce(rd.Messages, r.cfg.MaxSizePerMsg)
 	if r.leader.Load() == r.cfg.ID {
+		all := msgs
 		msgs = msgs[:0:0]
-		for _, m := range rd.Messages {
+		for _, m := range all {
 			if vouchesDurable(m.GetType()) {
 				msgs = append(msgs, m)
 			} else {

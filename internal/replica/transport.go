@@ -515,6 +515,10 @@ func (t *transport) sendSide(to uint64, payload []byte) error {
 	}
 }
 
+// maxKeptScratch bounds the marshalling buffer a writer keeps between
+// batches: a rare batch of large appends does not pin its size.
+const maxKeptScratch = 1 << 20
+
 // writer owns the outbound connection to one peer: it dials lazily,
 // coalesces everything queued into one flushed write, and on any failure
 // drops the batch (reporting it to raft), closes the connection and redials
@@ -531,6 +535,8 @@ func (t *transport) writer(pc *peerConn) {
 		}
 	}()
 	batch := make([]outMsg, 0, writeBatch)
+	var frames []frame // encode's, reused batch after batch
+	var scratch []byte // the batch's marshalled raft messages (encode)
 	keepalive := time.NewTimer(keepaliveEvery)
 	defer keepalive.Stop()
 	for {
@@ -567,7 +573,14 @@ func (t *transport) writer(pc *peerConn) {
 		}
 		// Probes and echoes first: they are independent of raft's order.
 		slices.SortStableFunc(batch, func(a, b outMsg) int { return urgency(a.kind) - urgency(b.kind) })
-		frames, size := t.encode(pc.id, batch)
+		// The previous batch is written (or dropped): its buffers are free.
+		if cap(scratch) > maxKeptScratch {
+			scratch = nil
+		}
+		scratch = scratch[:0]
+		clear(frames)
+		var size int
+		frames, size = t.encode(pc.id, batch, frames, &scratch)
 		if len(frames) == 0 {
 			continue
 		}
@@ -686,8 +699,12 @@ type frame struct {
 // encode marshals a batch. A message that cannot be encoded, or is larger
 // than peers accept, is dropped here and reported as a failed send instead of
 // getting the connection closed by the receiver.
-func (t *transport) encode(to uint64, batch []outMsg) ([]frame, int) {
-	frames := make([]frame, 0, len(batch))
+//
+// Raft messages are marshalled into *buf, one buffer for the batch that
+// the writer reuses once the batch is written (a raft message was an
+// allocation of its size each), and frames reuses the writer's slice.
+func (t *transport) encode(to uint64, batch []outMsg, frames []frame, buf *[]byte) ([]frame, int) {
+	frames = frames[:0]
 	size := 0
 	for _, m := range batch {
 		f := frame{kind: m.kind, group: m.group, payload: m.side}
@@ -714,16 +731,20 @@ func (t *transport) encode(to uint64, batch []outMsg) ([]frame, int) {
 			if m.group != 0 {
 				f.kind = kindGroupRaft
 			}
-			b, err := (proto.MarshalOptions{}).MarshalAppend(prefix, m.msg)
-			if err == nil && len(b)-len(prefix)+frameHeader > limit {
-				err = fmt.Errorf("%d bytes exceed the %d byte frame limit", len(b)-len(prefix), limit)
+			at := len(*buf)
+			b := append(*buf, prefix...)
+			b, err := (proto.MarshalOptions{}).MarshalAppend(b, m.msg)
+			if err == nil && len(b)-at-len(prefix)+frameHeader > limit {
+				err = fmt.Errorf("%d bytes exceed the %d byte frame limit", len(b)-at-len(prefix), limit)
 			}
 			if err != nil {
+				*buf = b[:at]
 				t.log.Error("dropping unsendable raft message", "peer", to, "group", m.group, "type", m.msg.GetType().String(), "err", err)
 				t.failFrames(to, []frame{{kind: f.kind, group: m.group}})
 				continue
 			}
-			f.payload = b
+			// Should b have moved, the frames before keep the old array.
+			*buf, f.payload = b, b[at:len(b):len(b)]
 		}
 		frames = append(frames, f)
 		size += 4 + frameHeader + len(f.payload)
@@ -787,6 +808,7 @@ func (t *transport) reader(raw net.Conn) {
 	}
 	t.authenticated(raw)
 	var hdr [4 + frameHeader]byte
+	var scratch []byte // the bodies of raft messages (readBodyInto)
 	bad := func(reason string, args ...any) {
 		t.log.Warn("bad peer frame; closing connection", append([]any{"remote", raw.RemoteAddr().String(), "member", sender, "reason", reason}, args...)...)
 	}
@@ -865,7 +887,17 @@ func (t *transport) reader(raw net.Conn) {
 			}
 			continue
 		}
-		body, err := readBody(r, n-frameHeader)
+		var body []byte
+		var err error
+		if (kind == kindRaft || kind == kindGroupRaft) && n-frameHeader <= maxReusedBody {
+			// Decoding copies what it keeps, so a raft message's body is
+			// read into the connection's buffer: one allocation less per
+			// frame.
+			body, err = readBodyInto(r, scratch, n-frameHeader)
+			scratch = body[:0]
+		} else {
+			body, err = readBody(r, n-frameHeader)
+		}
 		if err != nil {
 			bad("truncated frame", "err", err)
 			return
@@ -967,6 +999,23 @@ func readBody(r io.Reader, size int64) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	return buf, nil
+}
+
+// maxReusedBody bounds the raft message bodies a connection reads into its
+// own buffer (readBodyInto): larger ones, rare, are read afresh.
+const maxReusedBody = 64 << 10
+
+// readBodyInto reads a frame body of size bytes (at most maxReusedBody)
+// into buf, grown if it is too small.
+func readBodyInto(r io.Reader, buf []byte, size int64) ([]byte, error) {
+	if int64(cap(buf)) < size {
+		buf = make([]byte, size, min(max(size, 2*int64(cap(buf)), 4<<10), maxReusedBody))
+	}
+	buf = buf[:size]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return buf[:0], err
 	}
 	return buf, nil
 }

@@ -53,6 +53,34 @@ func TestReadBody(t *testing.T) {
 	}
 }
 
+// TestReadBodyInto: a raft message's body is read into the connection's
+// buffer, which grows to fit (never past maxReusedBody) and is reused, and
+// the next frame's bytes stay unread.
+func TestReadBodyInto(t *testing.T) {
+	var buf []byte
+	for _, n := range []int{10, 100, 5000, 3, 20 << 10, maxReusedBody} {
+		want := bytes.Repeat([]byte{byte(n)}, n)
+		r := bytes.NewReader(append(want, "next"...))
+		got, err := readBodyInto(iotest.OneByteReader(r), buf, int64(n))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("size %d: %v, body equal %v", n, err, bytes.Equal(got, want))
+		}
+		if rest, _ := io.ReadAll(r); string(rest) != "next" {
+			t.Fatalf("size %d: left %q unread, want next", n, rest)
+		}
+		if cap(got) > maxReusedBody {
+			t.Fatalf("size %d: buffer of %d bytes", n, cap(got))
+		}
+		if n <= cap(buf) && &got[0] != &buf[:1][0] {
+			t.Fatalf("size %d: a buffer of %d bytes was not reused", n, cap(buf))
+		}
+		buf = got[:0]
+	}
+	if _, err := readBodyInto(bytes.NewReader([]byte("ab")), buf, 3); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated frame: err = %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
 // capRecorder records the largest buffer readBody read into: the bytes it
 // had already read plus the room it offered to Read.
 type capRecorder struct {

@@ -220,8 +220,9 @@ type Future struct {
 	submitted, proposed, delivered time.Time
 	proposedOnLeader               bool
 
+	// WaitOnce's outcome once known: outErr, or result when it is nil
+	// (not a copy of it: a Future is allocated per write).
 	waited bool
-	out    applied
 	outErr error
 }
 
@@ -256,9 +257,12 @@ const maxRouteTries = 2
 func (f *Future) WaitOnce() (applied, error) {
 	if !f.waited {
 		f.waited = true
-		f.out, f.outErr = f.wait()
+		f.outErr = f.wait()
 	}
-	return f.out, f.outErr
+	if f.outErr != nil {
+		return applied{}, f.outErr
+	}
+	return f.result, nil
 }
 
 // retry proposes f's proposal again, routed anew.
@@ -266,35 +270,36 @@ func (f *Future) retry() *Future {
 	return f.s.submit(f.parent, f.p, f.tries+1)
 }
 
-func (f *Future) wait() (applied, error) {
+// wait waits for the outcome: nil when f.result holds the applied result
+// (read only then: after a timeout, deliver may still be writing it).
+func (f *Future) wait() error {
 	if f.id == 0 {
-		return applied{}, f.err
+		return f.err
 	}
 	s := f.s
 	defer f.cancel()
 	defer f.g.waiters.remove(f.id)
 	select {
 	case <-f.done:
-		a := f.result
-		if a.err != nil {
+		if err := f.result.err; err != nil {
 			s.metrics.countProposal("unknown")
-			return applied{}, a.err
+			return err
 		}
 		s.metrics.countProposal("applied")
 		if v := viewOf(f.parent); v != nil {
-			v.observe(f.g.id, a.index)
+			v.observe(f.g.id, f.result.index)
 		}
 		f.observeStages()
-		return a, nil
+		return nil
 	case <-f.ctx.Done():
 		s.metrics.countProposal("timeout")
-		return applied{}, errs.ErrTimeout
+		return errs.ErrTimeout
 	case <-s.stop:
 		// raft has it and may commit it after all (forwarded to the
 		// leader): not "stopped", which says it was not applied and lets
 		// clients retry it.
 		s.metrics.countProposal("unknown")
-		return applied{}, errs.ErrOutcomeUnknown
+		return errs.ErrOutcomeUnknown
 	}
 }
 

@@ -180,6 +180,10 @@ func (x *txn) rollback() {
 }
 
 func (x *txn) emit(typ EventType, path string) {
+	if x.events == nil {
+		// A create or delete emits two: one allocation, not two.
+		x.events = make([]Event, 0, 2)
+	}
 	x.events = append(x.events, Event{Type: typ, Path: path, Zxid: x.zxid})
 }
 

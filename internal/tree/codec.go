@@ -161,22 +161,35 @@ func appendOp(b []byte, op *Op) []byte {
 
 // DecodeCommand parses a command encoded by EncodeCommand. Malformed input
 // yields an error wrapping errs.ErrMarshalling (or errs.ErrRequestTooLarge).
+// The ops' Data share b's bytes: b must not change while the command is
+// used.
 func DecodeCommand(b []byte) (*Command, error) {
+	c := &Command{}
+	if err := DecodeCommandInto(c, b); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DecodeCommandInto is DecodeCommand into c, which it overwrites whole
+// (its slices are not reused: what a command held stays as it was), for
+// a caller that decodes command after command into one Command.
+func DecodeCommandInto(c *Command, b []byte) error {
+	*c = Command{}
 	if len(b) > MaxCommandBytes {
-		return nil, fmt.Errorf("%w: command of %d bytes", errs.ErrRequestTooLarge, len(b))
+		return fmt.Errorf("%w: command of %d bytes", errs.ErrRequestTooLarge, len(b))
 	}
 	if len(b) == 0 || (b[0] != codecVersion && b[0] != codecVersionV1) {
-		return nil, fmt.Errorf("%w: unknown command encoding", errs.ErrMarshalling)
+		return fmt.Errorf("%w: unknown command encoding", errs.ErrMarshalling)
 	}
 	d := decoder{b: b[1:], base: errs.ErrMarshalling, v1: b[0] == codecVersionV1}
-	c := &Command{}
 	c.ID = d.uvarint()
 	c.TimeMs = d.varint()
 	c.Session = d.varint()
 	if n := d.count(MaxAuthIDs); n > 0 {
 		c.Auth = make([]ID, 0, n)
 		for i := 0; i < n && d.err == nil; i++ {
-			c.Auth = append(c.Auth, ID{Scheme: d.str(maxIDBytes), ID: d.str(maxIDBytes)})
+			c.Auth = append(c.Auth, ID{Scheme: d.idStr(maxIDBytes), ID: d.idStr(maxIDBytes)})
 		}
 	}
 	d.op(&c.Op)
@@ -198,9 +211,10 @@ func DecodeCommand(b []byte) (*Command, error) {
 	}
 	d.end()
 	if d.err != nil {
-		return nil, d.err
+		*c = Command{}
+		return d.err
 	}
-	return c, nil
+	return nil
 }
 
 // decoder reads the varint format above with sticky errors: after the first
@@ -298,18 +312,9 @@ func (d *decoder) raw(max int) []byte {
 
 func (d *decoder) bytes(max int) []byte { return cloneBytes(d.raw(max)) }
 
-// nullable reads what appendNullable wrote (plain bytes in version 1, where
-// empty data was stored as null).
-func (d *decoder) nullable(max int) []byte {
-	b, null := d.nullableRaw(max)
-	if null {
-		return nil
-	}
-	return cloneBytes(b)
-}
-
-// nullableRaw is nullable without the copy: the bytes are d's, null
-// reports a null value.
+// nullableRaw reads what appendNullable wrote (plain bytes in version 1,
+// where empty data was stored as null), without a copy: the bytes are
+// d's; null reports a null value.
 func (d *decoder) nullableRaw(max int) (b []byte, null bool) {
 	if d.v1 {
 		if b := d.raw(max); len(b) > 0 {
@@ -332,6 +337,30 @@ func (d *decoder) nullableRaw(max int) (b []byte, null bool) {
 
 func (d *decoder) str(max int) string { return string(d.raw(max)) }
 
+// idStr is str for the parts of an identity: the schemes and world's one
+// id come back as constants, not allocated for every ACL and every
+// requester of every write on every member.
+func (d *decoder) idStr(max int) string {
+	b := d.raw(max)
+	switch string(b) { // no allocation: compared in place
+	case "world":
+		return "world"
+	case "anyone":
+		return "anyone"
+	case "ip":
+		return "ip"
+	case "digest":
+		return "digest"
+	case "auth":
+		return "auth"
+	case "sasl":
+		return "sasl"
+	case "x509":
+		return "x509"
+	}
+	return string(b)
+}
+
 func (d *decoder) acl() []ACL {
 	n := d.count(MaxACLEntries)
 	if n == 0 {
@@ -340,7 +369,7 @@ func (d *decoder) acl() []ACL {
 	acl := make([]ACL, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		perms := d.int32()
-		acl = append(acl, ACL{Perms: perms, ID: ID{Scheme: d.str(maxIDBytes), ID: d.str(maxIDBytes)}})
+		acl = append(acl, ACL{Perms: perms, ID: ID{Scheme: d.idStr(maxIDBytes), ID: d.idStr(maxIDBytes)}})
 	}
 	return acl
 }
@@ -348,7 +377,11 @@ func (d *decoder) acl() []ACL {
 func (d *decoder) op(op *Op) {
 	op.Type = OpType(d.byte())
 	op.Path = d.str(MaxPathBytes)
-	op.Data = d.nullable(MaxDataBytes)
+	// Not copied: Apply copies the data it stores (setPathData), and the
+	// command is decoded on every member for every write.
+	if b, null := d.nullableRaw(MaxDataBytes); !null {
+		op.Data = b
+	}
 	op.ACL = d.acl()
 	op.Mode = CreateMode(d.int32())
 	op.TTLMs = d.varint()

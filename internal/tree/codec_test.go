@@ -103,6 +103,42 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeCommandInto: decoding command after command into one Command
+// gives each exactly (nothing of the one before stays, and a command's
+// slices are not overwritten by the next), and a failed decode leaves it
+// empty.
+func TestDecodeCommandInto(t *testing.T) {
+	cmds := sampleCommands()
+	g := &gen{rng: rand.New(rand.NewSource(2))}
+	for i := 0; i < 300; i++ {
+		cmds = append(cmds, g.command())
+	}
+	var into, prev Command // prev: into as it was after the previous decode (its slices shared)
+	var prevBytes []byte
+	for i, c := range cmds {
+		b, err := EncodeCommand(c)
+		if err != nil {
+			t.Fatalf("%d: encode: %v", i, err)
+		}
+		if err := DecodeCommandInto(&into, b); err != nil {
+			t.Fatalf("%d: decode: %v", i, err)
+		}
+		if !reflect.DeepEqual(normalize(c), normalize(&into)) {
+			t.Fatalf("%d: decoded into a used Command:\n%+v\n%+v", i, c, &into)
+		}
+		if prevBytes != nil {
+			if want, _ := DecodeCommand(prevBytes); !reflect.DeepEqual(normalize(want), normalize(&prev)) {
+				t.Fatalf("%d: decoding it changed the previous command's slices", i)
+			}
+		}
+		prev, prevBytes = into, b
+	}
+	b, _ := EncodeCommand(cmds[0])
+	if err := DecodeCommandInto(&into, b[:len(b)-1]); err == nil || !reflect.DeepEqual(into, Command{}) {
+		t.Fatalf("truncated: err %v, command %+v", err, into)
+	}
+}
+
 func TestEncodeLimits(t *testing.T) {
 	long := "/" + string(bytes.Repeat([]byte("a"), MaxPathBytes))
 	bigACL := make([]ACL, MaxACLEntries+1)
