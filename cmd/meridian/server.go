@@ -338,9 +338,9 @@ Data persists across runs; delete the directory to start afresh.`,
 // environment says otherwise. A server's heap is mostly its tree, live for
 // good, and its resident memory about (1 + GOGC/100) times that: at 50
 // instead of Go's 100 a million-znode server measured 444 instead of 572
-// bytes of RSS a znode, for 12% more CPU a create than at 100 but 2% more
-// than before the tree was made compact (docs/monitoring.md).
-const defaultGCPercent = 50
+// bytes of RSS a znode; at 35, once a create allocated half the bytes it
+// did, 384 (docs/monitoring.md).
+const defaultGCPercent = 35
 
 // applyGCSettings sets the Go collector's knobs (they are the process's, so
 // the command sets them, not server.New, which tests call many times in

@@ -190,7 +190,7 @@ type Config struct {
 	// this percentage of the live data between collections, so resident
 	// memory is about (1 + GCPercent/100) times the live heap and the
 	// collector's CPU about inversely proportional to it. 0 (absent): the
-	// GOGC environment variable's, else 50. See docs/monitoring.md.
+	// GOGC environment variable's, else 35. See docs/monitoring.md.
 	GCPercent int `yaml:"gc_percent,omitempty"`
 	// MemoryLimitMiB is the Go runtime's soft memory limit (GOMEMLIMIT)
 	// for the server process: near it the collector runs more often
