@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/testutil/script"
 	zk "github.com/meridian-coord/meridian/internal/zkproto"
 )
@@ -206,6 +207,10 @@ func (h *zkScript) start(t *testing.T, a scriptArgs) {
 		}
 	})
 	h.tc.leader()
+	// The leader records the cluster version in the first duty ticks after
+	// it is elected: a write of its own, with a zxid, that would otherwise
+	// land between a script's writes whenever the machine is slow.
+	waitRecorded(t, h.tc, fsm.ApplyVersion)
 }
 
 // member is the index of the member named by member=leader|follower|N.

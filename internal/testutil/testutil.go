@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
 	"testing"
 )
 
@@ -17,6 +18,11 @@ import (
 // clients, another test binary's) between this call and the server binding
 // it, and the server would fail with "address already in use". Below it,
 // only another caller of FreePorts could take it, and picks are random.
+//
+// A port handed out once is not handed out again by this process while it
+// is among the last half-range of picks: a test that picks ports twice
+// (its own, then a cluster's) must not get one it already gave a server,
+// which is free again until that server binds it.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	ports, err := PickPorts(n)
@@ -60,12 +66,20 @@ func PickPorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
+	picked.mu.Lock()
+	defer picked.mu.Unlock()
+	if picked.set == nil {
+		picked.set = map[int]bool{}
+	}
 	var ports []int
 	for tries := 0; len(ports) < n; tries++ {
 		if tries > 100*n {
 			return nil, fmt.Errorf("no free loopback ports in %d-%d", minPickPort, maxPickPort)
 		}
 		p := minPickPort + rand.IntN(maxPickPort-minPickPort)
+		if picked.set[p] {
+			continue // handed out a moment ago: maybe not bound yet
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
 			continue // taken: try another
@@ -73,5 +87,22 @@ func PickPorts(n int) ([]int, error) {
 		ls = append(ls, l)
 		ports = append(ports, p)
 	}
+	// Remember the picks; past half the range, forget the oldest (long
+	// bound by now, or never to be).
+	for _, p := range ports {
+		picked.set[p] = true
+		picked.order = append(picked.order, p)
+	}
+	for len(picked.order) > (maxPickPort-minPickPort)/2 {
+		delete(picked.set, picked.order[0])
+		picked.order = picked.order[1:]
+	}
 	return ports, nil
+}
+
+// picked are the ports this process handed out, oldest first.
+var picked struct {
+	mu    sync.Mutex
+	set   map[int]bool
+	order []int
 }
