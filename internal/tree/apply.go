@@ -26,10 +26,17 @@ const (
 	undoDelete                 // n was removed: put it back
 )
 
+// family is a node's child stats, as an undo entry keeps them.
+type family struct {
+	pzxid    int64
+	cversion int32
+}
+
 type undoEntry struct {
 	kind undoKind
 	n    *node
 	stat nodeStat
+	fam  family
 	key  string
 	null bool
 	acl  *[]ACL
@@ -160,6 +167,7 @@ func (x *txn) rollback() {
 		switch u.kind {
 		case undoStat:
 			n.stat, n.key, n.null, n.acl = u.stat, u.key, u.null, u.acl
+			n.setFamily(u.fam.pzxid, u.fam.cversion)
 		case undoCreate:
 			t.nodes.del(n.path())
 			if p := t.nodes.get(parentOf(n.path())); p != nil {
@@ -193,7 +201,7 @@ func (x *txn) emit(typ EventType, path string) {
 func (x *txn) saveStat(n *node) *node {
 	n = x.t.own(n)
 	if x.logged {
-		x.undo = append(x.undo, undoEntry{kind: undoStat, n: n, stat: n.stat, key: n.key, null: n.null, acl: n.acl})
+		x.undo = append(x.undo, undoEntry{kind: undoStat, n: n, stat: n.stat, fam: family{n.pzxid(), n.cversion()}, key: n.key, null: n.null, acl: n.acl})
 	}
 	return n
 }
@@ -204,8 +212,7 @@ func (x *txn) insert(parent, n *node) {
 	parent = x.saveStat(parent)
 	t.nodes.put(n)
 	t.link(parent, n)
-	parent.stat.Cversion++
-	parent.stat.Pzxid = x.zxid
+	parent.setFamily(x.zxid, parent.cversion()+1)
 	if x.logged {
 		x.undo = append(x.undo, undoEntry{kind: undoCreate, n: n})
 	}
@@ -221,8 +228,7 @@ func (x *txn) remove(n *node) {
 	parent := x.saveStat(t.nodes.get(parentOf(n.path())))
 	t.nodes.del(n.path())
 	t.unlink(parent, n)
-	parent.stat.Cversion++
-	parent.stat.Pzxid = x.zxid
+	parent.setFamily(x.zxid, parent.cversion()+1)
 	if x.logged {
 		x.undo = append(x.undo, undoEntry{kind: undoDelete, n: n})
 	}
@@ -273,7 +279,7 @@ func (x *txn) create(op *Op) (OpResult, error) {
 	path := op.Path
 	if mode.sequential() {
 		// The parent's cversion before this create, as a Java %010d int.
-		path += fmt.Sprintf("%010d", parent.stat.Cversion)
+		path += fmt.Sprintf("%010d", parent.cversion())
 		if len(path) > MaxPathBytes {
 			return OpResult{}, errs.ErrInvalidPath
 		}
@@ -294,7 +300,6 @@ func (x *txn) create(op *Op) (OpResult, error) {
 		stat: nodeStat{
 			Czxid: x.zxid,
 			Mzxid: x.zxid,
-			Pzxid: x.zxid,
 			Ctime: cmd.TimeMs,
 			Mtime: cmd.TimeMs,
 		},

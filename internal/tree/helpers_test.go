@@ -20,9 +20,6 @@ func checkInvariants(t testing.TB, tr *Tree) {
 		if err := ValidatePath(p, false); err != nil {
 			t.Fatalf("invalid path %q in tree", p)
 		}
-		if int(n.stat.NumChildren) != n.numKids() {
-			t.Fatalf("%s: numChildren %d, %d children", p, n.stat.NumChildren, n.numKids())
-		}
 		if st := n.Stat(); int(st.DataLength) != len(n.data()) || n.null && n.data() != "" {
 			t.Fatalf("%s: dataLength %d, %d bytes, null %v", p, st.DataLength, len(n.data()), n.null)
 		}
@@ -69,7 +66,7 @@ func checkInvariants(t testing.TB, tr *Tree) {
 			t.Fatalf("%s: ttl index entry wrong", p)
 		}
 		_, inC := tr.containers[n]
-		if want := n.createMode() == ModeContainer && n.numKids() == 0 && n.stat.Cversion > 0; want != inC {
+		if want := n.createMode() == ModeContainer && n.numKids() == 0 && n.cversion() > 0; want != inC {
 			t.Fatalf("%s: container index membership %v, want %v", p, inC, want)
 		}
 	}

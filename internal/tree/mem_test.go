@@ -2,6 +2,7 @@ package tree
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"syscall"
 	"testing"
@@ -71,5 +72,21 @@ func BenchmarkTreeMillionZnodes(b *testing.B) {
 		b.ReportMetric(float64(after-before)/n, "heapB/znode")
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/create")
 		runtime.KeepAlive(tr)
+	}
+}
+
+// BenchmarkSnapshotMillionZnodes is one snapshot of a million 100-byte
+// znodes (a View, sorted and written), the work a member does every
+// SnapshotEntries writes once the tree is that large.
+func BenchmarkSnapshotMillionZnodes(b *testing.B) {
+	tr := New()
+	fillScale(b, tr, 1_000_000)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n, err := tr.View().WriteTo(io.Discard)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(n)
 	}
 }

@@ -215,6 +215,7 @@ func RestoreBytes(b []byte) (*Tree, error) {
 	}
 
 	prev := ""
+	kids := map[*node]int32{} // the decoded NumChildren of parents
 	count := d.count(math.MaxInt)
 	// Presize: a node takes at least 16 encoded bytes, so the hint stays
 	// proportional to the input even if count lies.
@@ -229,8 +230,8 @@ func RestoreBytes(b []byte) (*Tree, error) {
 		s.Czxid, s.Mzxid, s.Ctime, s.Mtime = d.varint(), d.varint(), d.varint(), d.varint()
 		s.Version, s.Cversion, s.Aversion = d.int32(), d.int32(), d.int32()
 		s.EphemeralOwner, s.DataLength, s.NumChildren, s.Pzxid = d.varint(), d.int32(), d.int32(), d.varint()
-		n.stat = nodeStat{Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime, Pzxid: s.Pzxid,
-			Version: s.Version, Cversion: s.Cversion, Aversion: s.Aversion, NumChildren: s.NumChildren}
+		n.stat = nodeStat{Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime,
+			Version: s.Version, Aversion: s.Aversion}
 		mode := d.int32()
 		ttl := d.varint()
 		if d.err != nil {
@@ -243,6 +244,9 @@ func RestoreBytes(b []byte) (*Tree, error) {
 		if err := t.restoreNode(n, &s, ttl, prev, i == 0); err != nil {
 			return nil, err
 		}
+		if s.NumChildren != 0 {
+			kids[n] = s.NumChildren
+		}
 		prev = n.path()
 	}
 	d.end()
@@ -254,8 +258,8 @@ func RestoreBytes(b []byte) (*Tree, error) {
 	}
 	for n := range t.nodes.all() {
 		// The decoded NumChildren must agree with the children linked since.
-		if int(n.stat.NumChildren) != n.numKids() {
-			return nil, corrupt("%s: numChildren %d, has %d", n.path(), n.stat.NumChildren, n.numKids())
+		if int(kids[n]) != n.numKids() {
+			return nil, corrupt("%s: numChildren %d, has %d", n.path(), kids[n], n.numKids())
 		}
 		t.reindex(n)
 	}
@@ -294,21 +298,17 @@ func (t *Tree) restoreNode(n *node, s *Stat, ttl int64, prev string, first bool)
 	if s.EphemeralOwner != 0 {
 		n.extend().owner = s.EphemeralOwner
 	}
-	// Link with NumChildren preserved: link recomputes it from the child
-	// set, which is still being filled in; it is checked once all are read.
-	want := n.stat.NumChildren
-	n.stat.NumChildren = 0
+	n.setFamily(s.Pzxid, s.Cversion)
+	// NumChildren is the child set's count, still being filled in: it is
+	// checked once all are read.
 	t.nodes.put(n)
 	if !first {
 		parent := t.nodes.get(parentOf(p))
 		if parent == nil || parent.createMode().ephemeral() {
 			return corrupt("%s: missing or ephemeral parent", p)
 		}
-		pw := parent.stat.NumChildren
 		t.link(parent, n)
-		parent.stat.NumChildren = pw
 	}
-	n.stat.NumChildren = want
 	return nil
 }
 

@@ -131,7 +131,6 @@ func TestSnapshotCorruptionDetected(t *testing.T) {
 // A snapshot with a valid checksum but inconsistent content is refused too.
 func TestSnapshotInvariantsChecked(t *testing.T) {
 	for name, corrupt := range map[string]func(tr *Tree){
-		"numChildren":   func(tr *Tree) { tr.nodes.get("/app").stat.NumChildren = 5 },
 		"orphan owner":  func(tr *Tree) { delete(tr.sessions, 1) },
 		"owner on node": func(tr *Tree) { tr.nodes.get("/app").extend().owner = 2 },
 		"bad mode":      func(tr *Tree) { tr.nodes.get("/app").mode = 9 },
@@ -153,9 +152,14 @@ func TestSnapshotInvariantsChecked(t *testing.T) {
 			t.Errorf("%s: err %v", name, err)
 		}
 	}
-	// A node stores no DataLength (it is len of the data), so a wrong one
-	// is written into the snapshot's bytes instead.
-	bad := snapshotWithStat(richTree(t), "/app", func(s *Stat) { s.DataLength = 1 })
+	// A node stores no DataLength or NumChildren (they are len of the data
+	// and of the child set), so wrong ones are written into the snapshot's
+	// bytes instead.
+	bad := snapshotWithStat(richTree(t), "/app", func(s *Stat) { s.NumChildren = 5 })
+	if _, err := Restore(bytes.NewReader(bad)); !errors.Is(err, errs.ErrDataInconsistency) {
+		t.Errorf("numChildren: err %v", err)
+	}
+	bad = snapshotWithStat(richTree(t), "/app", func(s *Stat) { s.DataLength = 1 })
 	if _, err := Restore(bytes.NewReader(bad)); !errors.Is(err, errs.ErrDataInconsistency) {
 		t.Errorf("dataLength: err %v", err)
 	}

@@ -78,30 +78,31 @@ func joinKeyBytes(path, data []byte) string {
 	return b.String()
 }
 
-// nodeStat is the part of Stat a node stores, field for field with Stat's
-// names. NumChildren is stored, not len of the children set: a copy taken
-// by own shares the set with the View's original (which does not read it),
-// while the stat a View writes must be the one of its moment.
+// nodeStat is the part of Stat every node stores, field for field with
+// Stat's names. What only concerns children (Pzxid, Cversion, NumChildren)
+// lives in nodeExt, made when a node first gets a child: a node that never
+// had one has Pzxid = Czxid and Cversion = NumChildren = 0, which is most
+// nodes of a large tree, and 16 bytes less makes a node 80 bytes, not 96.
 type nodeStat struct {
-	Czxid       int64
-	Mzxid       int64
-	Ctime       int64
-	Mtime       int64
-	Pzxid       int64
-	Version     int32
-	Cversion    int32
-	Aversion    int32
-	NumChildren int32
+	Czxid    int64
+	Mzxid    int64
+	Ctime    int64
+	Mtime    int64
+	Version  int32
+	Aversion int32
 }
 
-// nodeExt is what only some nodes need: parents their children, ephemeral
-// nodes their owner, TTL nodes their TTL. A copy made by own shares it with
-// the original: the owner and TTL never change, and a View reads neither
-// the children set nor the TTL's heap place.
+// nodeExt is what only some nodes need: parents (and former parents)
+// their children and child stats, ephemeral nodes their owner, TTL nodes
+// their TTL. A copy made by own gets its own copy of it, so that the
+// View's original keeps its child stats (NumChildren is the set's count);
+// the two share the set's table, which a View never reads.
 type nodeExt struct {
 	children nodeSet
 	owner    int64    // session id of an ephemeral node
 	ttl      ttlState // TTL modes only
+	pzxid    int64    // Stat.Pzxid
+	cversion int32    // Stat.Cversion
 }
 
 // ttlState is a TTL node's TTL and its place in Tree.ttl.
@@ -130,8 +131,35 @@ func (n *node) acls() []ACL { return *n.acl }
 func (n *node) Stat() Stat {
 	s := &n.stat
 	return Stat{Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime, Version: s.Version,
-		Cversion: s.Cversion, Aversion: s.Aversion, EphemeralOwner: n.owner(), DataLength: int32(len(n.key)) - int32(n.plen),
-		NumChildren: s.NumChildren, Pzxid: s.Pzxid}
+		Cversion: n.cversion(), Aversion: s.Aversion, EphemeralOwner: n.owner(), DataLength: int32(len(n.key)) - int32(n.plen),
+		NumChildren: int32(n.numKids()), Pzxid: n.pzxid()}
+}
+
+// pzxid is Stat.Pzxid: the zxid of the last change to the children, the
+// node's own creation when there was none.
+func (n *node) pzxid() int64 {
+	if n.ext == nil {
+		return n.stat.Czxid
+	}
+	return n.ext.pzxid
+}
+
+// cversion is Stat.Cversion: the number of changes to the children.
+func (n *node) cversion() int32 {
+	if n.ext == nil {
+		return 0
+	}
+	return n.ext.cversion
+}
+
+// setFamily sets the child stats (a child created or deleted, an undo, a
+// restore); a node that never had a child keeps no ext for them.
+func (n *node) setFamily(pzxid int64, cversion int32) {
+	if n.ext == nil && pzxid == n.stat.Czxid && cversion == 0 {
+		return
+	}
+	e := n.extend()
+	e.pzxid, e.cversion = pzxid, cversion
 }
 
 // owner is the ephemeral owner, 0 for other nodes.
@@ -169,7 +197,7 @@ func (n *node) expiry() *ttlState {
 // extend returns n's ext, allocating it if needed.
 func (n *node) extend() *nodeExt {
 	if n.ext == nil {
-		n.ext = &nodeExt{ttl: ttlState{heapIdx: -1}}
+		n.ext = &nodeExt{ttl: ttlState{heapIdx: -1}, pzxid: n.stat.Czxid}
 	}
 	return n.ext
 }
@@ -210,8 +238,8 @@ type Tree struct {
 // own returns n ready to be changed: n itself, or, when n may be shared
 // with a View (an older generation), a copy that takes n's place in the
 // tree and its indexes. The copy shares what never changes in place (data,
-// ACL, TTL) and what a View never reads (the child set, the TTL's heap
-// place); the View keeps the original, unchanged. Every change to a
+// ACL) and what a View never reads (the child set's table); the View keeps
+// the original, unchanged. Every change to a
 // node's Stat, data or ACL goes through here (txn.saveStat); link and
 // unlink change a parent that has.
 func (t *Tree) own(n *node) *node {
@@ -221,6 +249,10 @@ func (t *Tree) own(n *node) *node {
 	}
 	c := *n
 	c.gen = gen
+	if n.ext != nil {
+		e := *n.ext
+		c.ext = &e
+	}
 	t.nodes.put(&c)
 	if c.path() != "/" {
 		// The parent's set holds the node itself: the copy takes its place.
@@ -264,7 +296,6 @@ func New() *Tree {
 func (t *Tree) link(parent, n *node) {
 	kids := &parent.extend().children
 	kids.put(n)
-	parent.stat.NumChildren = int32(kids.len())
 	if n.createMode().ephemeral() {
 		if s := t.sessions[n.owner()]; s != nil {
 			if s.ephemerals == nil {
@@ -277,15 +308,12 @@ func (t *Tree) link(parent, n *node) {
 	}
 }
 
-// unlink is the inverse of link.
+// unlink is the inverse of link. The parent keeps its ext: its child
+// stats are no longer those of a node that never had a child.
 func (t *Tree) unlink(parent, n *node) {
 	if e := parent.ext; e != nil {
 		e.children.del(n.path())
-		if e.children.n == 0 && e.owner == 0 && !parent.createMode().isTTL() {
-			parent.ext = nil // a copy (own) may share e: it is left as it is
-		}
 	}
-	parent.stat.NumChildren = int32(parent.numKids())
 	if n.createMode().ephemeral() {
 		if s := t.sessions[n.owner()]; s != nil {
 			if _, ok := s.ephemerals[n.path()]; ok {
@@ -316,7 +344,7 @@ func (t *Tree) reindex(n *node) {
 		heap.Remove(&t.ttl, n.expiry().heapIdx)
 	}
 	// ZooKeeper's ContainerManager: cversion > 0 means it once had a child.
-	if live && empty && n.createMode() == ModeContainer && n.stat.Cversion > 0 {
+	if live && empty && n.createMode() == ModeContainer && n.cversion() > 0 {
 		t.containers[n] = struct{}{}
 	} else {
 		delete(t.containers, n)

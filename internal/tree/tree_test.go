@@ -76,14 +76,14 @@ func TestValidatePathCharacters(t *testing.T) {
 func TestInt32Wrap(t *testing.T) {
 	tr := New()
 	mustApply(t, tr, 1, createCmd("/p", ModePersistent))
-	tr.nodes.get("/p").stat.Cversion = math.MaxInt32
+	tr.nodes.get("/p").extend().cversion = math.MaxInt32
 	if got := mustApply(t, tr, 2, createCmd("/p/s-", ModePersistentSequential)).Op.Path; got != "/p/s-2147483647" {
 		t.Errorf("got %s", got)
 	}
 	if got := mustApply(t, tr, 3, createCmd("/p/s-", ModePersistentSequential)).Op.Path; got != "/p/s--2147483648" {
 		t.Errorf("got %s", got)
 	}
-	tr.nodes.get("/p").stat.Cversion = -5
+	tr.nodes.get("/p").extend().cversion = -5
 	if got := mustApply(t, tr, 4, createCmd("/p/s-", ModePersistentSequential)).Op.Path; got != "/p/s--000000005" {
 		t.Errorf("got %s", got)
 	}
@@ -193,7 +193,7 @@ func TestDigestCoversState(t *testing.T) {
 	for name, mutate := range map[string]func(*Tree){
 		"data":     func(tr *Tree) { tr.nodes.get("/a").setData([]byte("e")) },
 		"mtime":    func(tr *Tree) { tr.nodes.get("/a").stat.Mtime++ },
-		"pzxid":    func(tr *Tree) { tr.nodes.get("/a").stat.Pzxid++ },
+		"pzxid":    func(tr *Tree) { n := tr.nodes.get("/a"); n.setFamily(n.pzxid()+1, n.cversion()) },
 		"acl":      func(tr *Tree) { tr.nodes.get("/a").acl = &[]ACL{{Perms: PermRead, ID: ID{"world", "anyone"}}} },
 		"mode":     func(tr *Tree) { tr.nodes.get("/a").mode = uint8(ModeContainer) },
 		"session":  func(tr *Tree) { tr.sessions[1].info.TimeoutMs++ },
