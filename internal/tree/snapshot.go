@@ -8,9 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
-	"slices"
 	"sort"
-	"strings"
 
 	"github.com/meridian-coord/meridian/internal/errs"
 )
@@ -111,7 +109,7 @@ func (t *Tree) Snapshot(w io.Writer) error {
 // call sorts the view; it is not safe for concurrent use.
 func (v *View) WriteTo(w io.Writer) (int64, error) {
 	if !v.sorted {
-		slices.SortFunc(v.nodes, func(a, b *node) int { return strings.Compare(a.path(), b.path()) })
+		sortByPath(v.nodes)
 		v.sorted = true
 	}
 	cw := &countingWriter{w: w}
