@@ -138,8 +138,9 @@ type Config struct {
 	// waits in the listen backlog until one closes. Default 256.
 	MaxHTTPConnections int `yaml:"max_http_connections,omitempty"`
 	// IdleTimeoutMs: a gRPC connection without calls, or an HTTP
-	// keep-alive connection without requests, is closed after this long.
-	// Default 300000 (5 minutes).
+	// keep-alive connection without requests, is closed after this long
+	// (a gRPC one up to an eighth of it, at most 1 s, later). Default
+	// 300000 (5 minutes).
 	IdleTimeoutMs int `yaml:"idle_timeout_ms,omitempty"`
 	// FourLetterWords enabled on the ZooKeeper port (ZooKeeper's
 	// 4lw.commands.whitelist): default [srvr], as ZooKeeper since 3.5.3;

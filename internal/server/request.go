@@ -412,8 +412,8 @@ func (s *Server) withTimeout(ctx context.Context) (context.Context, context.Canc
 // committed before the read began, which includes every write the client
 // saw in any group (docs/architecture.md, "Ordering").
 func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid int64) error {
-	ctx, cancel := s.withTimeout(ctx)
-	defer cancel()
+	// The timeout (a timer) is made only for a read that waits: most
+	// sequential reads do not.
 	timedOut := func(err error) error {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return errs.ErrTimeout
@@ -422,6 +422,8 @@ func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid
 	}
 	if !linear && minZxid > 0 && minZxid > g.lastZxid() {
 		if g.root() && !s.clocked() {
+			ctx, cancel := s.withTimeout(ctx)
+			defer cancel()
 			return timedOut(s.rep.WaitApplied(ctx, uint64(minZxid)))
 		}
 		linear = true
@@ -431,6 +433,8 @@ func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid
 			return err
 		}
 		s.metrics.readWaits.WithLabelValues("read_index").Inc()
+		ctx, cancel := s.withTimeout(ctx)
+		defer cancel()
 		_, err := g.rep.ReadIndex(ctx)
 		return timedOut(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -134,7 +135,7 @@ func (s *Server) ServeConn(raw net.Conn) {
 	}
 	_ = raw.SetDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &serverConn{s: s, conn: conn, w: newWriter(conn), peer: p, cancel: cancel, calls: map[uint32]*serverCall{}}
+	c := &serverConn{s: s, conn: conn, w: newWriter(conn), peer: p, cancel: cancel, calls: map[uint32]*serverCall{}, names: interner{share: true}}
 	c.ctx = context.WithValue(peer.NewContext(ctx, p), memoKey{}, &c.memo)
 	s.mu.Lock()
 	if s.closed {
@@ -197,20 +198,39 @@ func (c *serverConn) inFlight() int {
 func (c *serverConn) serve() error {
 	br := bufio.NewReaderSize(c.conn, 32<<10)
 	var buf []byte
+	// The idle deadline is moved at most once a step (an eighth of
+	// IdleTimeout, at most a second; a deadline is a timer to move), not
+	// at every frame: a connection is closed after between IdleTimeout and
+	// IdleTimeout+step without a frame. idleSet is when it was last moved,
+	// zero while another deadline is in place; cleared says no deadline is
+	// (IdleTimeout 0).
+	idle := c.s.opts.IdleTimeout
+	step := min(time.Second, idle/8)
+	var idleSet time.Time
+	cleared := false
 	for {
-		if c.s.opts.IdleTimeout > 0 {
-			_ = c.conn.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
-		} else {
+		if idle > 0 {
+			if now := time.Now(); idleSet.IsZero() || now.Sub(idleSet) >= step {
+				_ = c.conn.SetReadDeadline(now.Add(idle + step))
+				idleSet = now
+			}
+		} else if !cleared {
 			_ = c.conn.SetReadDeadline(time.Time{})
+			cleared = true
 		}
 		if _, err := br.Peek(1); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && c.inFlight() > 0 {
+				idleSet = time.Time{}
 				continue // idle only without calls: a watch stream is not idle
 			}
 			return err
 		}
-		_ = c.conn.SetReadDeadline(time.Now().Add(frameTimeout))
+		if !frameBuffered(br) {
+			// Reading the rest may wait for the network: bounded.
+			_ = c.conn.SetReadDeadline(time.Now().Add(frameTimeout))
+			idleSet, cleared = time.Time{}, false
+		}
 		kind, id, body, b, err := readFrame(br, buf)
 		if err != nil {
 			return err
@@ -249,6 +269,16 @@ func (c *serverConn) serve() error {
 			buf = nil // a large request's buffer is not kept
 		}
 	}
+}
+
+// frameBuffered reports whether a whole frame is in br already, so that
+// reading it cannot wait for the network.
+func frameBuffered(br *bufio.Reader) bool {
+	if br.Buffered() < 4 {
+		return false
+	}
+	h, _ := br.Peek(4)
+	return br.Buffered()-4 >= int(binary.BigEndian.Uint32(h))
 }
 
 // startCall decodes a call frame and runs the call on its own goroutine.

@@ -51,6 +51,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -212,6 +213,7 @@ func (d *decoder) u64() uint64 {
 // names when it has them: the keys and values a connection sends on
 // every call are made into strings once.
 func (d *decoder) metadata(names *interner) metadata.MD {
+	start := d.b
 	n := d.u16()
 	if n > maxMetadataPairs {
 		d.err = errMalformed
@@ -219,6 +221,11 @@ func (d *decoder) metadata(names *interner) metadata.MD {
 	}
 	if n == 0 {
 		return nil
+	}
+	if names != nil && names.share && len(names.block) > 0 && bytes.HasPrefix(start, names.block) {
+		// The block the last call sent, again: its metadata as parsed then.
+		d.b = start[len(names.block):]
+		return names.md
 	}
 	md := make(metadata.MD, n)
 	vals := make([]string, n) // one array for the values of keys sent once
@@ -236,8 +243,19 @@ func (d *decoder) metadata(names *interner) metadata.MD {
 			md[key] = vals[i : i+1 : i+1]
 		}
 	}
+	if names != nil && names.share && d.err == nil {
+		if used := len(start) - len(d.b); used <= maxSharedBlock {
+			names.block, names.md = append(names.block[:0], start[:used]...), md
+		} else {
+			names.block, names.md = names.block[:0], nil
+		}
+	}
 	return md
 }
+
+// maxSharedBlock bounds the metadata block an interner keeps to compare
+// the next call's with.
+const maxSharedBlock = 1 << 10
 
 // maxInterned bounds an interner's keys; past it, keys and values are
 // copied as they come.
@@ -248,9 +266,18 @@ const maxInternedValue = 256
 
 // interner is one connection's metadata strings: its keys (lower case)
 // and each key's last value. nil: none kept. Not safe for concurrent use.
+//
+// With share set (a server's connection), it also keeps the last block of
+// metadata decoded (at most maxSharedBlock bytes) and the map made of it:
+// a call that sends the same bytes again, as a client's calls do until
+// its credentials, view or last zxid seen change, gets that same map,
+// shared with the earlier calls, which read it and never change it.
 type interner struct {
-	keys map[string]string // as sent → lower case
-	last map[string]string // key → its last value
+	keys  map[string]string // as sent → lower case
+	last  map[string]string // key → its last value
+	share bool
+	block []byte
+	md    metadata.MD
 }
 
 func (in *interner) key(k []byte) string {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -479,4 +480,38 @@ func FuzzServeConn(f *testing.F) {
 			t.Fatal("connection not closed after its input ended")
 		}
 	})
+}
+
+// TestSharedMetadataBlock: a server connection decodes a metadata block
+// sent again to the map it made of it before, and a changed block (or one
+// after a block too large to keep) to a new map with its own values.
+func TestSharedMetadataBlock(t *testing.T) {
+	in := &interner{share: true}
+	decode := func(b []byte) metadata.MD {
+		t.Helper()
+		d := decoder{b: append(b, 0xAA)} // a byte after the block stays unread
+		md := d.metadata(in)
+		if d.err != nil || len(d.b) != 1 || d.b[0] != 0xAA {
+			t.Fatalf("decode: err %v, %d bytes left", d.err, len(d.b))
+		}
+		return md
+	}
+	a := appendMetadata(nil, nil, []string{"user", "alice", "seen", "7"})
+	first := decode(slices.Clone(a))
+	again := decode(slices.Clone(a))
+	if reflect.ValueOf(first).Pointer() != reflect.ValueOf(again).Pointer() || again.Get("seen")[0] != "7" {
+		t.Fatalf("the same block decoded to another map: %v, %v", first, again)
+	}
+	b := appendMetadata(nil, nil, []string{"user", "alice", "seen", "8"})
+	if md := decode(slices.Clone(b)); md.Get("seen")[0] != "8" || first.Get("seen")[0] != "7" {
+		t.Fatalf("a changed block: %v (the first still %v)", md, first)
+	}
+	big := appendMetadata(nil, nil, []string{"user", strings.Repeat("x", maxSharedBlock)})
+	decode(slices.Clone(big))
+	if md := decode(slices.Clone(b)); md.Get("seen")[0] != "8" {
+		t.Fatalf("after a large block: %v", md)
+	}
+	if in.md != nil && len(in.block) > maxSharedBlock {
+		t.Fatalf("kept a block of %d bytes", len(in.block))
+	}
 }
