@@ -105,9 +105,7 @@ func interceptors(cfg Config, password func() []byte) (grpc.UnaryClientIntercept
 	decorate := func(ctx context.Context) context.Context {
 		kv := auth
 		if password != nil {
-			if pw := password(); len(pw) > 0 {
-				kv = append(kv[:len(kv):len(kv)], pb.MetadataSessionPassword, string(pw))
-			}
+			kv = withPassword(auth, password(), 0)
 		}
 		if len(kv) == 0 {
 			return ctx
@@ -119,6 +117,19 @@ func interceptors(cfg Config, password func() []byte) (grpc.UnaryClientIntercept
 		}, func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			return streamer(decorate(ctx), desc, cc, method, opts...)
 		}
+}
+
+// withPassword is auth followed by the session password's pair when there
+// is one (a new slice with room for extra more strings, auth when not).
+func withPassword(auth []string, password []byte, extra int) []string {
+	if len(password) == 0 && extra == 0 {
+		return auth
+	}
+	kv := append(make([]string, 0, len(auth)+2+extra), auth...)
+	if len(password) > 0 {
+		kv = append(kv, pb.MetadataSessionPassword, string(password))
+	}
+	return kv
 }
 
 // credentialPairs are cfg's credentials as metadata pairs (key, value, …).

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/wire"
 )
 
@@ -88,10 +87,7 @@ func (c *Client) sentLocked() []string {
 	if c.mu.sent != nil && c.mu.sentZxid == c.mu.lastZxid && c.mu.sentView == h {
 		return c.mu.sent
 	}
-	kv := append(make([]string, 0, len(c.auth)+6), c.auth...)
-	if len(c.mu.password) > 0 {
-		kv = append(kv, pb.MetadataSessionPassword, string(c.mu.password))
-	}
+	kv := withPassword(c.auth, c.mu.password, 4)
 	kv = append(kv, SeenZxidHeader, strconv.FormatInt(c.mu.lastZxid, 10))
 	if ok {
 		kv = append(kv, SeenGroupsHeader, h)

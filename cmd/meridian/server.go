@@ -339,7 +339,7 @@ Data persists across runs; delete the directory to start afresh.`,
 // good, and its resident memory about (1 + GOGC/100) times that: at 50
 // instead of Go's 100 a million-znode server measured 444 instead of 572
 // bytes of RSS a znode; at 35, once a create allocated half the bytes it
-// did, 384 (docs/monitoring.md).
+// did, 395 (docs/monitoring.md).
 const defaultGCPercent = 35
 
 // applyGCSettings sets the Go collector's knobs (they are the process's, so

@@ -239,9 +239,8 @@ type Tree struct {
 // with a View (an older generation), a copy that takes n's place in the
 // tree and its indexes. The copy shares what never changes in place (data,
 // ACL) and what a View never reads (the child set's table); the View keeps
-// the original, unchanged. Every change to a
-// node's Stat, data or ACL goes through here (txn.saveStat); link and
-// unlink change a parent that has.
+// the original, unchanged. Every change to a node's Stat, data or ACL goes
+// through here (txn.saveStat); link and unlink change a parent that has.
 func (t *Tree) own(n *node) *node {
 	gen := t.gen.Load()
 	if n.gen == gen {

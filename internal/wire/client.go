@@ -489,17 +489,6 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	return nil
 }
 
-// decodeReply splits a reply frame's body; st is nil when the call succeeded.
-func decodeReply(body []byte) (metadata.MD, *spb.Status, []byte, error) {
-	d := decoder{b: body}
-	md := d.metadata(nil)
-	if d.err != nil {
-		return nil, nil, nil, d.err
-	}
-	st, payload, err := decodeStatus(d.b)
-	return md, st, payload, err
-}
-
 // decodeStatus splits what follows a reply's header: its status (nil when
 // the call succeeded) and message.
 func decodeStatus(b []byte) (*spb.Status, []byte, error) {

@@ -437,7 +437,12 @@ func TestMalformedInputClosesTheConnection(t *testing.T) {
 	if err != nil || kind != kindReply || id != 7 {
 		t.Fatalf("reply to a malformed message: kind %d id %d err %v", kind, id, err)
 	}
-	if _, st, _, err := decodeReply(body); err != nil || st == nil || codes.Code(st.GetCode()) != codes.Internal {
+	d := decoder{b: body}
+	d.metadata(nil)
+	if d.err != nil {
+		t.Fatalf("reply to a malformed message: header: %v", d.err)
+	}
+	if st, _, err := decodeStatus(d.b); err != nil || st == nil || codes.Code(st.GetCode()) != codes.Internal {
 		t.Fatalf("status of a malformed message: %v %v", st, err)
 	}
 	conn := Dial(addr, ClientOptions{})
