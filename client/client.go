@@ -30,6 +30,7 @@ import (
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // Errors, re-exported for callers.
@@ -427,12 +428,19 @@ func (c *Client) Close() error {
 // errors. Reads (idempotent) are retried on another server; writes are
 // retried only when the error proves they were not applied.
 func (c *Client) call(ctx context.Context, write bool, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		defer cancel()
-	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	return c.do(ctx, write, fn)
+}
+
+// bounded is ctx with the default deadline (Config.RequestTimeout) when it
+// has none of its own. It is the lean transport's WithTimeout: a call that
+// gets its reply in time costs no timer or channel of its own.
+func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return wire.WithTimeout(ctx, c.cfg.RequestTimeout)
 }
 
 // do is call without the default deadline, for calls that may block as long

@@ -169,11 +169,8 @@ func (c *Client) hedgeAPI() pb.MeridianClient {
 // everything the client has seen (min_zxid), so either answer is valid.
 func hedgedRead[T any](c *Client, ctx context.Context, rc *readConfig, rpc func(context.Context, pb.MeridianClient, int64) (T, *pb.Header, error)) (T, error) {
 	var zero T
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		defer cancel()
-	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	primary := func(ctx context.Context) (T, error) {
 		var out T
 		err := c.do(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
@@ -192,8 +189,8 @@ func hedgedRead[T any](c *Client, ctx context.Context, rc *readConfig, rpc func(
 	if other == nil {
 		return primary(ctx)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	type result struct {
 		v   T
 		err error

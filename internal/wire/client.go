@@ -429,6 +429,11 @@ func (c *ClientConn) acquire(ctx context.Context) error {
 	select {
 	case c.sem <- struct{}{}:
 		return nil
+	default: // full: wait (ctx.Done makes a callCtx's timer)
+	}
+	select {
+	case c.sem <- struct{}{}:
+		return nil
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
@@ -453,11 +458,9 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	if err != nil {
 		return err
 	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
+	if err := wait(ctx, p.done); err != nil {
 		cc.cancel(id)
-		return status.FromContextError(ctx.Err()).Err()
+		return status.FromContextError(err).Err()
 	}
 	if p.err != nil {
 		return p.err

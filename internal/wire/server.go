@@ -300,13 +300,13 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 	md1, unary := c.s.unary[method]
 	sd, stream := c.s.streams[method]
 
-	var ctx context.Context
-	var cancel context.CancelFunc
+	var deadline time.Time
 	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(c.ctx, timeout)
-	} else {
-		ctx, cancel = context.WithCancel(c.ctx)
+		deadline = time.Now().Add(timeout)
 	}
+	cctx := newCallCtx(c.ctx, deadline) // its timer only if a handler waits
+	var ctx context.Context = cctx
+	cancel := cctx.cancel
 	call := &serverCall{cancel: cancel}
 	if stream {
 		call.credit, call.creditCh = StreamWindowBytes, make(chan struct{}, 1)

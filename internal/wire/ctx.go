@@ -1,0 +1,165 @@
+package wire
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// callCtx is a call's context: its parent's values, a deadline, and
+// cancellation by cancel, the parent's end or the deadline, like
+// context.WithDeadline's. What that costs every call (a timer in the
+// runtime's heap, a channel, the cancel context) is made only when
+// something asks for Done, or for Err past the deadline: most reads never
+// wait for anything, so never do. A caller waiting for a reply on a
+// callCtx over a parent that never ends (the client's calls without a
+// deadline of their own) waits with a pooled timer instead (wait).
+type callCtx struct {
+	parent   context.Context
+	deadline time.Time // zero: none
+	live     atomic.Pointer[liveCtx]
+
+	mu        sync.Mutex
+	cancelled bool        // cancel came before live was made
+	timer     *time.Timer // wait's pooled timer, while it waits
+}
+
+// liveCtx is the context a callCtx hands out once asked for Done.
+type liveCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newCallCtx(parent context.Context, deadline time.Time) *callCtx {
+	return &callCtx{parent: parent, deadline: deadline}
+}
+
+// WithTimeout is context.WithTimeout without its timer or channel until a
+// waiter asks for them: a call made with it over this transport costs
+// neither when its reply comes in time.
+func WithTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	c := newCallCtx(parent, time.Now().Add(d))
+	if pd, ok := parent.Deadline(); ok && pd.Before(c.deadline) {
+		c.deadline = pd
+	}
+	return c, c.cancel
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+
+func (c *callCtx) Done() <-chan struct{} { return c.make().Done() }
+
+func (c *callCtx) Err() error {
+	if l := c.live.Load(); l != nil {
+		return l.ctx.Err()
+	}
+	c.mu.Lock()
+	cancelled := c.cancelled
+	c.mu.Unlock()
+	if !cancelled && c.parent.Err() == nil && (c.deadline.IsZero() || time.Now().Before(c.deadline)) {
+		return nil
+	}
+	return c.make().Err()
+}
+
+// Value is the live context's once made (context.WithCancel and friends
+// find its cancel context through it, so contexts derived from a callCtx
+// are cancelled with it without a goroutine each), the parent's before.
+func (c *callCtx) Value(key any) any {
+	if l := c.live.Load(); l != nil {
+		return l.ctx.Value(key)
+	}
+	return c.parent.Value(key)
+}
+
+func (c *callCtx) String() string { return "wire.callCtx" }
+
+// make returns the live context, making it the first time.
+func (c *callCtx) make() context.Context {
+	if l := c.live.Load(); l != nil {
+		return l.ctx
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.live.Load(); l != nil {
+		return l.ctx
+	}
+	l := &liveCtx{}
+	if c.deadline.IsZero() {
+		l.ctx, l.cancel = context.WithCancel(c.parent)
+	} else {
+		l.ctx, l.cancel = context.WithDeadline(c.parent, c.deadline)
+	}
+	if c.cancelled {
+		l.cancel()
+	}
+	c.live.Store(l)
+	return l.ctx
+}
+
+// cancel ends the call's context (a call's end, the client's cancel); it
+// wakes a wait under way.
+func (c *callCtx) cancel() {
+	c.mu.Lock()
+	c.cancelled = true
+	l := c.live.Load()
+	if c.timer != nil {
+		c.timer.Reset(0)
+	}
+	c.mu.Unlock()
+	if l != nil {
+		l.cancel()
+	}
+}
+
+var timerPool sync.Pool
+
+// wait waits for done, or for ctx's end: nil when done came first, ctx's
+// error otherwise. A callCtx whose parent never ends is waited on with a
+// pooled timer for its deadline (cancel wakes it), so a reply that comes
+// in time costs no timer of its own.
+func wait(ctx context.Context, done <-chan struct{}) error {
+	c, ok := ctx.(*callCtx)
+	if ok {
+		c.mu.Lock()
+		ok = c.live.Load() == nil && !c.cancelled && c.timer == nil && !c.deadline.IsZero() && c.parent.Done() == nil
+		if ok {
+			d := time.Until(c.deadline)
+			t, _ := timerPool.Get().(*time.Timer)
+			if t == nil {
+				t = time.NewTimer(d)
+			} else {
+				t.Reset(d)
+			}
+			c.timer = t
+		}
+		c.mu.Unlock()
+	}
+	if !ok {
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var err error
+	select {
+	case <-done:
+	case <-c.timer.C:
+		err = c.Err()
+		if err == nil {
+			// Only cancel or the deadline reset the timer; the deadline
+			// is past now (Err says so from here on).
+			err = context.DeadlineExceeded
+		}
+	}
+	c.mu.Lock()
+	t := c.timer
+	c.timer = nil
+	c.mu.Unlock()
+	t.Stop() // no value arrives on t.C after Stop (Go 1.23 timers)
+	timerPool.Put(t)
+	return err
+}

@@ -1,0 +1,185 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
+)
+
+// A callCtx behaves as context.WithDeadline's context whether or not
+// its live context was made yet: deadline, cancel, the parent's end, and
+// contexts derived from it.
+func TestCallCtxIsADeadlineContext(t *testing.T) {
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if ctx.Err() != nil {
+			t.Fatalf("Err before the deadline: %v", ctx.Err())
+		}
+		<-ctx.Done()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("Err after the deadline: %v", ctx.Err())
+		}
+	})
+	t.Run("deadline passed unobserved", func(t *testing.T) {
+		ctx, cancel := WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		time.Sleep(5 * time.Millisecond)
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("Err past the deadline, Done never asked for: %v", ctx.Err())
+		}
+		select {
+		case <-ctx.Done():
+		default:
+			t.Fatal("Done open after Err reported the deadline")
+		}
+	})
+	t.Run("parent's deadline is earlier", func(t *testing.T) {
+		parent, pc := context.WithTimeout(context.Background(), time.Minute)
+		defer pc()
+		ctx, cancel := WithTimeout(parent, time.Hour)
+		defer cancel()
+		pd, _ := parent.Deadline()
+		if d, ok := ctx.Deadline(); !ok || !d.Equal(pd) {
+			t.Fatalf("Deadline %v %v, want the parent's %v", d, ok, pd)
+		}
+	})
+	t.Run("cancel before Done", func(t *testing.T) {
+		ctx, cancel := WithTimeout(context.Background(), time.Hour)
+		cancel()
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("Err after cancel: %v", ctx.Err())
+		}
+		<-ctx.Done()
+	})
+	t.Run("cancel after Done", func(t *testing.T) {
+		ctx, cancel := WithTimeout(context.Background(), time.Hour)
+		done := ctx.Done()
+		cancel()
+		<-done
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("Err after cancel: %v", ctx.Err())
+		}
+	})
+	t.Run("parent ends", func(t *testing.T) {
+		parent, pc := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
+		early := newCallCtx(parent, time.Time{})
+		late := newCallCtx(parent, time.Time{})
+		done := early.Done()
+		pc()
+		<-done
+		if !errors.Is(late.Err(), context.Canceled) {
+			t.Fatalf("Err of a call whose parent ended before Done: %v", late.Err())
+		}
+		<-late.Done()
+		if late.Value(ctxKey{}) != "v" || early.Value(ctxKey{}) != "v" {
+			t.Fatal("the parent's values are lost")
+		}
+	})
+	t.Run("derived contexts need no goroutine", func(t *testing.T) {
+		ctx, cancel := WithTimeout(context.Background(), time.Hour)
+		before := runtime.NumGoroutine()
+		var children []context.Context
+		for i := 0; i < 100; i++ {
+			child, stop := context.WithCancel(ctx)
+			defer stop()
+			children = append(children, child)
+		}
+		if n := runtime.NumGoroutine(); n > before+10 {
+			t.Fatalf("%d goroutines for 100 derived contexts", n-before)
+		}
+		cancel()
+		for _, c := range children {
+			<-c.Done()
+		}
+	})
+}
+
+type ctxKey struct{}
+
+// wait returns when the reply comes, at the deadline, or at once when the
+// context is cancelled while it waits on its pooled timer.
+func TestWait(t *testing.T) {
+	done := make(chan struct{})
+	close(done)
+	ctx, cancel := WithTimeout(context.Background(), time.Hour)
+	if err := wait(ctx, done); err != nil {
+		t.Fatalf("reply in time: %v", err)
+	}
+	cancel()
+
+	ctx, cancel = WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := wait(ctx, make(chan struct{})); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no reply: %v, want the deadline", err)
+	}
+
+	ctx, cancel = WithTimeout(context.Background(), 30*time.Second)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start := time.Now()
+	if err := wait(ctx, make(chan struct{})); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled while waiting: %v after %v, want Canceled", err, time.Since(start))
+	}
+	// A reused timer carries nothing over to the next wait.
+	for i := 0; i < 50; i++ {
+		ctx, cancel := WithTimeout(context.Background(), time.Hour)
+		ch := make(chan struct{})
+		if i%2 == 0 {
+			time.AfterFunc(time.Millisecond, func() { close(ch) })
+		} else {
+			time.AfterFunc(time.Millisecond, cancel)
+		}
+		err := wait(ctx, ch)
+		if (i%2 == 0) != (err == nil) {
+			t.Fatalf("wait %d: %v", i, err)
+		}
+		cancel()
+	}
+}
+
+// A call whose context came from WithTimeout ends at its deadline, and a
+// cancel while it waits ends it at once, on the server's side too.
+func TestWithTimeoutCall(t *testing.T) {
+	svc := newService()
+	addr := serve(t, svc, Options{})
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+
+	ctx, cancel := WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err := api.GetData(ctx, &pb.ReadRequest{Path: "/block"})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("call past its deadline: %v, want DeadlineExceeded", err)
+	}
+	<-svc.blocked
+	<-svc.entered
+
+	ctx, cancel = WithTimeout(context.Background(), time.Minute)
+	go func() { <-svc.entered; cancel() }()
+	_, err = api.GetData(ctx, &pb.ReadRequest{Path: "/block"})
+	if status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled call: %v, want Canceled", err)
+	}
+	select {
+	case err := <-svc.blocked:
+		if !strings.HasSuffix(err.Error(), context.Canceled.Error()) {
+			t.Fatalf("handler's context: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never saw the cancellation")
+	}
+	ctx, cancel = WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := api.GetData(ctx, &pb.ReadRequest{Path: "/n"}); err != nil {
+		t.Fatal(err)
+	}
+}
