@@ -193,12 +193,32 @@ type pendingCall struct {
 	header metadata.MD   // the reply's header metadata, decoded by readLoop
 	reply  []byte        // the rest of the reply frame's body, once it came
 	buf    *[]byte       // reply's buffer, from the frame pool
-	done   chan struct{} // closed when reply or err is set
+	// done is signalled once reply or err is set (finish): a unary
+	// call's by a send (its call then reuses it), a stream's by close.
+	done   chan struct{}
 	err    error
 	stream bool
 	msgs   [][]byte      // a stream's messages not yet received
 	queued int           // their bytes
 	more   chan struct{} // signalled when msgs grows (streams)
+}
+
+// finish signals that the call's reply or error is set. Caller took p
+// out of pending.
+func (p *pendingCall) finish() {
+	if p.stream {
+		close(p.done)
+	} else {
+		p.done <- struct{}{} // room for the one signal of each use
+	}
+}
+
+// pendingPool recycles unary calls' pendingCalls, with their channels.
+var pendingPool = sync.Pool{New: func() any { return &pendingCall{done: make(chan struct{}, 1)} }}
+
+func putPending(p *pendingCall) {
+	*p = pendingCall{done: p.done}
+	pendingPool.Put(p)
 }
 
 func (cc *clientConn) broken() bool {
@@ -226,7 +246,7 @@ func (cc *clientConn) fail(err error) {
 	cc.conn.Close()
 	for _, p := range pending {
 		p.err = err
-		close(p.done)
+		p.finish()
 	}
 }
 
@@ -261,7 +281,7 @@ func (cc *clientConn) readLoop() {
 			}
 			delete(cc.pending, id)
 			p.header, p.reply, p.buf = header, d.b, fb
-			close(p.done)
+			p.finish()
 		case kind == kindMessage && p.stream:
 			if p.queued+len(body) > 2*StreamWindowBytes+MaxFrameBytes {
 				cc.mu.Unlock()
@@ -286,9 +306,11 @@ func (cc *clientConn) readLoop() {
 // start registers a call and sends its frame, with the context's outgoing
 // metadata and out's pairs.
 func (cc *clientConn) start(ctx context.Context, method string, req any, stream bool, out []string) (uint32, *pendingCall, error) {
-	p := &pendingCall{done: make(chan struct{}), stream: stream}
+	var p *pendingCall
 	if stream {
-		p.more = make(chan struct{}, 1)
+		p = &pendingCall{done: make(chan struct{}), stream: true, more: make(chan struct{}, 1)}
+	} else {
+		p = pendingPool.Get().(*pendingCall)
 	}
 	cc.mu.Lock()
 	if cc.err != nil {
@@ -462,6 +484,9 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 		cc.cancel(id)
 		return status.FromContextError(err).Err()
 	}
+	// Signalled: nothing else holds p (readLoop and fail took it out of
+	// pending before signalling).
+	defer putPending(p)
 	if p.err != nil {
 		return p.err
 	}

@@ -52,15 +52,14 @@ const frameTimeout = 30 * time.Second
 type Server struct {
 	opts    Options
 	impl    any
-	unary   map[string]*grpc.MethodDesc
-	streams map[string]*grpc.StreamDesc
+	methods map[string]*method // by full name
 
 	mu     sync.Mutex
 	conns  map[*serverConn]struct{}
 	closed bool
 	calls  sync.WaitGroup
 
-	work    chan func() // to an idle worker
+	work    chan *serverCall // to an idle worker
 	workers atomic.Int32
 	quit    chan struct{} // closed by Close: workers exit
 }
@@ -76,15 +75,17 @@ func NewServer(desc *grpc.ServiceDesc, impl any, opts Options) *Server {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	s := &Server{opts: opts, impl: impl, unary: map[string]*grpc.MethodDesc{}, streams: map[string]*grpc.StreamDesc{},
-		conns: map[*serverConn]struct{}{}, work: make(chan func()), quit: make(chan struct{})}
+	s := &Server{opts: opts, impl: impl, methods: map[string]*method{},
+		conns: map[*serverConn]struct{}{}, work: make(chan *serverCall), quit: make(chan struct{})}
 	for i := range desc.Methods {
-		s.unary["/"+desc.ServiceName+"/"+desc.Methods[i].MethodName] = &desc.Methods[i]
+		name := "/" + desc.ServiceName + "/" + desc.Methods[i].MethodName
+		s.methods[name] = &method{name: name, unary: &desc.Methods[i]}
 	}
 	for i := range desc.Streams {
 		// Only server streams (one request, many replies) are carried.
 		if d := &desc.Streams[i]; d.ServerStreams && !d.ClientStreams {
-			s.streams["/"+desc.ServiceName+"/"+d.StreamName] = d
+			name := "/" + desc.ServiceName + "/" + d.StreamName
+			s.methods[name] = &method{name: name, stream: d}
 		}
 	}
 	return s
@@ -168,13 +169,29 @@ type serverConn struct {
 	names interner // serve's only
 }
 
-// serverCall is a call in flight.
+// method is a method the server serves: unary or a server stream.
+type method struct {
+	name   string
+	unary  *grpc.MethodDesc
+	stream *grpc.StreamDesc
+}
+
+// serverCall is a call in flight: one allocation for what a call needs
+// (its context, its transport stream, its request's buffer).
 type serverCall struct {
-	cancel context.CancelFunc
+	c       *serverConn
+	id      uint32
+	m       *method
+	ctx     *callCtx
+	ts      transportStream
+	pbuf    *[]byte // holds payload; back to the pool when the call ends
+	payload []byte
 	// A stream's send credit (bytes), and the signal that it grew.
 	credit   int64
 	creditCh chan struct{}
 }
+
+func (call *serverCall) cancel() { call.ctx.cancel() }
 
 func (c *serverConn) close(err error) {
 	c.once.Do(func() {
@@ -285,43 +302,30 @@ func frameBuffered(br *bufio.Reader) bool {
 // An error closes the connection (a malformed frame or a reused id).
 func (c *serverConn) startCall(id uint32, body []byte) error {
 	d := decoder{b: body}
-	method := string(d.take(d.u16()))
+	name := d.take(d.u16())
 	timeout := time.Duration(d.u64())
 	md := d.metadata(&c.names)
 	if d.err != nil {
 		return d.err
 	}
-	// The request outlives the frame's buffer, which serve reuses; it
-	// goes back to the pool when the call ends (proto.Unmarshal copies
-	// what it keeps).
-	pbuf := getFrame()
-	*pbuf = append((*pbuf)[:0], d.b...)
-	payload := *pbuf
-	md1, unary := c.s.unary[method]
-	sd, stream := c.s.streams[method]
-
+	m := c.s.methods[string(name)]
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	cctx := newCallCtx(c.ctx, deadline) // its timer only if a handler waits
-	var ctx context.Context = cctx
-	cancel := cctx.cancel
-	call := &serverCall{cancel: cancel}
-	if stream {
+	call := &serverCall{c: c, id: id, m: m, ctx: newCallCtx(c.ctx, deadline)} // its timer only if a handler waits
+	if m != nil && m.stream != nil {
 		call.credit, call.creditCh = StreamWindowBytes, make(chan struct{}, 1)
 	}
 	c.mu.Lock()
 	if _, dup := c.calls[id]; dup {
 		c.mu.Unlock()
-		cancel()
-		putFrame(pbuf)
 		return errors.New("wire: call id in use")
 	}
 	refuse := error(nil)
 	switch {
-	case !unary && !stream:
-		refuse = status.Errorf(codes.Unimplemented, "unknown method %s", method)
+	case m == nil:
+		refuse = status.Errorf(codes.Unimplemented, "unknown method %s", name)
 	case len(c.calls) >= c.s.opts.MaxConcurrentCalls:
 		refuse = status.Errorf(codes.ResourceExhausted, "more than %d calls in flight on one connection", c.s.opts.MaxConcurrentCalls)
 	default:
@@ -329,40 +333,48 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 	}
 	c.mu.Unlock()
 	if refuse != nil {
-		cancel()
-		putFrame(pbuf)
 		c.reply(id, nil, refuse, nil)
 		return nil
 	}
-	ts := &transportStream{method: method, incoming: md}
-	ctx = metadata.NewIncomingContext(ctx, md)
-	ctx = grpc.NewContextWithServerTransportStream(ctx, ts)
+	// The request outlives the frame's buffer, which serve reuses; it
+	// goes back to the pool when the call ends (proto.Unmarshal copies
+	// what it keeps).
+	call.pbuf = getFrame()
+	*call.pbuf = append((*call.pbuf)[:0], d.b...)
+	call.payload = *call.pbuf
+	call.ts = transportStream{method: m.name, incoming: md}
 	c.s.calls.Add(1)
-	c.s.run(func() {
-		defer c.s.calls.Done()
-		defer putFrame(pbuf)
-		defer c.endCall(id)
-		if unary {
-			dec := func(m any) error {
-				if err := proto.Unmarshal(payload, m.(proto.Message)); err != nil {
-					return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
-				}
-				return nil
-			}
-			resp, err := md1.Handler(c.s.impl, ctx, dec, c.s.opts.Unary)
-			c.reply(id, ts.headerMD(), err, resp)
-			return
-		}
-		ss := &serverStream{c: c, id: id, call: call, ctx: ctx, ts: ts, payload: payload}
-		var err error
-		if c.s.opts.Stream != nil {
-			err = c.s.opts.Stream(c.s.impl, ss, &grpc.StreamServerInfo{FullMethod: method, IsServerStream: true}, sd.Handler)
-		} else {
-			err = sd.Handler(c.s.impl, ss)
-		}
-		c.reply(id, ts.headerMD(), err, nil)
-	})
+	c.s.run(call)
 	return nil
+}
+
+// serve runs the call's handler and sends its reply.
+func (call *serverCall) serve() {
+	c := call.c
+	defer c.s.calls.Done()
+	defer putFrame(call.pbuf)
+	defer c.endCall(call.id)
+	ctx := metadata.NewIncomingContext(call.ctx, call.ts.incoming)
+	ctx = grpc.NewContextWithServerTransportStream(ctx, &call.ts)
+	if md := call.m.unary; md != nil {
+		dec := func(m any) error {
+			if err := proto.Unmarshal(call.payload, m.(proto.Message)); err != nil {
+				return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+			}
+			return nil
+		}
+		resp, err := md.Handler(c.s.impl, ctx, dec, c.s.opts.Unary)
+		c.reply(call.id, call.ts.headerMD(), err, resp)
+		return
+	}
+	ss := &serverStream{c: c, id: call.id, call: call, ctx: ctx, ts: &call.ts, payload: call.payload}
+	var err error
+	if c.s.opts.Stream != nil {
+		err = c.s.opts.Stream(c.s.impl, ss, &grpc.StreamServerInfo{FullMethod: call.m.name, IsServerStream: true}, call.m.stream.Handler)
+	} else {
+		err = call.m.stream.Handler(c.s.impl, ss)
+	}
+	c.reply(call.id, call.ts.headerMD(), err, nil)
 }
 
 // maxWorkers is how many goroutines wait for calls between them; a call
@@ -373,16 +385,16 @@ const maxWorkers = 256
 
 // run runs a call on an idle worker, or on a new goroutine, which becomes
 // a worker when it finishes if there are fewer than maxWorkers.
-func (s *Server) run(f func()) {
+func (s *Server) run(call *serverCall) {
 	select {
-	case s.work <- f:
+	case s.work <- call:
 	default:
-		go s.worker(f)
+		go s.worker(call)
 	}
 }
 
-func (s *Server) worker(f func()) {
-	f()
+func (s *Server) worker(call *serverCall) {
+	call.serve()
 	if s.workers.Add(1) > maxWorkers {
 		s.workers.Add(-1)
 		return
@@ -390,8 +402,8 @@ func (s *Server) worker(f func()) {
 	defer s.workers.Add(-1)
 	for {
 		select {
-		case f := <-s.work:
-			f()
+		case call := <-s.work:
+			call.serve()
 		case <-s.quit:
 			return
 		}
