@@ -95,12 +95,21 @@ type ReadOption func(*readConfig)
 type readConfig struct {
 	req   *pb.ReadRequest
 	hedge bool
+	first pb.ReadRequest // req of the first attempt: one allocation for both
 }
 
 // WithConsistency overrides the client's default read consistency.
 func WithConsistency(cons Consistency) ReadOption {
-	return func(rc *readConfig) { rc.setConsistency(cons) }
+	if cons == Sequential {
+		return sequentialRead // a func value, not a closure made each call
+	}
+	return linearizableRead
 }
+
+var (
+	sequentialRead   ReadOption = func(rc *readConfig) { rc.setConsistency(Sequential) }
+	linearizableRead ReadOption = func(rc *readConfig) { rc.setConsistency(Linearizable) }
+)
 
 func (rc *readConfig) setConsistency(cons Consistency) {
 	if cons == Sequential {
@@ -117,7 +126,9 @@ func (rc *readConfig) setConsistency(cons Consistency) {
 func WithHedge() ReadOption { return func(rc *readConfig) { rc.hedge = true } }
 
 func (c *Client) readReq(path string, watch bool, opts []ReadOption) *readConfig {
-	rc := &readConfig{req: &pb.ReadRequest{Path: path, Watch: watch}, hedge: c.cfg.HedgeSequentialReads}
+	rc := &readConfig{hedge: c.cfg.HedgeSequentialReads}
+	rc.first.Path, rc.first.Watch = path, watch
+	rc.req = &rc.first
 	rc.setConsistency(c.cfg.Consistency)
 	for _, o := range opts {
 		o(rc)

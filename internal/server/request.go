@@ -398,7 +398,11 @@ func watchKindFor(k watch.Kind, err error) (watch.Kind, bool) {
 // withTimeout bounds a request by the caller's deadline and the server's
 // request timeout, whichever comes first.
 func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.requestTimeout())
+	d := s.cfg.requestTimeout()
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, func() {} // the caller's comes first: no second timer
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // readBarrier makes the next local read of group g linearizable (linear)

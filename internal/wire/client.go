@@ -190,9 +190,9 @@ type clientConn struct {
 
 // pendingCall is a call waiting for its reply (and a stream's messages).
 type pendingCall struct {
-	header metadata.MD   // the reply's header metadata, decoded by readLoop
-	reply  []byte        // the rest of the reply frame's body, once it came
-	buf    *[]byte       // reply's buffer, from the frame pool
+	header metadata.MD // the reply's header metadata, decoded by readLoop
+	reply  []byte      // the rest of the reply frame's body, once it came
+	buf    *[]byte     // reply's buffer, from the frame pool
 	// done is signalled once reply or err is set (finish): a unary
 	// call's by a send (its call then reuses it), a stream's by close.
 	done   chan struct{}

@@ -490,9 +490,16 @@ func IncomingMetadata(ctx context.Context) (metadata.MD, bool) {
 
 func (t *transportStream) Method() string { return t.method }
 
+// SetHeader adds md to the reply's header. The first md is kept as it is
+// (the caller must not modify it after); later ones are joined into a
+// new map, which never writes to the maps it joins.
 func (t *transportStream) SetHeader(md metadata.MD) error {
 	t.mu.Lock()
-	t.header = metadata.Join(t.header, md)
+	if t.header == nil {
+		t.header = md
+	} else {
+		t.header = metadata.Join(t.header, md)
+	}
 	t.mu.Unlock()
 	return nil
 }
