@@ -341,7 +341,7 @@ func (cc *clientConn) start(ctx context.Context, method string, req any, stream 
 		byte(timeout>>24), byte(timeout>>16), byte(timeout>>8), byte(timeout))
 	md, _ := metadata.FromOutgoingContext(ctx)
 	b = appendMetadata(b, md, out)
-	b, err := (proto.MarshalOptions{}).MarshalAppend(b, req.(proto.Message))
+	b, err := marshalAppend(b, req.(proto.Message))
 	if err != nil {
 		cc.forget(id)
 		return 0, nil, status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
@@ -511,7 +511,7 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	if len(payload) > co.maxRecv {
 		return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", len(payload), co.maxRecv)
 	}
-	if err := proto.Unmarshal(payload, reply.(proto.Message)); err != nil {
+	if err := unmarshal(payload, reply.(proto.Message)); err != nil {
 		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 	}
 	return nil
@@ -651,7 +651,7 @@ func (s *clientStream) RecvMsg(m any) error {
 			p.queued -= len(msg)
 			s.cc.mu.Unlock()
 			s.credit(len(msg) + headerBytes)
-			if err := proto.Unmarshal(msg, m.(proto.Message)); err != nil {
+			if err := unmarshal(msg, m.(proto.Message)); err != nil {
 				s.cc.cancel(s.id)
 				return s.finish(status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err))
 			}

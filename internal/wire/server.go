@@ -358,7 +358,7 @@ func (call *serverCall) serve() {
 	ctx = grpc.NewContextWithServerTransportStream(ctx, &call.ts)
 	if md := call.m.unary; md != nil {
 		dec := func(m any) error {
-			if err := proto.Unmarshal(call.payload, m.(proto.Message)); err != nil {
+			if err := unmarshal(call.payload, m.(proto.Message)); err != nil {
 				return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
 			}
 			return nil
@@ -441,7 +441,7 @@ func appendReply(b []byte, id uint32, header metadata.MD, err error, resp any) (
 			at := len(b)
 			b = append(b, 0, 0, 0, 0)
 			var merr error
-			if b, merr = (proto.MarshalOptions{}).MarshalAppend(b, m); merr != nil {
+			if b, merr = marshalAppend(b, m); merr != nil {
 				b = b[:at]
 				err = status.Errorf(codes.Internal, "grpc: error while marshaling: %v", merr)
 			}
@@ -538,7 +538,7 @@ func (s *serverStream) RecvMsg(m any) error {
 		return io.EOF
 	}
 	s.read = true
-	if err := proto.Unmarshal(s.payload, m.(proto.Message)); err != nil {
+	if err := unmarshal(s.payload, m.(proto.Message)); err != nil {
 		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
 	}
 	return nil
@@ -562,7 +562,7 @@ func (s *serverStream) SendMsg(m any) error {
 	fb := getFrame()
 	defer putFrame(fb)
 	b, start := beginFrame(*fb, kindMessage, s.id)
-	b, err := (proto.MarshalOptions{}).MarshalAppend(b, m.(proto.Message))
+	b, err := marshalAppend(b, m.(proto.Message))
 	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
 	}

@@ -58,6 +58,7 @@ import (
 	"io"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 )
 
 // Preface opens every connection of this transport (before TLS). Neither
@@ -328,4 +329,31 @@ func lower(k []byte) string {
 		}
 	}
 	return string(k)
+}
+
+// fastMessage is a message with an encoding of its own, without
+// reflection (the calls the native API makes most: api/meridianpb's
+// fast.go); false from either method means: use proto's.
+type fastMessage interface {
+	AppendWire([]byte) ([]byte, bool)
+	UnmarshalWire([]byte) bool
+}
+
+// marshalAppend appends m's protobuf encoding.
+func marshalAppend(b []byte, m proto.Message) ([]byte, error) {
+	if f, ok := m.(fastMessage); ok {
+		if out, ok := f.AppendWire(b); ok {
+			return out, nil
+		}
+	}
+	return proto.MarshalOptions{}.MarshalAppend(b, m) // over what AppendWire left
+}
+
+// unmarshal decodes b into m (proto.Unmarshal's semantics: m is reset,
+// and nothing of b is kept).
+func unmarshal(b []byte, m proto.Message) error {
+	if f, ok := m.(fastMessage); ok && f.UnmarshalWire(b) {
+		return nil
+	}
+	return proto.Unmarshal(b, m)
 }
