@@ -358,69 +358,111 @@ func main() {
 			}
 			progress(fmt.Sprintf("%s on %s: started, leader %s", sys, topo.Name, leader(c, topo)))
 			first := -1 // the leader Meridian's first flavor started with
-			for _, f := range bench.Flavors {
-				if f.System != sys {
-					continue
+			// leaderBack gives every Meridian flavor the leader the first
+			// one started with: an election during one (load can cause
+			// one) must not hand the next a shorter path to the leader.
+			leaderBack := func(f bench.Flavor) {
+				if sys != "meridian" || c.Leader == nil {
+					return
 				}
-				if sys == "meridian" && c.Leader != nil {
-					// Both Meridian flavors start with the same leader: an
-					// election during the first (load can cause one) must
-					// not hand the second a shorter path to the leader.
-					if first < 0 {
-						first = c.Leader()
-					} else if l := c.Leader(); first >= 0 && l != first {
-						// Not a failure of the run when it cannot: each row
-						// names the leader it started with.
-						if err := bench.MoveLeader(c, first, 30*time.Second); err != nil {
-							progress(fmt.Sprintf("%s on %s: could not move the leader back to server %d before %s: %v", sys, topo.Name, first+1, f.Name, err))
-						} else {
-							progress(fmt.Sprintf("%s on %s: leader moved back from server %d to server %d before %s", sys, topo.Name, l+1, first+1, f.Name))
-						}
-					}
-				}
-				for _, w := range run.workloads {
-					switch w {
-					case "locks":
-						if f.CanLock() {
-							rep.Results = append(rep.Results, bench.RunLocks(c, topo, f, lockP, progress)...)
-						}
-					case "seed004":
-						if f.CanKV() {
-							rep.Results = append(rep.Results, bench.RunSeed004(c, topo, f, s4, progress)...)
-						}
-					case "seed000-grid":
-						rep.Results = append(rep.Results, bench.RunSeed000(c, topo, f, s0grid, progress)...)
-					case "seed000-contention":
-						rep.Results = append(rep.Results, bench.RunSeed000(c, topo, f, s0cont, progress)...)
-					case "seed002":
-						if f.CanKV() {
-							rep.Results = append(rep.Results, bench.RunSeed002(c, topo, f, s2, progress)...)
-						}
-					case "throughput":
-						if f.CanKV() {
-							rep.Results = append(rep.Results, bench.RunThroughput(c, topo, f, tp, progress)...)
-						}
-					case "georead", "keyspaces": // their own clusters, above
-					case "followsun":
-						if f.Name == "Meridian (native)" || f.System == "zookeeper" {
-							rep.Results = append(rep.Results, bench.RunFollowSun(c, topo, f, fs, progress)...)
-							if sys == "meridian" {
-								if rows, err := bench.CheckProbes(c, topo); err != nil {
-									rep.Failures = append(rep.Failures, fmt.Sprintf("probe matrix on %s: %v", topo.Name, err))
-								} else {
-									rep.Probes[topo.Name] = rows
-								}
-							}
-						}
-					case "localfirst":
-						if f.Name == "Meridian (native)" {
-							rep.Results = append(rep.Results, bench.RunLocalFirst(c, topo, lf, progress)...)
-						}
-					default:
-						fail(fmt.Errorf("unknown workload %q", w))
+				if first < 0 {
+					first = c.Leader()
+				} else if l := c.Leader(); first >= 0 && l != first {
+					// Not a failure of the run when it cannot: each row
+					// names the leader it started with.
+					if err := bench.MoveLeader(c, first, 30*time.Second); err != nil {
+						progress(fmt.Sprintf("%s on %s: could not move the leader back to server %d before %s: %v", sys, topo.Name, first+1, f.Name, err))
+					} else {
+						progress(fmt.Sprintf("%s on %s: leader moved back from server %d to server %d before %s", sys, topo.Name, l+1, first+1, f.Name))
 					}
 				}
 			}
+			// runWorkload runs workload w with flavor f (throughput: at the
+			// client counts clients).
+			runWorkload := func(w string, f bench.Flavor, clients []int) []bench.Result {
+				switch w {
+				case "locks":
+					if f.CanLock() {
+						return bench.RunLocks(c, topo, f, lockP, progress)
+					}
+				case "seed004":
+					if f.CanKV() {
+						return bench.RunSeed004(c, topo, f, s4, progress)
+					}
+				case "seed000-grid":
+					return bench.RunSeed000(c, topo, f, s0grid, progress)
+				case "seed000-contention":
+					return bench.RunSeed000(c, topo, f, s0cont, progress)
+				case "seed002":
+					if f.CanKV() {
+						return bench.RunSeed002(c, topo, f, s2, progress)
+					}
+				case "throughput":
+					if f.CanKV() {
+						p := tp
+						p.Clients = clients
+						return bench.RunThroughput(c, topo, f, p, progress)
+					}
+				case "georead", "keyspaces": // their own clusters, above
+				case "followsun":
+					if f.Name == "Meridian (native)" || f.System == "zookeeper" {
+						res := bench.RunFollowSun(c, topo, f, fs, progress)
+						if sys == "meridian" {
+							if rows, err := bench.CheckProbes(c, topo); err != nil {
+								rep.Failures = append(rep.Failures, fmt.Sprintf("probe matrix on %s: %v", topo.Name, err))
+							} else {
+								rep.Probes[topo.Name] = rows
+							}
+						}
+						return res
+					}
+				case "localfirst":
+					if f.Name == "Meridian (native)" {
+						return bench.RunLocalFirst(c, topo, lf, progress)
+					}
+				default:
+					fail(fmt.Errorf("unknown workload %q", w))
+				}
+				return nil
+			}
+			var flavors []bench.Flavor // the system's, in report order
+			for _, f := range bench.Flavors {
+				if f.System == sys {
+					flavors = append(flavors, f)
+				}
+			}
+			// Each workload (each client count of throughput) runs every
+			// flavor of the system back to back, the first one alternating
+			// from one to the next: a cluster gets slower as a run writes
+			// to it (its log and store grow), and a flavor that ran all its
+			// workloads first was measured on a faster cluster than the
+			// next (5-10% on Meridian's two flavors, run V).
+			n0, unit := len(rep.Results), 0
+			for _, w := range run.workloads {
+				points := [][]int{nil}
+				if w == "throughput" {
+					points = points[:0]
+					for _, n := range tp.Clients {
+						points = append(points, []int{n})
+					}
+				}
+				for _, pt := range points {
+					order := slices.Clone(flavors)
+					if unit%2 == 1 {
+						slices.Reverse(order)
+					}
+					unit++
+					for _, f := range order {
+						leaderBack(f)
+						rep.Results = append(rep.Results, runWorkload(w, f, pt)...)
+					}
+				}
+			}
+			// Rows in flavor order, whatever order they ran in.
+			flavorIndex := func(name string) int {
+				return slices.IndexFunc(bench.Flavors, func(f bench.Flavor) bool { return f.Name == name })
+			}
+			slices.SortStableFunc(rep.Results[n0:], func(a, b bench.Result) int { return flavorIndex(a.Flavor) - flavorIndex(b.Flavor) })
 			if f := env.Finish(*keep, sys+" on "+topo.Name); f != "" {
 				rep.Failures = append(rep.Failures, f)
 			}
