@@ -87,6 +87,40 @@ func rawHist(h *hdrhistogram.Histogram) [][2]int64 {
 	return out
 }
 
+// MergeRuns combines two runs of the same points by one flavor (the
+// same workloads, client counts and order, as one call of a Run function
+// returns them): latency histograms merged, rates and CPU per operation
+// averaged, errors added. Runs that do not pair up are kept side by side.
+func MergeRuns(a, b []Result) []Result {
+	if len(a) != len(b) {
+		return append(a, b...)
+	}
+	for i := range a {
+		if a[i].Workload != b[i].Workload || a[i].Flavor != b[i].Flavor || a[i].Clients != b[i].Clients || a[i].Same != b[i].Same {
+			return append(a, b...)
+		}
+	}
+	out := make([]Result, len(a))
+	for i := range a {
+		r, o := a[i], b[i]
+		if r.Hist != nil && o.Hist != nil {
+			h := newHist()
+			h.Merge(r.Hist)
+			h.Merge(o.Hist)
+			r.Hist, r.Summary = h, summarize(h)
+		}
+		r.OpsPerSec = (r.OpsPerSec + o.OpsPerSec) / 2
+		r.ServerCPUUs = (r.ServerCPUUs + o.ServerCPUUs) / 2
+		r.HarnessCPUUs = (r.HarnessCPUUs + o.HarnessCPUUs) / 2
+		r.Errors += o.Errors
+		if r.FirstError == "" {
+			r.FirstError = o.FirstError
+		}
+		out[i] = r
+	}
+	return out
+}
+
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600_000_000, 3) } // µs, up to 10 min
 
 func summarize(h *hdrhistogram.Histogram) Summary {
