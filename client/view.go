@@ -114,6 +114,14 @@ func (c *Client) encodeViewLocked() (string, bool) {
 	if len(c.mu.groups) == 0 {
 		return "-", true
 	}
+	if len(c.mu.groups) == 1 { // one group (no keyspaces): no sorting
+		var buf [42]byte
+		for g, i := range c.mu.groups {
+			b := strconv.AppendUint(buf[:0], g, 10)
+			b = append(b, ':')
+			return string(strconv.AppendUint(b, i, 10)), true
+		}
+	}
 	ids := make([]uint64, 0, len(c.mu.groups))
 	for g := range c.mu.groups {
 		ids = append(ids, g)
