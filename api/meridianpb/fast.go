@@ -132,6 +132,22 @@ func (r *reader) str(typ protowire.Type) string {
 	return string(v)
 }
 
+// sub decodes a submessage field into a new message at *dst; false when
+// the field came before (proto.Unmarshal merges the two) or does not
+// decode here.
+func sub[T any, P interface {
+	*T
+	UnmarshalWire([]byte) bool
+}](r *reader, typ protowire.Type, dst *P) bool {
+	if *dst != nil {
+		return false
+	}
+	m := P(new(T))
+	*dst = m
+	v := r.bytes(typ)
+	return r.bad || m.UnmarshalWire(v)
+}
+
 // copyBytes is a bytes field's value as proto.Unmarshal makes it: a copy,
 // empty (not nil) when the field was sent empty.
 func copyBytes(v []byte) []byte { return append([]byte{}, v...) }
@@ -334,21 +350,13 @@ func (x *GetDataResponse) UnmarshalWire(b []byte) bool {
 		}
 		switch num {
 		case 1:
-			if x.Header != nil {
-				return false // sent twice: merged, as proto.Unmarshal does
-			}
-			x.Header = &Header{}
-			if v := r.bytes(typ); !r.bad && !x.Header.UnmarshalWire(v) {
+			if !sub(&r, typ, &x.Header) {
 				return false
 			}
 		case 2:
 			x.Data = copyBytes(r.bytes(typ))
 		case 3:
-			if x.Stat != nil {
-				return false
-			}
-			x.Stat = &Stat{}
-			if v := r.bytes(typ); !r.bad && !x.Stat.UnmarshalWire(v) {
+			if !sub(&r, typ, &x.Stat) {
 				return false
 			}
 		default:
@@ -396,11 +404,7 @@ func (x *SetDataRequest) UnmarshalWire(b []byte) bool {
 			v := int32(r.varint(typ))
 			x.Version = &v
 		case 5:
-			if x.Fence != nil {
-				return false
-			}
-			x.Fence = &Fence{}
-			if v := r.bytes(typ); !r.bad && !x.Fence.UnmarshalWire(v) {
+			if !sub(&r, typ, &x.Fence) {
 				return false
 			}
 		default:
@@ -436,19 +440,11 @@ func (x *SetDataResponse) UnmarshalWire(b []byte) bool {
 		}
 		switch num {
 		case 1:
-			if x.Header != nil {
-				return false
-			}
-			x.Header = &Header{}
-			if v := r.bytes(typ); !r.bad && !x.Header.UnmarshalWire(v) {
+			if !sub(&r, typ, &x.Header) {
 				return false
 			}
 		case 2:
-			if x.Stat != nil {
-				return false
-			}
-			x.Stat = &Stat{}
-			if v := r.bytes(typ); !r.bad && !x.Stat.UnmarshalWire(v) {
+			if !sub(&r, typ, &x.Stat) {
 				return false
 			}
 		default:
