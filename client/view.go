@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/wire"
 )
 
@@ -114,29 +115,26 @@ func (c *Client) encodeViewLocked() (string, bool) {
 	if len(c.mu.groups) == 0 {
 		return "-", true
 	}
+	var buf [42]byte // one pair; more grow it
+	b := buf[:0]
 	if len(c.mu.groups) == 1 { // one group (no keyspaces): no sorting
-		var buf [42]byte
 		for g, i := range c.mu.groups {
-			b := strconv.AppendUint(buf[:0], g, 10)
-			b = append(b, ':')
-			return string(strconv.AppendUint(b, i, 10)), true
+			b = pb.AppendViewPair(b, g, i)
 		}
+		return string(b), true
 	}
 	ids := make([]uint64, 0, len(c.mu.groups))
 	for g := range c.mu.groups {
 		ids = append(ids, g)
 	}
 	slices.Sort(ids)
-	var b strings.Builder
 	for i, g := range ids {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.WriteString(strconv.FormatUint(g, 10))
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatUint(c.mu.groups[g], 10))
+		b = pb.AppendViewPair(b, g, c.mu.groups[g])
 	}
-	return b.String(), true
+	return string(b), true
 }
 
 // mergeView raises the view to a server's, group by group; a malformed
@@ -148,13 +146,8 @@ func (c *Client) mergeView(s string) {
 		c.mu.groups = map[uint64]uint64{}
 	}
 	for pair := range strings.SplitSeq(s, ",") {
-		gs, is, ok := strings.Cut(pair, ":")
-		if !ok {
-			continue
-		}
-		g, err1 := strconv.ParseUint(gs, 10, 64)
-		i, err2 := strconv.ParseUint(is, 10, 64)
-		if err1 == nil && err2 == nil && i > c.mu.groups[g] {
+		g, i, ok := pb.ParseViewPair(pair)
+		if ok && i > c.mu.groups[g] {
 			c.mu.groups[g] = i
 			c.mu.viewHeader = "" // encoded again when next sent
 		}

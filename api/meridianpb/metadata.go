@@ -1,5 +1,10 @@
 package meridianpb
 
+import (
+	"strconv"
+	"strings"
+)
+
 // gRPC metadata keys of the native API (not generated).
 const (
 	// MetadataAuth carries a caller's credentials, one value per identity,
@@ -13,3 +18,27 @@ const (
 	// expired.
 	MetadataSessionPassword = "meridian-session-password-bin"
 )
+
+// AppendViewPair appends one "group:index" pair of the seen-groups header
+// (a client's view: the highest index it has seen in each raft group; the
+// header is the pairs joined by ",", or "-" for none).
+func AppendViewPair(b []byte, g, index uint64) []byte {
+	b = strconv.AppendUint(b, g, 10)
+	b = append(b, ':')
+	return strconv.AppendUint(b, index, 10)
+}
+
+// ParseViewPair reads one "group:index" pair; false when it is malformed
+// or its index is 0.
+func ParseViewPair(pair string) (g, index uint64, ok bool) {
+	gs, is, found := strings.Cut(pair, ":")
+	if !found {
+		return 0, 0, false
+	}
+	g, err1 := strconv.ParseUint(gs, 10, 64)
+	index, err2 := strconv.ParseUint(is, 10, 64)
+	if err1 != nil || err2 != nil || index == 0 {
+		return 0, 0, false
+	}
+	return g, index, true
+}

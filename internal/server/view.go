@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
+	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/fsm"
 )
@@ -380,7 +380,7 @@ func encodeView(v *view) string {
 	b := buf[:0]
 	if len(v.at) == 1 { // the root alone: no sorting
 		for g, index := range v.at {
-			b = appendViewPair(b, g, index)
+			b = pb.AppendViewPair(b, g, index)
 		}
 		return string(b)
 	}
@@ -388,7 +388,7 @@ func encodeView(v *view) string {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendViewPair(b, d.Group, d.Index)
+		b = pb.AppendViewPair(b, d.Group, d.Index)
 	}
 	return string(b)
 }
@@ -405,32 +405,12 @@ func sameView(v *view, h string) bool {
 		return false
 	}
 	for pair := range strings.SplitSeq(h, ",") {
-		g, index, ok := parseViewPair(pair)
+		g, index, ok := pb.ParseViewPair(pair)
 		if !ok || v.at[g] != index {
 			return false
 		}
 	}
 	return true
-}
-
-func appendViewPair(b []byte, g, index uint64) []byte {
-	b = strconv.AppendUint(b, g, 10)
-	b = append(b, ':')
-	return strconv.AppendUint(b, index, 10)
-}
-
-// parseViewPair reads one "group:index" pair.
-func parseViewPair(pair string) (g, index uint64, ok bool) {
-	gs, is, found := strings.Cut(pair, ":")
-	if !found {
-		return 0, 0, false
-	}
-	g, err1 := strconv.ParseUint(gs, 10, 64)
-	index, err2 := strconv.ParseUint(is, 10, 64)
-	if err1 != nil || err2 != nil || index == 0 {
-		return 0, 0, false
-	}
-	return g, index, true
 }
 
 // parseView reads seenGroupsHeader's form; false when it is malformed or
@@ -445,7 +425,7 @@ func parseView(s string) (*view, bool) {
 		return nil, false
 	}
 	for pair := range strings.SplitSeq(s, ",") {
-		g, i, ok := parseViewPair(pair)
+		g, i, ok := pb.ParseViewPair(pair)
 		if !ok {
 			return nil, false
 		}

@@ -337,7 +337,7 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 		return nil
 	}
 	// The request outlives the frame's buffer, which serve reuses; it
-	// goes back to the pool when the call ends (proto.Unmarshal copies
+	// goes back to the pool when the call ends (unmarshal copies
 	// what it keeps).
 	call.pbuf = getFrame()
 	*call.pbuf = append((*call.pbuf)[:0], d.b...)
