@@ -162,11 +162,12 @@ type serverConn struct {
 	ctx    context.Context // cancelled when the connection closes
 	cancel context.CancelFunc
 
-	mu    sync.Mutex
-	calls map[uint32]*serverCall
-	once  sync.Once
-	memo  Memo
-	names interner // serve's only
+	mu     sync.Mutex
+	calls  map[uint32]*serverCall
+	closed bool // close ended the calls: no more start
+	once   sync.Once
+	memo   Memo
+	names  interner // serve's only
 }
 
 // method is a method the server serves: unary or a server stream.
@@ -182,7 +183,7 @@ type serverCall struct {
 	c       *serverConn
 	id      uint32
 	m       *method
-	ctx     *callCtx
+	ctx     serverCtx // the call's context
 	ts      transportStream
 	pbuf    *[]byte // holds payload; back to the pool when the call ends
 	payload []byte
@@ -201,6 +202,17 @@ func (c *serverConn) close(err error) {
 		c.w.fail(net.ErrClosed)
 		c.conn.Close()
 		c.cancel()
+		// The calls' contexts do not watch the connection's: end them.
+		c.mu.Lock()
+		c.closed = true
+		calls := make([]*serverCall, 0, len(c.calls))
+		for _, call := range c.calls {
+			calls = append(calls, call)
+		}
+		c.mu.Unlock()
+		for _, call := range calls {
+			call.cancel()
+		}
 	})
 }
 
@@ -313,7 +325,8 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	call := &serverCall{c: c, id: id, m: m, ctx: newCallCtx(c.ctx, deadline)} // its timer only if a handler waits
+	call := &serverCall{c: c, id: id, m: m, ctx: serverCtx{parent: c.ctx, deadline: deadline}} // its timer only if a handler waits
+	call.ctx.call = call
 	if m != nil && m.stream != nil {
 		call.credit, call.creditCh = StreamWindowBytes, make(chan struct{}, 1)
 	}
@@ -324,6 +337,9 @@ func (c *serverConn) startCall(id uint32, body []byte) error {
 	}
 	refuse := error(nil)
 	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return net.ErrClosed
 	case m == nil:
 		refuse = status.Errorf(codes.Unimplemented, "unknown method %s", name)
 	case len(c.calls) >= c.s.opts.MaxConcurrentCalls:
@@ -354,8 +370,7 @@ func (call *serverCall) serve() {
 	defer c.s.calls.Done()
 	defer putFrame(call.pbuf)
 	defer c.endCall(call.id)
-	ctx := metadata.NewIncomingContext(call.ctx, call.ts.incoming)
-	ctx = grpc.NewContextWithServerTransportStream(ctx, &call.ts)
+	ctx := context.Context(&call.ctx) // its incoming metadata and transport stream too
 	if md := call.m.unary; md != nil {
 		dec := func(m any) error {
 			if err := unmarshal(call.payload, m.(proto.Message)); err != nil {

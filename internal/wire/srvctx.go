@@ -1,0 +1,175 @@
+package wire
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// serverCtx is a server call's context: the connection's values, the
+// call's incoming metadata and transport stream (as
+// metadata.NewIncomingContext and grpc.NewContextWithServerTransportStream
+// would give, without their two contexts a call), its deadline, and its
+// end: when the call ends, the client cancels it, the connection closes
+// (serverConn.close ends every call it holds) or the deadline passes.
+//
+// Its channel and the deadline's timer are made only when something asks
+// for Done (a write waiting for its entry, a stream), and it never
+// registers with the connection's context, which every call of the
+// connection would contend for: a context derived from it (WithCancel,
+// WithTimeout) is ended through AfterFunc, without a goroutine.
+type serverCtx struct {
+	call     *serverCall
+	parent   context.Context // the connection's, for its values
+	deadline time.Time       // zero: none
+
+	mu    sync.Mutex
+	err   error         // set once: context.Canceled or DeadlineExceeded
+	done  chan struct{} // made by Done; closed when err is set
+	timer *time.Timer   // the deadline's, once done is made
+	after []*afterFn    // AfterFunc's, run when err is set
+}
+
+// afterFn is a function AfterFunc registered: run once, unless stopped.
+type afterFn struct {
+	f     func()
+	state atomic.Int32 // 0 pending, 1 run, 2 stopped
+}
+
+func (c *serverCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+
+func (c *serverCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		switch {
+		case c.err != nil:
+			close(c.done)
+		case c.deadline.IsZero():
+		default:
+			if d := time.Until(c.deadline); d > 0 {
+				c.timer = time.AfterFunc(d, c.expire)
+			} else {
+				c.err = context.DeadlineExceeded
+				close(c.done)
+			}
+		}
+	}
+	done := c.done
+	c.mu.Unlock()
+	return done
+}
+
+func (c *serverCtx) Err() error {
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	if err == nil && !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+		c.end(context.DeadlineExceeded)
+		c.mu.Lock()
+		err = c.err
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *serverCtx) Value(key any) any {
+	switch key {
+	case incomingKey:
+		return c.call.ts.incoming
+	case streamKey:
+		return grpc.ServerTransportStream(&c.call.ts)
+	}
+	return c.parent.Value(key)
+}
+
+func (c *serverCtx) String() string { return "wire.serverCtx" }
+
+// AfterFunc runs f once the context ends, unless stop (its result) comes
+// first: how the context package ends what is derived from a context that
+// is none of its own types (context.AfterFunc's contract, a goroutine for
+// f, is kept by its wrapper). f runs on the goroutine that ends the
+// context.
+func (c *serverCtx) AfterFunc(f func()) (stop func() bool) {
+	c.Done()
+	a := &afterFn{f: f}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		a.state.Store(1)
+		go f()
+		return func() bool { return false }
+	}
+	c.after = append(c.after, a)
+	c.mu.Unlock()
+	return func() bool {
+		if !a.state.CompareAndSwap(0, 2) {
+			return false
+		}
+		c.mu.Lock()
+		for i, x := range c.after {
+			if x == a {
+				c.after = append(c.after[:i], c.after[i+1:]...)
+				break
+			}
+		}
+		c.mu.Unlock()
+		return true
+	}
+}
+
+// end ends the context with err, unless it ended before.
+func (c *serverCtx) end(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	if c.done != nil {
+		close(c.done)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	after := c.after
+	c.after = nil
+	c.mu.Unlock()
+	for _, a := range after {
+		if a.state.CompareAndSwap(0, 1) {
+			a.f()
+		}
+	}
+}
+
+func (c *serverCtx) expire() { c.end(context.DeadlineExceeded) }
+
+// cancel ends the call's context (the call's end, the client's cancel,
+// the connection's close).
+func (c *serverCtx) cancel() { c.end(context.Canceled) }
+
+// incomingKey and streamKey are the context keys under which
+// metadata.FromIncomingContext and grpc.ServerTransportStreamFromContext
+// look (unexported in their packages: learned by asking a keyProbe).
+var incomingKey, streamKey = func() (any, any) {
+	p := &keyProbe{Context: context.Background()}
+	metadata.FromIncomingContext(p)
+	in := p.key
+	grpc.ServerTransportStreamFromContext(p)
+	if in == nil || p.key == nil {
+		panic("wire: the metadata and transport stream context keys could not be learned")
+	}
+	return in, p.key
+}()
+
+// keyProbe records the key it was last asked a value for.
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Value(key any) any { p.key = key; return nil }
