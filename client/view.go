@@ -23,7 +23,9 @@ import (
 // keyspace's leader (possibly a region away) whether it is behind the
 // zxid the client saw elsewhere; with the view, min_zxid is not a floor.
 // A server that does not know the header ignores it, and min_zxid (the
-// client's last zxid, sent too) keeps reads as fresh as before.
+// client's last zxid, sent too) keeps reads as fresh as before. A reply
+// that has a Header returns the view in its view field instead (no
+// metadata to decode on every write).
 const SeenGroupsHeader = "meridian-seen-groups"
 
 // maxSeenGroups bounds the view: the most groups a server accepts in it
@@ -36,7 +38,8 @@ const maxSeenGroups = 2048
 // session), the highest zxid the client has seen (a write's zxid must
 // exceed it, also in another raft group: regional keyspaces order a
 // session's writes across groups by zxid) and the view; the view the
-// server returns is merged. On the lean transport the pairs go as its
+// server returns (in the reply's Header, or its header metadata) is
+// merged. On the lean transport the pairs go as its
 // call option, without copying the context's metadata on every call.
 func (c *Client) carry(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c.mu.Lock()
@@ -45,7 +48,7 @@ func (c *Client) carry(ctx context.Context, method string, req, reply any, cc *g
 	if c.cfg.GRPC {
 		var md metadata.MD
 		err := invoker(metadata.AppendToOutgoingContext(ctx, kv...), method, req, reply, cc, append(opts, grpc.Header(&md))...)
-		c.mergeHeader(md)
+		c.mergeReply(md, reply)
 		return err
 	}
 	// One allocation for the option, the header it fills and, for a call
@@ -59,7 +62,7 @@ func (c *Client) carry(ctx context.Context, method string, req, reply any, cc *g
 		opts = append(opts, &x.cm)
 	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
-	c.mergeHeader(x.md)
+	c.mergeReply(x.md, reply)
 	return err
 }
 
@@ -70,8 +73,15 @@ type carried struct {
 	opts [1]grpc.CallOption
 }
 
-// mergeHeader merges the view a reply's header carries.
-func (c *Client) mergeHeader(md metadata.MD) {
+// mergeReply merges the view a reply carries: in its Header, or in its
+// header metadata (a reply without a Header, an error, a server before
+// Header.view).
+func (c *Client) mergeReply(md metadata.MD, reply any) {
+	if r, ok := reply.(interface{ GetHeader() *pb.Header }); ok {
+		if v := r.GetHeader().GetView(); v != "" {
+			c.mergeView(v)
+		}
+	}
 	if vs := md.Get(SeenGroupsHeader); len(vs) == 1 {
 		c.mergeView(vs[0])
 	}

@@ -162,7 +162,7 @@ func (h *Header) AppendWire(b []byte) ([]byte, bool) {
 	b = appendVarintField(b, 3, h.LeaderId)
 	b = appendVarintField(b, 4, h.Term)
 	b = appendVarintField(b, 5, uint64(h.NotifiedZxid))
-	return b, true
+	return appendStringField(b, 6, h.View)
 }
 
 // UnmarshalWire decodes b into h (reset first); false: use proto.Unmarshal.
@@ -185,6 +185,8 @@ func (h *Header) UnmarshalWire(b []byte) bool {
 			h.Term = r.varint(typ)
 		case 5:
 			h.NotifiedZxid = int64(r.varint(typ))
+		case 6:
+			h.View = r.str(typ)
 		default:
 			return false
 		}

@@ -101,7 +101,7 @@ func randBytes(r *rand.Rand) []byte {
 }
 
 func randHeader(r *rand.Rand) *Header {
-	return &Header{Zxid: randInt64(r), MemberId: uint64(randInt64(r)), LeaderId: r.Uint64N(10), Term: uint64(randInt64(r)), NotifiedZxid: randInt64(r)}
+	return &Header{Zxid: randInt64(r), MemberId: uint64(randInt64(r)), LeaderId: r.Uint64N(10), Term: uint64(randInt64(r)), NotifiedZxid: randInt64(r), View: randString(r)}
 }
 
 func randStat(r *rand.Rand) *Stat {

@@ -347,7 +347,12 @@ type Header struct {
 	// notifications up to it before handing out the reply gives ZooKeeper's
 	// guarantee: a watcher sees the event before it sees the data that
 	// follows it. The Go client does.
-	NotifiedZxid  int64 `protobuf:"varint,5,opt,name=notified_zxid,json=notifiedZxid,proto3" json:"notified_zxid,omitempty"`
+	NotifiedZxid int64 `protobuf:"varint,5,opt,name=notified_zxid,json=notifiedZxid,proto3" json:"notified_zxid,omitempty"`
+	// The client's view after this call, in the meridian-seen-groups
+	// metadata's form ("group:index" pairs), when the call added to the view
+	// the client sent; empty when it did not. A reply without a Header
+	// carries it in that metadata instead.
+	View          string `protobuf:"bytes,6,opt,name=view,proto3" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +420,13 @@ func (x *Header) GetNotifiedZxid() int64 {
 		return x.NotifiedZxid
 	}
 	return 0
+}
+
+func (x *Header) GetView() string {
+	if x != nil {
+		return x.View
+	}
+	return ""
 }
 
 type Stat struct {
@@ -6262,13 +6274,14 @@ var File_meridian_v1_meridian_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\n" +
-	"\x1ameridian/v1/meridian.proto\x12\vmeridian.v1\"\x8f\x01\n" +
+	"\x1ameridian/v1/meridian.proto\x12\vmeridian.v1\"\xa3\x01\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04zxid\x18\x01 \x01(\x03R\x04zxid\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
 	"\tleader_id\x18\x03 \x01(\x04R\bleaderId\x12\x12\n" +
 	"\x04term\x18\x04 \x01(\x04R\x04term\x12#\n" +
-	"\rnotified_zxid\x18\x05 \x01(\x03R\fnotifiedZxid\"\xb3\x02\n" +
+	"\rnotified_zxid\x18\x05 \x01(\x03R\fnotifiedZxid\x12\x12\n" +
+	"\x04view\x18\x06 \x01(\tR\x04view\"\xb3\x02\n" +
 	"\x04Stat\x12\x14\n" +
 	"\x05czxid\x18\x01 \x01(\x03R\x05czxid\x12\x14\n" +
 	"\x05mzxid\x18\x02 \x01(\x03R\x05mzxid\x12\x14\n" +

@@ -348,33 +348,46 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		s.metrics.countNative(methodName(info.FullMethod), codeLabel(err))
 		return nil, err
 	}
-	v, sent := viewFromMetadata(ctx)
+	v := viewFromMetadata(ctx)
 	resp, err := handler(context.WithValue(ctx, callKey{}, &callInfo{ids: ids, seen: seenFromMetadata(ctx), view: v}), req)
 	if v != nil {
-		// The client's view with what this call observed; lost only when
-		// the reply itself is (the client then keeps what it had), and
-		// not sent when it is the view the client sent (nothing to merge).
+		// The client's view with what this call observed, in the reply's
+		// Header (in the header metadata when the reply has none: an
+		// error, or a message without one); lost only when the reply
+		// itself is (the client then keeps what it had), and not sent
+		// when it is the view the client sent (nothing to merge).
 		s.settle(v)
-		if !sameView(v, sent) {
-			_ = grpc.SetHeader(ctx, metadata.Pairs(seenGroupsHeader, encodeView(v)))
+		if v.grownSinceParse() {
+			if h := replyHeader(resp); h != nil {
+				h.View = encodeView(v)
+			} else {
+				_ = grpc.SetHeader(ctx, metadata.Pairs(seenGroupsHeader, encodeView(v)))
+			}
 		}
 	}
 	return resp, err
 }
 
-// viewFromMetadata is the calling client's view (seenGroupsHeader) and
-// the header it came in, nil when absent or malformed (the call then
-// reads by its min_zxid).
-func viewFromMetadata(ctx context.Context) (*view, string) {
+// replyHeader is a reply's Header, nil when it has none.
+func replyHeader(resp any) *pb.Header {
+	if r, ok := resp.(interface{ GetHeader() *pb.Header }); ok {
+		return r.GetHeader()
+	}
+	return nil
+}
+
+// viewFromMetadata is the calling client's view (seenGroupsHeader), nil
+// when absent or malformed (the call then reads by its min_zxid).
+func viewFromMetadata(ctx context.Context) *view {
 	vs := incoming(ctx, seenGroupsHeader)
 	if len(vs) != 1 {
-		return nil, ""
+		return nil
 	}
 	v, ok := parseView(vs[0])
 	if !ok {
-		return nil, ""
+		return nil
 	}
-	return v, vs[0]
+	return v
 }
 
 // seenFromMetadata is the highest zxid the calling client says it has

@@ -53,6 +53,9 @@ type view struct {
 	met        map[uint64]bool
 	complete   map[uint64]bool
 	eventsFull bool // more than maxViewEvents: every group counts as observed
+	// grown: at rose since parseView made it, so it no longer encodes as
+	// the header it came in (a native call's reply then carries it).
+	grown bool
 }
 
 // maxViewEvents bounds the event paths a view keeps between two requests;
@@ -73,6 +76,7 @@ func (v *view) raise(g, index uint64) {
 			v.at = fsm.Deps{}
 		}
 		v.at[g] = index
+		v.grown = true
 	}
 }
 
@@ -393,24 +397,12 @@ func encodeView(v *view) string {
 	return string(b)
 }
 
-// sameView reports whether v encodes as h (call settle first), without
-// encoding it.
-func sameView(v *view, h string) bool {
+// grownSinceParse reports whether v no longer encodes as the header
+// parseView made it of (call settle first).
+func (v *view) grownSinceParse() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if len(v.at) == 0 {
-		return h == "-"
-	}
-	if strings.Count(h, ",")+1 != len(v.at) {
-		return false
-	}
-	for pair := range strings.SplitSeq(h, ",") {
-		g, index, ok := pb.ParseViewPair(pair)
-		if !ok || v.at[g] != index {
-			return false
-		}
-	}
-	return true
+	return v.grown
 }
 
 // parseView reads seenGroupsHeader's form; false when it is malformed or
@@ -431,5 +423,6 @@ func parseView(s string) (*view, bool) {
 		}
 		v.raise(g, i)
 	}
+	v.grown = false
 	return v, true
 }
