@@ -77,10 +77,8 @@ type carried struct {
 // header metadata (a reply without a Header, an error, a server before
 // Header.view).
 func (c *Client) mergeReply(md metadata.MD, reply any) {
-	if r, ok := reply.(interface{ GetHeader() *pb.Header }); ok {
-		if v := r.GetHeader().GetView(); v != "" {
-			c.mergeView(v)
-		}
+	if v := pb.HeaderOf(reply).GetView(); v != "" {
+		c.mergeView(v)
 	}
 	if vs := md.Get(SeenGroupsHeader); len(vs) == 1 {
 		c.mergeView(vs[0])

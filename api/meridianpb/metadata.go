@@ -42,3 +42,12 @@ func ParseViewPair(pair string) (g, index uint64, ok bool) {
 	}
 	return g, index, true
 }
+
+// HeaderOf is a reply's Header, nil when the message has none (or is
+// nil).
+func HeaderOf(reply any) *Header {
+	if r, ok := reply.(interface{ GetHeader() *Header }); ok {
+		return r.GetHeader()
+	}
+	return nil
+}

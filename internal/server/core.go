@@ -358,7 +358,7 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		// when it is the view the client sent (nothing to merge).
 		s.settle(v)
 		if v.grownSinceParse() {
-			if h := replyHeader(resp); h != nil {
+			if h := pb.HeaderOf(resp); h != nil {
 				h.View = encodeView(v)
 			} else {
 				_ = grpc.SetHeader(ctx, metadata.Pairs(seenGroupsHeader, encodeView(v)))
@@ -366,14 +366,6 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 	}
 	return resp, err
-}
-
-// replyHeader is a reply's Header, nil when it has none.
-func replyHeader(resp any) *pb.Header {
-	if r, ok := resp.(interface{ GetHeader() *pb.Header }); ok {
-		return r.GetHeader()
-	}
-	return nil
 }
 
 // viewFromMetadata is the calling client's view (seenGroupsHeader), nil

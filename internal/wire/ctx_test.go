@@ -18,29 +18,8 @@ import (
 // its live context was made yet: deadline, cancel, the parent's end, and
 // contexts derived from it.
 func TestCallCtxIsADeadlineContext(t *testing.T) {
-	t.Run("deadline", func(t *testing.T) {
-		ctx, cancel := WithTimeout(context.Background(), 20*time.Millisecond)
-		defer cancel()
-		if ctx.Err() != nil {
-			t.Fatalf("Err before the deadline: %v", ctx.Err())
-		}
-		<-ctx.Done()
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			t.Fatalf("Err after the deadline: %v", ctx.Err())
-		}
-	})
-	t.Run("deadline passed unobserved", func(t *testing.T) {
-		ctx, cancel := WithTimeout(context.Background(), time.Millisecond)
-		defer cancel()
-		time.Sleep(5 * time.Millisecond)
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			t.Fatalf("Err past the deadline, Done never asked for: %v", ctx.Err())
-		}
-		select {
-		case <-ctx.Done():
-		default:
-			t.Fatal("Done open after Err reported the deadline")
-		}
+	testDeadlineContext(t, func(d time.Duration) (context.Context, func()) {
+		return WithTimeout(context.Background(), d)
 	})
 	t.Run("parent's deadline is earlier", func(t *testing.T) {
 		parent, pc := context.WithTimeout(context.Background(), time.Minute)
@@ -50,23 +29,6 @@ func TestCallCtxIsADeadlineContext(t *testing.T) {
 		pd, _ := parent.Deadline()
 		if d, ok := ctx.Deadline(); !ok || !d.Equal(pd) {
 			t.Fatalf("Deadline %v %v, want the parent's %v", d, ok, pd)
-		}
-	})
-	t.Run("cancel before Done", func(t *testing.T) {
-		ctx, cancel := WithTimeout(context.Background(), time.Hour)
-		cancel()
-		if !errors.Is(ctx.Err(), context.Canceled) {
-			t.Fatalf("Err after cancel: %v", ctx.Err())
-		}
-		<-ctx.Done()
-	})
-	t.Run("cancel after Done", func(t *testing.T) {
-		ctx, cancel := WithTimeout(context.Background(), time.Hour)
-		done := ctx.Done()
-		cancel()
-		<-done
-		if !errors.Is(ctx.Err(), context.Canceled) {
-			t.Fatalf("Err after cancel: %v", ctx.Err())
 		}
 	})
 	t.Run("parent ends", func(t *testing.T) {
@@ -84,8 +46,55 @@ func TestCallCtxIsADeadlineContext(t *testing.T) {
 			t.Fatal("the parent's values are lost")
 		}
 	})
+}
+
+// testDeadlineContext checks what a call's context (callCtx, serverCtx)
+// shares with context.WithDeadline's: mk makes one ending d from now,
+// and its cancel.
+func testDeadlineContext(t *testing.T, mk func(d time.Duration) (context.Context, func())) {
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := mk(20 * time.Millisecond)
+		defer cancel()
+		if ctx.Err() != nil {
+			t.Fatalf("Err before the deadline: %v", ctx.Err())
+		}
+		<-ctx.Done()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("Err after the deadline: %v", ctx.Err())
+		}
+	})
+	t.Run("deadline passed unobserved", func(t *testing.T) {
+		ctx, cancel := mk(time.Millisecond)
+		defer cancel()
+		time.Sleep(5 * time.Millisecond)
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("Err past the deadline, Done never asked for: %v", ctx.Err())
+		}
+		select {
+		case <-ctx.Done():
+		default:
+			t.Fatal("Done open after Err reported the deadline")
+		}
+	})
+	t.Run("cancel before Done", func(t *testing.T) {
+		ctx, cancel := mk(time.Hour)
+		cancel()
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("Err after cancel: %v", ctx.Err())
+		}
+		<-ctx.Done()
+	})
+	t.Run("cancel after Done", func(t *testing.T) {
+		ctx, cancel := mk(time.Hour)
+		done := ctx.Done()
+		cancel()
+		<-done
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("Err after cancel: %v", ctx.Err())
+		}
+	})
 	t.Run("derived contexts need no goroutine", func(t *testing.T) {
-		ctx, cancel := WithTimeout(context.Background(), time.Hour)
+		ctx, cancel := mk(time.Hour)
 		before := runtime.NumGoroutine()
 		var children []context.Context
 		for i := 0; i < 100; i++ {
@@ -99,6 +108,9 @@ func TestCallCtxIsADeadlineContext(t *testing.T) {
 		cancel()
 		for _, c := range children {
 			<-c.Done()
+			if !errors.Is(c.Err(), context.Canceled) {
+				t.Fatalf("derived: %v", c.Err())
+			}
 		}
 	})
 }

@@ -135,14 +135,12 @@ func (s *Server) ServeConn(raw net.Conn) {
 		conn = tc
 	}
 	_ = raw.SetDeadline(time.Time{})
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &serverConn{s: s, conn: conn, w: newWriter(conn), peer: p, cancel: cancel, calls: map[uint32]*serverCall{}, names: interner{share: true}}
-	c.ctx = context.WithValue(peer.NewContext(ctx, p), memoKey{}, &c.memo)
+	c := &serverConn{s: s, conn: conn, w: newWriter(conn), peer: p, calls: map[uint32]*serverCall{}, names: interner{share: true}}
+	c.ctx = context.WithValue(peer.NewContext(context.Background(), p), memoKey{}, &c.memo)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		conn.Close()
-		cancel()
 		return
 	}
 	s.conns[c] = struct{}{}
@@ -155,12 +153,11 @@ func (s *Server) ServeConn(raw net.Conn) {
 }
 
 type serverConn struct {
-	s      *Server
-	conn   net.Conn
-	w      *writer
-	peer   *peer.Peer
-	ctx    context.Context // cancelled when the connection closes
-	cancel context.CancelFunc
+	s    *Server
+	conn net.Conn
+	w    *writer
+	peer *peer.Peer
+	ctx  context.Context // the connection's values (peer, memo); its calls' contexts end by close
 
 	mu     sync.Mutex
 	calls  map[uint32]*serverCall
@@ -201,8 +198,7 @@ func (c *serverConn) close(err error) {
 		}
 		c.w.fail(net.ErrClosed)
 		c.conn.Close()
-		c.cancel()
-		// The calls' contexts do not watch the connection's: end them.
+		// End the calls' contexts (they hold the connection's values only).
 		c.mu.Lock()
 		c.closed = true
 		calls := make([]*serverCall, 0, len(c.calls))
