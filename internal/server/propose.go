@@ -16,7 +16,6 @@ import (
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/tree"
-	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // proposal is a command Submit can hand to raft: encode stamps it with its
@@ -280,9 +279,6 @@ func (f *Future) wait() error {
 	s := f.s
 	defer f.cancel()
 	defer f.g.waiters.remove(f.id)
-	// A native call served by its connection's reading goroutine lets
-	// another read on while it waits for its entry.
-	wire.Detach(f.parent)
 	select {
 	case <-f.done:
 		if err := f.result.err; err != nil {

@@ -36,7 +36,6 @@ type service struct {
 	entered  chan struct{} // and that it started here
 	sent     atomic.Int64
 	streamed chan struct{} // closed when Watch has sent everything
-	release  chan struct{} // GetData of "/detach" waits for it
 	once     sync.Once
 }
 
@@ -58,11 +57,6 @@ func (s *service) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataRe
 		default: // nobody is listening (the fuzz test)
 		}
 		return nil, ctx.Err()
-	case "/detach":
-		s.entered <- struct{}{}
-		Detach(ctx)
-		<-s.release
-		return &pb.GetDataResponse{}, nil
 	case "/fail":
 		return nil, status.Error(codes.FailedPrecondition, "node is not empty")
 	case "/incoming":
@@ -105,8 +99,7 @@ func (s *service) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) erro
 }
 
 func newService() *service {
-	return &service{blocked: make(chan error, 4), entered: make(chan struct{}, 4), streamed: make(chan struct{}),
-		release: make(chan struct{})}
+	return &service{blocked: make(chan error, 4), entered: make(chan struct{}, 4), streamed: make(chan struct{})}
 }
 
 // serve starts a Server for svc behind Split and a gRPC server on the
@@ -526,64 +519,4 @@ func TestSharedMetadataBlock(t *testing.T) {
 	if in.md != nil && len(in.block) > maxSharedBlock {
 		t.Fatalf("kept a block of %d bytes", len(in.block))
 	}
-}
-
-// A call that arrives alone is served by the goroutine that read it, which
-// then reads on: no worker is started for a client that waits for each
-// reply.
-func TestLoneCallsServedByTheReader(t *testing.T) {
-	ws, addr := serveLean(t, newService(), 0)
-	conn := Dial(addr, ClientOptions{})
-	defer conn.Close()
-	api := pb.NewMeridianClient(conn)
-	for i := 0; i < 100; i++ {
-		if _, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/n"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := ws.workers.Load(); n != 0 {
-		t.Errorf("%d workers started for 100 calls made one at a time, want 0", n)
-	}
-}
-
-// A call that says it waits (Detach) lets the connection's next call be
-// read at once, not after inlineGrace.
-func TestDetachReadsOn(t *testing.T) {
-	svc := newService()
-	_, addr := serveLean(t, svc, time.Hour) // without Detach, the next call would wait an hour
-	conn := Dial(addr, ClientOptions{})
-	defer conn.Close()
-	api := pb.NewMeridianClient(conn)
-	done := make(chan error, 1)
-	go func() {
-		_, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/detach"})
-		done <- err
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	<-svc.entered
-	if _, err := api.GetData(ctx, &pb.ReadRequest{Path: "/n"}); err != nil {
-		t.Fatalf("a call behind one that detached: %v", err)
-	}
-	close(svc.release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
-// serveLean starts a Server alone (grace: its inlineGrace, 0 the default).
-func serveLean(t *testing.T, svc *service, grace time.Duration) (*Server, string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := NewServer(&pb.Meridian_ServiceDesc, svc, Options{})
-	if grace > 0 {
-		ws.grace = grace
-	}
-	gs := grpc.NewServer()
-	go gs.Serve(ws.Split(ln))
-	t.Cleanup(func() { gs.Stop(); ws.Close(time.Second) })
-	return ws, ln.Addr().String()
 }
