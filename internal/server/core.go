@@ -240,6 +240,20 @@ const (
 	attach
 )
 
+// nativeRead says which native methods the lean transport serves on the
+// connection's reading goroutine when a call arrives alone
+// (wire.Options.Inline): the reads, which the ZooKeeper port serves on its
+// reading goroutine too. A read waits only at its consistency barrier,
+// which lets the reading go on first (readBarrier).
+func nativeRead(fullMethod string) bool {
+	switch fullMethod {
+	case pb.Meridian_GetData_FullMethodName, pb.Meridian_Exists_FullMethodName,
+		pb.Meridian_GetChildren_FullMethodName, pb.Meridian_GetACL_FullMethodName:
+		return true
+	}
+	return false
+}
+
 // grpcRules is every native method's rule. A method not listed is refused,
 // so a new RPC cannot be served before someone decides who may call it.
 var grpcRules = map[string]rpcRule{

@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-coord/meridian/internal/session"
 	"github.com/meridian-coord/meridian/internal/tree"
 	"github.com/meridian-coord/meridian/internal/watch"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // ---- writes ----
@@ -428,6 +429,7 @@ func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid
 		if g.root() && !s.clocked() {
 			ctx, cancel := s.withTimeout(ctx)
 			defer cancel()
+			wire.Waits(ctx) // a wait: the connection reads on
 			return timedOut(s.rep.WaitApplied(ctx, uint64(minZxid)))
 		}
 		linear = true
@@ -439,6 +441,7 @@ func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid
 		s.metrics.readWaits.WithLabelValues("read_index").Inc()
 		ctx, cancel := s.withTimeout(ctx)
 		defer cancel()
+		wire.Waits(ctx)
 		_, err := g.rep.ReadIndex(ctx)
 		return timedOut(err)
 	}

@@ -239,7 +239,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	// told apart by its preface: the same handlers behind the same
 	// interceptors, limits and TLS.
 	wopts := wire.Options{Unary: s.unaryAuth, Stream: s.streamAuth, MaxConcurrentCalls: grpcMaxStreams,
-		IdleTimeout: cfg.idleTimeout(), Log: log.With("component", "native")}
+		IdleTimeout: cfg.idleTimeout(), Log: log.With("component", "native"), Inline: nativeRead}
 	if !cfg.Insecure {
 		tc, err := cfg.memberTLSConfig()
 		if err != nil {

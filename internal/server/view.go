@@ -10,6 +10,7 @@ import (
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/fsm"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // A view is what one client has seen, group by group: the log index of
@@ -246,6 +247,7 @@ func (s *Server) waitApplied(ctx context.Context, g *group, index uint64) error 
 	s.metrics.readWaits.WithLabelValues("apply").Inc()
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
+	wire.Waits(ctx) // a wait: the connection reads on
 	err := g.rep.WaitApplied(ctx, index)
 	if errors.Is(err, context.DeadlineExceeded) {
 		return errs.ErrTimeout

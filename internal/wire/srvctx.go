@@ -83,11 +83,16 @@ func (c *serverCtx) Value(key any) any {
 		return c.call.ts.incoming
 	case streamKey:
 		return grpc.ServerTransportStream(&c.call.ts)
+	case callKey{}:
+		return c.call
 	}
 	return c.parent.Value(key)
 }
 
 func (c *serverCtx) String() string { return "wire.serverCtx" }
+
+// callKey finds a context's call (Waits).
+type callKey struct{}
 
 // AfterFunc runs f once the context ends, unless stop (its result) comes
 // first: how the context package ends what is derived from a context that

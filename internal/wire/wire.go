@@ -10,7 +10,8 @@
 // pings) costs about twice the CPU of the ZooKeeper port per call, and
 // the native API carries Meridian's own locks, queues and elections. Here a
 // call is one frame each way; replies that are ready together leave in one
-// write.
+// write; a read that arrives alone is served by the goroutine that read it,
+// which hands the reading on only if the read waits.
 //
 // It shares the port with gRPC: Split hands every connection that does not
 // open with Preface to the gRPC server, so gRPC clients (other languages,

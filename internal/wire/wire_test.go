@@ -36,6 +36,7 @@ type service struct {
 	entered  chan struct{} // and that it started here
 	sent     atomic.Int64
 	streamed chan struct{} // closed when Watch has sent everything
+	release  chan struct{} // GetData of "/waits" waits for it
 	once     sync.Once
 }
 
@@ -57,6 +58,11 @@ func (s *service) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataRe
 		default: // nobody is listening (the fuzz test)
 		}
 		return nil, ctx.Err()
+	case "/waits":
+		s.entered <- struct{}{}
+		Waits(ctx)
+		<-s.release
+		return &pb.GetDataResponse{}, nil
 	case "/fail":
 		return nil, status.Error(codes.FailedPrecondition, "node is not empty")
 	case "/incoming":
@@ -99,7 +105,8 @@ func (s *service) Watch(r *pb.WatchRequest, stream pb.Meridian_WatchServer) erro
 }
 
 func newService() *service {
-	return &service{blocked: make(chan error, 4), entered: make(chan struct{}, 4), streamed: make(chan struct{})}
+	return &service{blocked: make(chan error, 4), entered: make(chan struct{}, 4), streamed: make(chan struct{}),
+		release: make(chan struct{})}
 }
 
 // serve starts a Server for svc behind Split and a gRPC server on the
@@ -519,4 +526,98 @@ func TestSharedMetadataBlock(t *testing.T) {
 	if in.md != nil && len(in.block) > maxSharedBlock {
 		t.Fatalf("kept a block of %d bytes", len(in.block))
 	}
+}
+
+// A read that arrives alone is served by the goroutine that read it, which
+// then reads on: no worker is started for a client that waits for each
+// reply.
+func TestLoneReadsServedByTheReader(t *testing.T) {
+	ws, addr := serveLean(t, newService(), 0)
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+	for i := 0; i < 100; i++ {
+		if _, err := api.GetData(context.Background(), &pb.ReadRequest{Path: "/n"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := ws.workers.Load(); n != 0 {
+		t.Errorf("%d workers started for 100 reads made one at a time, want 0", n)
+	}
+	// A method not named Inline goes to a worker.
+	if _, err := api.Exists(context.Background(), &pb.ReadRequest{Path: "/n"}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Exists: %v, want Unimplemented from the test service", err)
+	}
+	// (The worker counts itself once the call has been answered.)
+	for deadline := time.Now().Add(5 * time.Second); ws.workers.Load() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers after a call of a method not inline, want 1", ws.workers.Load())
+		}
+	}
+}
+
+// A read that says it waits (Waits) lets the connection's next call be
+// read at once, not after inlineGrace.
+func TestWaitsReadsOn(t *testing.T) {
+	svc := newService()
+	_, addr := serveLean(t, svc, time.Hour) // without Waits, the next call would wait an hour
+	testNextCallAnswered(t, svc, addr, "/waits", func() { close(svc.release) })
+}
+
+// A read that blocks without saying so loses the reading after
+// inlineGrace: the connection's next call is answered meanwhile.
+func TestBlockedReadHandsOnTheReading(t *testing.T) {
+	svc := newService()
+	_, addr := serveLean(t, svc, 0)
+	testNextCallAnswered(t, svc, addr, "/block", nil)
+}
+
+// testNextCallAnswered starts a read of path, which blocks, and checks
+// that a second call on the same connection is answered while it does;
+// release (nil: cancel) ends the first.
+func testNextCallAnswered(t *testing.T, svc *service, addr, path string, release func()) {
+	t.Helper()
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	api := pb.NewMeridianClient(conn)
+	first, cancelFirst := context.WithCancel(context.Background())
+	defer cancelFirst()
+	done := make(chan error, 1)
+	go func() {
+		_, err := api.GetData(first, &pb.ReadRequest{Path: path})
+		done <- err
+	}()
+	<-svc.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := api.GetData(ctx, &pb.ReadRequest{Path: "/n"}); err != nil {
+		t.Fatalf("a call behind a blocked %s: %v", path, err)
+	}
+	if release != nil {
+		release()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	cancelFirst()
+	<-done
+}
+
+// serveLean starts a Server alone, GetData inline (grace: its
+// inlineGrace, 0 the default).
+func serveLean(t *testing.T, svc *service, grace time.Duration) (*Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := NewServer(&pb.Meridian_ServiceDesc, svc, Options{Inline: func(m string) bool { return m == pb.Meridian_GetData_FullMethodName }})
+	if grace > 0 {
+		ws.grace = grace
+	}
+	gs := grpc.NewServer()
+	go gs.Serve(ws.Split(ln))
+	t.Cleanup(func() { gs.Stop(); ws.Close(time.Second) })
+	return ws, ln.Addr().String()
 }
