@@ -532,7 +532,7 @@ func TestSharedMetadataBlock(t *testing.T) {
 // then reads on: no worker is started for a client that waits for each
 // reply.
 func TestLoneReadsServedByTheReader(t *testing.T) {
-	ws, addr := serveLean(t, newService(), 0)
+	ws, addr := serveLean(t, newService(), time.Hour) // a slow machine's read is not handed on either
 	conn := Dial(addr, ClientOptions{})
 	defer conn.Close()
 	api := pb.NewMeridianClient(conn)
