@@ -113,6 +113,14 @@ func newService() *service {
 // same port; it returns the address.
 func serve(t *testing.T, svc *service, opts Options) string {
 	t.Helper()
+	_, addr := serveServer(t, svc, opts, 0)
+	return addr
+}
+
+// serveServer is serve, returning the Server too, whose inlineGrace is
+// grace unless 0.
+func serveServer(t *testing.T, svc *service, opts Options, grace time.Duration) (*Server, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -124,9 +132,12 @@ func serve(t *testing.T, svc *service, opts Options) string {
 	gs := grpc.NewServer(gopts...)
 	pb.RegisterMeridianServer(gs, svc)
 	ws := NewServer(&pb.Meridian_ServiceDesc, svc, opts)
+	if grace > 0 {
+		ws.grace = grace
+	}
 	go gs.Serve(ws.Split(ln))
 	t.Cleanup(func() { gs.Stop(); ws.Close(time.Second) })
-	return ln.Addr().String()
+	return ws, ln.Addr().String()
 }
 
 // testPKI returns a server TLS configuration that verifies client
@@ -532,7 +543,7 @@ func TestSharedMetadataBlock(t *testing.T) {
 // then reads on: no worker is started for a client that waits for each
 // reply.
 func TestLoneReadsServedByTheReader(t *testing.T) {
-	ws, addr := serveLean(t, newService(), time.Hour) // a slow machine's read is not handed on either
+	ws, addr := serveServer(t, newService(), getDataInline, time.Hour) // a slow machine's read is not handed on either
 	conn := Dial(addr, ClientOptions{})
 	defer conn.Close()
 	api := pb.NewMeridianClient(conn)
@@ -560,7 +571,7 @@ func TestLoneReadsServedByTheReader(t *testing.T) {
 // read at once, not after inlineGrace.
 func TestWaitsReadsOn(t *testing.T) {
 	svc := newService()
-	_, addr := serveLean(t, svc, time.Hour) // without Waits, the next call would wait an hour
+	_, addr := serveServer(t, svc, getDataInline, time.Hour) // without Waits, the next call would wait an hour
 	testNextCallAnswered(t, svc, addr, "/waits", func() { close(svc.release) })
 }
 
@@ -568,7 +579,7 @@ func TestWaitsReadsOn(t *testing.T) {
 // inlineGrace: the connection's next call is answered meanwhile.
 func TestBlockedReadHandsOnTheReading(t *testing.T) {
 	svc := newService()
-	_, addr := serveLean(t, svc, 0)
+	_, addr := serveServer(t, svc, getDataInline, 0)
 	testNextCallAnswered(t, svc, addr, "/block", nil)
 }
 
@@ -604,20 +615,5 @@ func testNextCallAnswered(t *testing.T, svc *service, addr, path string, release
 	<-done
 }
 
-// serveLean starts a Server alone, GetData inline (grace: its
-// inlineGrace, 0 the default).
-func serveLean(t *testing.T, svc *service, grace time.Duration) (*Server, string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := NewServer(&pb.Meridian_ServiceDesc, svc, Options{Inline: func(m string) bool { return m == pb.Meridian_GetData_FullMethodName }})
-	if grace > 0 {
-		ws.grace = grace
-	}
-	gs := grpc.NewServer()
-	go gs.Serve(ws.Split(ln))
-	t.Cleanup(func() { gs.Stop(); ws.Close(time.Second) })
-	return ws, ln.Addr().String()
-}
+// getDataInline is the Options of the tests of reads served inline.
+var getDataInline = Options{Inline: func(m string) bool { return m == pb.Meridian_GetData_FullMethodName }}
