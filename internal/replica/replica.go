@@ -288,6 +288,7 @@ type Replica struct {
 	props         proposalBatch // local proposals taken, not yet stepped (raft loop only)
 	stamps        stamps        // when uncommitted entries entered the log here (raft loop only)
 	unsynced      unsynced      // a learner's writes and acknowledgements waiting for a sync (raft loop only)
+	stored        storedState   // the hard state the store holds (raft loop only; durableHardState)
 	origins       origins       // proposals stepped while leading, by the member they came through
 	tr            *transport    // nil in a Node and in a group other than the root
 
@@ -553,6 +554,7 @@ func (r *Replica) restore() (bool, error) {
 		r.applied.set(r.snapIndex)
 	}
 	r.term.Store(hs.GetTerm())
+	r.stored = storedState{hs.GetTerm(), hs.GetVote(), hs.GetCommit()}
 	if err := r.mem.SetHardState(hs); err != nil {
 		return false, err
 	}
@@ -1391,14 +1393,17 @@ func (r *Replica) handleReady() error {
 		ents = ents[early:]
 	}
 	defer_ := false // a learner's write whose sync waits (learnersync.go)
-	if rd.HardState != nil || len(rd.Entries) > 0 || snap != nil {
+	if hs := r.durableHardState(rd.HardState, snap); hs != nil || len(rd.Entries) > 0 || snap != nil {
 		start := time.Now()
 		sync := rd.MustSync || snap != nil
 		if sync && snap == nil && r.mayDeferSync(rd.HardState) {
 			sync, defer_ = false, true
 		}
-		if err := r.store.Save(rd.HardState, rd.Entries, snap, sync); err != nil {
+		if err := r.store.Save(hs, rd.Entries, snap, sync); err != nil {
 			return err
+		}
+		if hs != nil {
+			r.stored = storedState{hs.GetTerm(), hs.GetVote(), hs.GetCommit()}
 		}
 		if sync { // a commit index alone is written unsynced: no fsync to observe
 			r.cfg.ObserveFsync(time.Since(start))
@@ -1569,6 +1574,28 @@ func decodeConfChange(e *pb.Entry) (*pb.ConfChangeV2, error) {
 	return &cc, nil
 }
 
+// storedState is the hard state a store holds.
+type storedState struct{ term, vote, commit uint64 }
+
+// durableHardState is what of hs (raft's hard state in a Ready, nil when
+// unchanged) the store is given: all of it with a snapshot, or when its term
+// or vote changed, which raft needs durable before it sends a message; nil
+// when only its commit index moved. Raft's commit index is volatile state
+// (In Search of an Understandable Consensus Algorithm, figure 2): a
+// restarted member applies what its stored one covers and learns the rest
+// from the leader. Writing it with every Ready put a key that sorts after
+// the log's into every batch, so every table Pebble flushed overlapped the
+// last and each byte of the log was compacted before its truncation
+// deleted it; without it the flushed tables hold consecutive entries only
+// and move down the levels untouched. saveSnapshot stores the commit index
+// with each snapshot, so it never lies behind the snapshot's index.
+func (r *Replica) durableHardState(hs *pb.HardState, snap *pb.Snapshot) *pb.HardState {
+	if hs == nil || snap != nil || hs.GetTerm() != r.stored.term || hs.GetVote() != r.stored.vote {
+		return hs
+	}
+	return nil
+}
+
 // maybeSnapshot snapshots the state machine every SnapshotEntries applied
 // entries, or SnapshotBytes of them, and compacts the log, keeping a tail
 // for slow followers (compactIndex). A running replica whose state machine
@@ -1611,6 +1638,21 @@ func (r *Replica) saveSnapshot(res snapResult) error {
 		return err
 	}
 	compact := r.compactIndex(res.index, res.appliedBytes)
+	// The stored commit index may lie behind the snapshot (durableHardState),
+	// and raft refuses to restart from a snapshot beyond its commit index:
+	// store the current one first, in the same ordered write-ahead log, made
+	// durable by the snapshot's sync.
+	if r.stored.commit < res.index {
+		hs, _, err := r.mem.InitialState()
+		if err != nil {
+			return err
+		}
+		hs = &pb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: new(max(hs.GetCommit(), res.index))}
+		if err := r.store.Save(hs, nil, nil, false); err != nil {
+			return err
+		}
+		r.stored = storedState{hs.GetTerm(), hs.GetVote(), hs.GetCommit()}
+	}
 	if err := r.store.SaveSnapshot(&pb.Snapshot{Metadata: snap.Metadata, Data: res.data}, compact); err != nil {
 		return err
 	}
