@@ -31,8 +31,10 @@ type Storage interface {
 	Load() (*pb.HardState, *pb.Snapshot, []*pb.Entry, error)
 	// Save stores one Ready in one atomic write: the snapshot (it replaces
 	// every stored entry), the entries (replacing any conflicting suffix)
-	// and the hard state. sync false: raft does not need it durable yet (a
-	// commit index advance alone); a crash may lose it.
+	// and the hard state (nil: unchanged; it is given with a snapshot and
+	// when its term or vote changes, not for its commit index alone). sync
+	// false: it need not be durable yet (a learner's deferred sync, the
+	// commit index stored ahead of a snapshot); a crash may lose it.
 	Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error
 	// SaveSnapshot stores a snapshot this member took, durably, and drops
 	// the entries before compactTo.

@@ -894,6 +894,11 @@ func (r *Replica) loop() {
 	for {
 		select {
 		case <-r.stopc:
+			// Stopped on purpose: restart with everything known committed
+			// applied (after a crash the leader tells the rest again).
+			if err := r.storeCommit(0, true); err != nil {
+				r.log.Warn("storing the commit index at stop", "err", err)
+			}
 			return
 		case <-adapt:
 			r.adaptTick()
@@ -1405,7 +1410,7 @@ func (r *Replica) handleReady() error {
 		if hs != nil {
 			r.stored = storedState{hs.GetTerm(), hs.GetVote(), hs.GetCommit()}
 		}
-		if sync { // a commit index alone is written unsynced: no fsync to observe
+		if sync { // a learner's deferred sync is not an fsync yet
 			r.cfg.ObserveFsync(time.Since(start))
 			r.unsynced.synced(r.net) // it synced every earlier write too
 		}
@@ -1587,12 +1592,32 @@ type storedState struct{ term, vote, commit uint64 }
 // the log's into every batch, so every table Pebble flushed overlapped the
 // last and each byte of the log was compacted before its truncation
 // deleted it; without it the flushed tables hold consecutive entries only
-// and move down the levels untouched. saveSnapshot stores the commit index
-// with each snapshot, so it never lies behind the snapshot's index.
+// and move down the levels untouched. The commit index is stored with each
+// snapshot, so it never lies behind the snapshot's index, and when the
+// replica is stopped (storeCommit).
 func (r *Replica) durableHardState(hs *pb.HardState, snap *pb.Snapshot) *pb.HardState {
 	if hs == nil || snap != nil || hs.GetTerm() != r.stored.term || hs.GetVote() != r.stored.vote {
 		return hs
 	}
+	return nil
+}
+
+// storeCommit stores the hard state with the commit index raft knows (at
+// least atLeast, an applied index) unless the store's is that far already.
+func (r *Replica) storeCommit(atLeast uint64, sync bool) error {
+	hs, _, err := r.mem.InitialState()
+	if err != nil {
+		return err
+	}
+	commit := max(hs.GetCommit(), atLeast)
+	if commit <= r.stored.commit {
+		return nil
+	}
+	hs = &pb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: new(commit)}
+	if err := r.store.Save(hs, nil, nil, sync); err != nil {
+		return err
+	}
+	r.stored = storedState{hs.GetTerm(), hs.GetVote(), commit}
 	return nil
 }
 
@@ -1638,20 +1663,11 @@ func (r *Replica) saveSnapshot(res snapResult) error {
 		return err
 	}
 	compact := r.compactIndex(res.index, res.appliedBytes)
-	// The stored commit index may lie behind the snapshot (durableHardState),
-	// and raft refuses to restart from a snapshot beyond its commit index:
-	// store the current one first, in the same ordered write-ahead log, made
-	// durable by the snapshot's sync.
-	if r.stored.commit < res.index {
-		hs, _, err := r.mem.InitialState()
-		if err != nil {
-			return err
-		}
-		hs = &pb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: new(max(hs.GetCommit(), res.index))}
-		if err := r.store.Save(hs, nil, nil, false); err != nil {
-			return err
-		}
-		r.stored = storedState{hs.GetTerm(), hs.GetVote(), hs.GetCommit()}
+	// raft refuses to restart from a snapshot beyond its commit index, and
+	// the stored one may lie behind (durableHardState): store it first, in
+	// the same ordered write-ahead log, made durable by the snapshot's sync.
+	if err := r.storeCommit(res.index, false); err != nil {
+		return err
 	}
 	if err := r.store.SaveSnapshot(&pb.Snapshot{Metadata: snap.Metadata, Data: res.data}, compact); err != nil {
 		return err

@@ -552,6 +552,26 @@ func TestWholeClusterRestart(t *testing.T) {
 	c.put(lead, "after", "restart")
 }
 
+// A member stopped on purpose comes back with everything it knew to be
+// committed applied, even alone (no leader to tell it the commit index
+// again): stopping stores the commit index its writes did not.
+func TestStoppedMemberRestartsWithItsCommits(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader()
+	for i := 0; i < 30; i++ {
+		c.put(lead, fmt.Sprintf("k%d", i), fmt.Sprint(i))
+	}
+	want := c.sms[lead].state()
+	for i := range c.reps {
+		c.stop(i)
+	}
+	c.start(lead) // alone: it cannot commit anything, nor learn a commit index
+	c.waitAll(func(s *kv) bool { return s.len() == len(want) })
+	if got := c.sms[lead].state(); !maps.Equal(got, want) {
+		t.Fatalf("restarted alone: %v, want %v", got, want)
+	}
+}
+
 func TestTransferLeadership(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.leader()

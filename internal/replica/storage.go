@@ -229,8 +229,9 @@ func (d *disk) get(key []byte, m proto.Message) error {
 // Save persists one Ready's worth of state in a single batch: the snapshot
 // (if any), the new entries (dropping any conflicting suffix left from an
 // older leader), and the hard state. This is the group commit: one fsync
-// however many proposals the Ready carries. sync is false only when raft says
-// the Ready need not be durable (a commit index advance alone).
+// however many proposals the Ready carries. sync is false when the write
+// need not be durable yet (a learner's deferred sync; the commit index
+// stored ahead of a snapshot, whose own write syncs it).
 func (d *disk) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
 	b := d.db.NewBatch()
 	defer b.Close()
