@@ -554,7 +554,7 @@ func (r *Replica) restore() (bool, error) {
 		r.applied.set(r.snapIndex)
 	}
 	r.term.Store(hs.GetTerm())
-	r.stored = storedState{hs.GetTerm(), hs.GetVote(), hs.GetCommit()}
+	r.stored = storedOf(hs)
 	if err := r.mem.SetHardState(hs); err != nil {
 		return false, err
 	}
@@ -1408,7 +1408,7 @@ func (r *Replica) handleReady() error {
 			return err
 		}
 		if hs != nil {
-			r.stored = storedState{hs.GetTerm(), hs.GetVote(), hs.GetCommit()}
+			r.stored = storedOf(hs)
 		}
 		if sync { // a learner's deferred sync is not an fsync yet
 			r.cfg.ObserveFsync(time.Since(start))
@@ -1582,6 +1582,10 @@ func decodeConfChange(e *pb.Entry) (*pb.ConfChangeV2, error) {
 // storedState is the hard state a store holds.
 type storedState struct{ term, vote, commit uint64 }
 
+func storedOf(hs *pb.HardState) storedState {
+	return storedState{hs.GetTerm(), hs.GetVote(), hs.GetCommit()}
+}
+
 // durableHardState is what of hs (raft's hard state in a Ready, nil when
 // unchanged) the store is given: all of it with a snapshot, or when its term
 // or vote changed, which raft needs durable before it sends a message; nil
@@ -1617,7 +1621,7 @@ func (r *Replica) storeCommit(atLeast uint64, sync bool) error {
 	if err := r.store.Save(hs, nil, nil, sync); err != nil {
 		return err
 	}
-	r.stored = storedState{hs.GetTerm(), hs.GetVote(), commit}
+	r.stored = storedOf(hs)
 	return nil
 }
 

@@ -189,7 +189,7 @@ func TestDroppedSnapshotFileGoneAlready(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.close()
-	cfg := Config{ID: 1, Peers: []Peer{{ID: 1, Addr: "127.0.0.1:1"}}, Logger: slog.New(slog.DiscardHandler)}
+	cfg := soloConfig()
 	n, err := NewNode(cfg, newKV(), d, discardNet{}, NodeOptions{})
 	if err != nil {
 		t.Fatal(err)
