@@ -51,10 +51,27 @@ var Flavors = []Flavor{
 }
 
 func newNative(c *Cluster, region string, server int) (*client.Client, error) {
+	return newNativeAt(c, []string{c.Native[region][server]})
+}
+
+// newNativeAll is a native client configured with every server, as a user
+// configures one, its session on the given server: its writes may go
+// straight to the leader (client/route.go). Every endpoint is reached the
+// way the given one is (through the topology's links from region).
+func newNativeAll(c *Cluster, region string, server int) (*client.Client, error) {
+	eps := []string{c.Native[region][server]}
+	for i, ep := range c.Native[region] {
+		if i != server {
+			eps = append(eps, ep)
+		}
+	}
+	return newNativeAt(c, eps)
+}
+
+func newNativeAt(c *Cluster, endpoints []string) (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return client.New(ctx, client.Config{Endpoints: []string{c.Native[region][server]}, KeepEndpointOrder: true,
-		SessionTimeout: 10 * time.Second})
+	return client.New(ctx, client.Config{Endpoints: endpoints, KeepEndpointOrder: true, SessionTimeout: 10 * time.Second})
 }
 
 type nativeLocker struct {
@@ -84,7 +101,7 @@ func (n nativeLocker) Close() { n.c.Close() }
 type nativeKVClient struct{ c *client.Client }
 
 func nativeKV(c *Cluster, region string, server int) (KV, error) {
-	cl, err := newNative(c, region, server)
+	cl, err := newNativeAll(c, region, server)
 	if err != nil {
 		return nil, err
 	}

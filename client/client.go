@@ -6,7 +6,9 @@
 // re-attaches the same session (waiting until the new server has caught up
 // with everything the client has seen), then re-registers its watches, which
 // fire at once for nodes that changed while it was away. Any server accepts
-// writes (followers forward them to the leader through raft).
+// writes (followers forward them to the leader through raft); when the
+// leader is another endpoint in the session's server's region, writes go
+// straight to it (route.go).
 //
 // Errors are the typed values of internal/errs re-exported here (ErrNoNode,
 // ErrBadVersion, ...), compare them with errors.Is. A write that fails with
@@ -173,6 +175,7 @@ type Client struct {
 	}
 	watches *watchRegistry
 	leases  leaseRegistry
+	route   routing // writes straight to the leader (route.go)
 	// reconnectMu serialises reconnects: calls, the keepalive loop and the
 	// watch loop notice a dead server at once, and each reconnect advances
 	// the endpoint, so unserialised they would skip the next nearest.
@@ -418,6 +421,9 @@ func (c *Client) Close() error {
 		c.mu.hedge.Close()
 	}
 	c.mu.Unlock()
+	if t := c.route.table.Load(); t != nil && t.conn != nil {
+		t.conn.Close()
+	}
 	c.wg.Wait()
 	c.watches.closeAll(EventSessionClosed)
 	c.leases.loseAll()
@@ -446,16 +452,22 @@ func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFu
 // do is call without the default deadline, for calls that may block as long
 // as their caller wants (lock waits).
 func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) error {
+	_, err := c.doHeader(ctx, write, fn)
+	return err
+}
+
+// doHeader is do, returning the reply's header.
+func (c *Client) doHeader(ctx context.Context, write bool, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) (*pb.Header, error) {
 	for attempt := 0; ; attempt++ {
 		c.mu.Lock()
 		api, gen, sid, expired := c.mu.api, c.mu.gen, c.mu.session, c.mu.expired
 		c.mu.Unlock()
 		if expired {
-			return ErrSessionExpired
+			return nil, ErrSessionExpired
 		}
 		if api == nil {
 			if err := c.reconnect(ctx, gen); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -467,7 +479,7 @@ func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb
 			c.observe(h)
 			c.mu.Unlock()
 			c.awaitNotified(ctx, h.GetNotifiedZxid())
-			return nil
+			return h, nil
 		}
 		if status.Code(err) == codes.Canceled && ctx.Err() == nil {
 			// Not our cancel: the connection was closed under the call
@@ -478,21 +490,21 @@ func (c *Client) do(ctx context.Context, write bool, fn func(context.Context, pb
 		switch {
 		case errors.Is(err, ErrSessionExpired):
 			c.markExpired()
-			return err
+			return nil, err
 		case errors.Is(err, ErrConnectionLoss):
 			// The server is gone; move on. A write's outcome is unknown.
 			c.dropConn(gen)
 			if write {
-				return err
+				return nil, err
 			}
 		case errs.Retryable(err):
 			// Not applied (no leader yet, throttled): wait and retry.
 		default:
-			return err
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return nil, err
 		case <-time.After(backoff(attempt)):
 		}
 	}

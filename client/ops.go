@@ -37,7 +37,7 @@ type CreateOptions struct {
 // sequence suffix for sequential modes).
 func (c *Client) Create(ctx context.Context, path string, data []byte, opts CreateOptions) (string, *Stat, error) {
 	var resp *pb.CreateResponse
-	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+	err := c.write(ctx, path, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
 		resp, err = api.Create(ctx, &pb.CreateRequest{SessionId: sid, Path: path, Data: data, Acl: opts.ACL, Mode: opts.Mode, TtlMs: opts.TTL})
 		return resp.GetHeader(), err
 	})
@@ -56,7 +56,7 @@ func optVersion(v int32) *int32 {
 
 // Delete deletes path if its version matches (AnyVersion for any).
 func (c *Client) Delete(ctx context.Context, path string, version int32) error {
-	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
+	err := c.write(ctx, path, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {
 		r, err := api.Delete(ctx, &pb.DeleteRequest{SessionId: sid, Path: path, Version: optVersion(version)})
 		return r.GetHeader(), err
 	})
@@ -69,7 +69,7 @@ func (c *Client) Delete(ctx context.Context, path string, version int32) error {
 // Set replaces path's data if its version matches (AnyVersion for any).
 func (c *Client) Set(ctx context.Context, path string, data []byte, version int32) (*Stat, error) {
 	var resp *pb.SetDataResponse
-	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+	err := c.write(ctx, path, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
 		resp, err = api.SetData(ctx, &pb.SetDataRequest{SessionId: sid, Path: path, Data: data, Version: optVersion(version)})
 		return resp.GetHeader(), err
 	})
@@ -82,7 +82,7 @@ func (c *Client) Set(ctx context.Context, path string, data []byte, version int3
 // SetACL replaces path's ACL if its ACL version matches (AnyVersion for any).
 func (c *Client) SetACL(ctx context.Context, path string, acl []*ACL, aversion int32) (*Stat, error) {
 	var resp *pb.SetACLResponse
-	err := c.call(ctx, true, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
+	err := c.write(ctx, path, func(ctx context.Context, api pb.MeridianClient, sid int64) (h *pb.Header, err error) {
 		resp, err = api.SetACL(ctx, &pb.SetACLRequest{SessionId: sid, Path: path, Acl: acl, Aversion: optVersion(aversion)})
 		return resp.GetHeader(), err
 	})

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/meridian-coord/meridian/client"
+	"github.com/meridian-coord/meridian/internal/errs"
+)
+
+// nativeSets is how many native SetData calls server i answered with ok.
+func (tc *testCluster) nativeSets(i int) float64 {
+	var m dto.Metric
+	tc.servers[i].metrics.requests.WithLabelValues("SetData", "ok").Write(&m)
+	return m.GetCounter().GetValue()
+}
+
+// sessionOn opens a session on server f with every other server as a
+// further endpoint, as a user configures a client.
+func (tc *testCluster) sessionOn(f int) *client.Client {
+	tc.t.Helper()
+	eps := []string{tc.cfgs[f].Self().GRPC}
+	for i, c := range tc.cfgs {
+		if i != f {
+			eps = append(eps, c.Self().GRPC)
+		}
+	}
+	c := tc.client(eps...)
+	if got := c.Endpoint(); got != eps[0] {
+		tc.t.Fatalf("session on %s, want %s", got, eps[0])
+	}
+	return c
+}
+
+// routedTo writes path until a write lands on server i (the client decides
+// its route in the background after its first write), and fails after d.
+func routedTo(t *testing.T, tc *testCluster, c *client.Client, i int, path string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		before := tc.nativeSets(i)
+		if _, err := c.Set(ctx(t), path, []byte("probe"), -1); err != nil && !isUnknownOutcome(err) && !errors.Is(err, errs.ErrConnectionLoss) {
+			t.Fatal(err)
+		}
+		if tc.nativeSets(i) > before {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("writes never reached server %d", i+1)
+}
+
+// A client whose session is on a follower sends its writes straight to the
+// leader, another of its endpoints in the same region; reads stay on the
+// follower and see every write the client made. While it holds a watch its
+// writes go through the follower again (only the session's server orders a
+// reply after the notifications before it), and after the watch is
+// removed they go to the leader again.
+func TestWritesGoStraightToTheLeader(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	f := (l + 1) % 3
+	c := tc.sessionOn(f)
+	if _, _, err := c.Create(ctx(t), "/r", []byte("0"), client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	routedTo(t, tc, c, l, "/r", 10*time.Second)
+
+	leaderBefore, followerBefore := tc.nativeSets(l), tc.nativeSets(f)
+	const n = 20
+	for i := 0; i < n; i++ {
+		want := fmt.Sprint(i)
+		if _, err := c.Set(ctx(t), "/r", []byte(want), -1); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := c.Get(ctx(t), "/r", client.WithConsistency(client.Sequential))
+		if err != nil || string(got) != want {
+			t.Fatalf("read after write %d on the session's server: %q, %v", i, got, err)
+		}
+	}
+	if dl, df := tc.nativeSets(l)-leaderBefore, tc.nativeSets(f)-followerBefore; dl != n || df != 0 {
+		t.Fatalf("%d writes: leader answered %v, the session's server %v; want %d and 0", n, dl, df, n)
+	}
+	if got, want := c.Endpoint(), tc.cfgs[f].Self().GRPC; got != want {
+		t.Fatalf("session moved to %s", got)
+	}
+
+	events, remove, err := c.AddWatch(ctx(t), "/w", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderBefore, followerBefore = tc.nativeSets(l), tc.nativeSets(f)
+	for i := 0; i < 5; i++ {
+		if _, err := c.Set(ctx(t), "/r", []byte("w"), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dl, df := tc.nativeSets(l)-leaderBefore, tc.nativeSets(f)-followerBefore; dl != 0 || df != 5 {
+		t.Fatalf("with a watch: leader answered %v writes, the session's server %v; want 0 and 5", dl, df)
+	}
+	if _, _, err := c.Create(ctx(t), "/w", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.Path != "/w" {
+			t.Fatalf("event %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event for /w")
+	}
+	remove()
+	leaderBefore = tc.nativeSets(l)
+	if _, err := c.Set(ctx(t), "/r", []byte("x"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if tc.nativeSets(l) != leaderBefore+1 {
+		t.Fatal("after the watch was removed, the write did not go to the leader")
+	}
+}
+
+// A leader in another region than the session's server answers no writes
+// of the client: they go through the server near it.
+func TestWritesStayWhenTheLeaderIsInAnotherRegion(t *testing.T) {
+	tc := newTestCluster(t, 3, func(c *Config) {
+		for i := range c.Members {
+			c.Members[i].Region = fmt.Sprintf("r%d", i+1)
+		}
+	})
+	l := tc.leader()
+	f := (l + 1) % 3
+	c := tc.sessionOn(f)
+	if _, _, err := c.Create(ctx(t), "/r", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the route decided in the background
+	leaderBefore, followerBefore := tc.nativeSets(l), tc.nativeSets(f)
+	for i := 0; i < 10; i++ {
+		if _, err := c.Set(ctx(t), "/r", []byte("x"), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dl, df := tc.nativeSets(l)-leaderBefore, tc.nativeSets(f)-followerBefore; dl != 0 || df != 10 {
+		t.Fatalf("leader answered %v writes, the session's server %v; want 0 and 10", dl, df)
+	}
+}
+
+// When the leader a client writes to stops, the write in flight fails
+// with an unknown outcome (as on the session's server), the next ones go
+// through the session's server, and once another leader is elected they
+// go straight to it (unless the session's server is that leader).
+func TestWritesFollowANewLeader(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	f := (l + 1) % 3
+	c := tc.sessionOn(f)
+	if _, _, err := c.Create(ctx(t), "/r", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	routedTo(t, tc, c, l, "/r", 10*time.Second)
+	tc.stop(l)
+	l2 := tc.leader()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err = c.Set(ctx(t), "/r", []byte("after"), -1); err == nil {
+			break
+		}
+		if !isUnknownOutcome(err) && !errors.Is(err, errs.ErrConnectionLoss) {
+			t.Fatal(err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("no write succeeded after the leader stopped: %v", err)
+	}
+	routedTo(t, tc, c, l2, "/r", 10*time.Second)
+	if got, _, err := c.Get(ctx(t), "/r", client.WithConsistency(client.Sequential)); err != nil || string(got) != "probe" {
+		t.Fatalf("read after the writes: %q, %v", got, err)
+	}
+}
