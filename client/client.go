@@ -213,7 +213,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.mu.deliveredCh = make(chan struct{})
 	c.mu.order = orderByRTT(make([]time.Duration, len(cfg.Endpoints)))
 	if !cfg.KeepEndpointOrder && len(cfg.Endpoints) > 1 {
-		c.setOrder(measureEndpoints(ctx, cfg))
+		rtt, ids := measureEndpoints(ctx, cfg)
+		c.setOrder(rtt)
+		c.route.ids = map[int]uint64{}
+		for i, id := range ids {
+			if id != 0 {
+				c.route.ids[i] = id
+			}
+		}
 	}
 	// Retry until ctx ends: servers may still be electing a leader.
 	var lastErr error
@@ -267,6 +274,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			c.wg.Add(1)
 			go c.remeasure()
 		}
+		c.refreshRoute() // so that the first write can take it
 		return c, nil
 	}
 	if lastErr == nil {

@@ -27,10 +27,12 @@ const (
 const unreachable = time.Duration(math.MaxInt64)
 
 // measureEndpoints returns each endpoint's round trip (the least of a few
-// Status calls), unreachable for those that did not answer within timeout.
-func measureEndpoints(ctx context.Context, cfg Config) []time.Duration {
+// Status calls), unreachable for those that did not answer within timeout,
+// and the member id each one's Status named (0: none answered).
+func measureEndpoints(ctx context.Context, cfg Config) ([]time.Duration, []uint64) {
 	endpoints, timeout := cfg.Endpoints, cfg.DialTimeout
 	out := make([]time.Duration, len(endpoints))
+	ids := make([]uint64, len(endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range endpoints {
 		wg.Add(1)
@@ -46,9 +48,11 @@ func measureEndpoints(ctx context.Context, cfg Config) []time.Duration {
 				start := time.Now()
 				// The first call also opens the connection: not a sample.
 				// Fail fast: a refused endpoint must not hold up the rest.
-				if _, err := api.Status(ctx, &pb.StatusRequest{}); err != nil {
+				st, err := api.Status(ctx, &pb.StatusRequest{})
+				if err != nil {
 					return
 				}
+				ids[i] = st.GetMemberId()
 				if s > 0 {
 					out[i] = min(out[i], time.Since(start))
 				}
@@ -56,7 +60,7 @@ func measureEndpoints(ctx context.Context, cfg Config) []time.Duration {
 		}()
 	}
 	wg.Wait()
-	return out
+	return out, ids
 }
 
 // orderByRTT returns endpoint indexes, nearest first (ties keep the given order).
@@ -97,7 +101,7 @@ func (c *Client) remeasure() {
 			}
 			cancel()
 		}()
-		rtt := measureEndpoints(ctx, c.cfg)
+		rtt, _ := measureEndpoints(ctx, c.cfg)
 		cancel()
 		c.setOrder(rtt)
 	}

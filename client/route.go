@@ -33,9 +33,11 @@ import (
 // the session's server can hold a reply until the notifications that
 // precede it have been sent.
 //
-// The route is decided again in the background when a reply names another
-// leader or another session server than the route was decided for, and
-// every RemeasureInterval; until then writes take the route they had.
+// The route is decided in the background when the session opens, again
+// when a reply names another leader or another session server than the
+// route was decided for, and every RemeasureInterval; until then writes
+// take the route they had. A client that measured its endpoints knows each
+// one's member id already; else it asks them.
 
 // routeTable is one decision: immutable once published in Client.route.
 type routeTable struct {
