@@ -119,6 +119,13 @@ type Config struct {
 	// that passes only HTTP/2 (a gRPC-aware proxy). Both reach the same
 	// handlers; the lean framing costs about half the CPU per call.
 	GRPC bool
+	// WritesThroughSession sends every write through the session's server
+	// (which forwards it to the leader), never straight to the leader
+	// (see route.go).
+	WritesThroughSession bool
+	// WriteRouteIdle: how long a connection opened to send writes straight
+	// to the leader stays open without one (default 30 s).
+	WriteRouteIdle time.Duration
 	// FailFast: New gives up after one round in which no endpoint could
 	// be connected to (refused, unresolvable, TLS handshake failed, no
 	// answer within DialTimeout), with ErrUnavailable naming every
@@ -199,6 +206,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Second
 	}
+	if cfg.WriteRouteIdle <= 0 {
+		cfg.WriteRouteIdle = 30 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -274,7 +284,6 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			c.wg.Add(1)
 			go c.remeasure()
 		}
-		c.refreshRoute() // so that the first write can take it
 		return c, nil
 	}
 	if lastErr == nil {
@@ -622,6 +631,7 @@ func (c *Client) keepAlive() {
 			return
 		case <-time.After(next):
 		}
+		c.idleRoute()
 		every := c.SessionTimeout() / 3
 		next = every
 		ctx, cancel := context.WithTimeout(context.Background(), every)

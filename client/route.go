@@ -33,11 +33,15 @@ import (
 // the session's server can hold a reply until the notifications that
 // precede it have been sent.
 //
-// The route is decided in the background when the session opens, again
+// The route is decided in the background after the first write, again
 // when a reply names another leader or another session server than the
 // route was decided for, and every RemeasureInterval; until then writes
 // take the route they had. A client that measured its endpoints knows each
-// one's member id already; else it asks them.
+// one's member id already; else it asks them. The leader's connection is
+// closed after Config.WriteRouteIdle without a write on it (checked with
+// the keepalives), so a client that stopped writing does not hold one;
+// the next write goes through the session's server and sets a new
+// decision off. Config.WritesThroughSession turns all of it off.
 
 // routeTable is one decision: immutable once published in Client.route.
 type routeTable struct {
@@ -53,6 +57,7 @@ type routeTable struct {
 type routing struct {
 	table      atomic.Pointer[routeTable]
 	refreshing atomic.Bool
+	lastWrite  atomic.Int64 // unix nanoseconds of the last write routed, or of the table's connection
 	// ids: endpoint index → member id, as its Status said (the refresh
 	// goroutine's; one runs at a time).
 	ids map[int]uint64
@@ -89,6 +94,7 @@ func (c *Client) write(ctx context.Context, path string, fn func(context.Context
 		if expired {
 			return ErrSessionExpired
 		}
+		c.route.lastWrite.Store(time.Now().UnixNano())
 		h, err := fn(ctx, t.api, sid)
 		if err == nil {
 			c.mu.Lock()
@@ -138,10 +144,25 @@ func (c *Client) dropRoute(t *routeTable) {
 	}
 }
 
+// idleRoute closes the leader's connection once no write has been routed
+// on it for Config.WriteRouteIdle. The next write goes through the
+// session's server and, the table being old, has the route decided again.
+func (c *Client) idleRoute() {
+	t := c.route.table.Load()
+	if t == nil || t.conn == nil || time.Since(time.Unix(0, c.route.lastWrite.Load())) < c.cfg.WriteRouteIdle {
+		return
+	}
+	idle := &routeTable{leader: t.leader, self: t.self, keyspaces: t.keyspaces, to: -1}
+	if c.route.table.CompareAndSwap(t, idle) {
+		// A write that took the route just before may still be on it.
+		time.AfterFunc(c.cfg.RequestTimeout, func() { t.conn.Close() })
+	}
+}
+
 // refreshRoute decides the route again in the background, unless a
 // decision is under way or was made less than routeRefreshMin ago.
 func (c *Client) refreshRoute() {
-	if len(c.cfg.Endpoints) < 2 {
+	if len(c.cfg.Endpoints) < 2 || c.cfg.WritesThroughSession {
 		return
 	}
 	if t := c.route.table.Load(); t != nil && time.Since(t.at) < routeRefreshMin {
@@ -181,6 +202,9 @@ func (c *Client) refreshRoute() {
 			// a later write, routeRefreshMin from now at the soonest.
 			c.log.Debug("write route not decided", "err", err)
 			t = &routeTable{at: time.Now(), to: -1}
+		}
+		if t.conn != nil {
+			c.route.lastWrite.Store(time.Now().UnixNano())
 		}
 		c.route.table.Store(t)
 		if old != nil && old.conn != nil && old.conn != t.conn {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -179,5 +180,76 @@ func TestWritesFollowANewLeader(t *testing.T) {
 	routedTo(t, tc, c, l2, "/r", 10*time.Second)
 	if got, _, err := c.Get(ctx(t), "/r", client.WithConsistency(client.Sequential)); err != nil || string(got) != "probe" {
 		t.Fatalf("read after the writes: %q, %v", got, err)
+	}
+}
+
+// A client that stops writing closes its connection to the leader after
+// WriteRouteIdle; its next write goes through the session's server and
+// later ones to the leader again. With WritesThroughSession no write goes
+// to the leader and no connection is opened to it.
+func TestLeaderConnectionClosedWhenIdle(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	f := (l + 1) % 3
+	open := func(through bool) *client.Client {
+		eps := []string{tc.cfgs[f].Self().GRPC, tc.cfgs[l].Self().GRPC}
+		c, err := client.New(ctx(t), client.Config{Endpoints: eps, KeepEndpointOrder: true, TLS: tc.clientTLS(),
+			SessionTimeout: 2 * time.Second, DialTimeout: time.Second, RequestTimeout: 500 * time.Millisecond,
+			WriteRouteIdle: 300 * time.Millisecond, WritesThroughSession: through})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	conns := func() int { return tc.servers[l].wire.Conns() }
+	// Until conns() settles at want (connections close asynchronously).
+	waitConns := func(want int, why string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for conns() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the leader serves %d native connections, want %d", why, conns(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	base := conns()
+
+	c := open(false)
+	if _, _, err := c.Create(ctx(t), "/idle", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	routedTo(t, tc, c, l, "/idle", 10*time.Second)
+	if conns() != base+1 {
+		t.Fatalf("routed: the leader serves %d native connections, want %d", conns(), base+1)
+	}
+	// Idle past WriteRouteIdle, then the next keepalive (every 0.67 s)
+	// and RequestTimeout's grace: closed.
+	waitConns(base, "idle")
+	leaderBefore, followerBefore := tc.nativeSets(l), tc.nativeSets(f)
+	if _, err := c.Set(ctx(t), "/idle", []byte("x"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if dl, df := tc.nativeSets(l)-leaderBefore, tc.nativeSets(f)-followerBefore; dl != 0 || df != 1 {
+		t.Fatalf("first write after the idle close: leader %v, session's server %v; want 0 and 1", dl, df)
+	}
+	routedTo(t, tc, c, l, "/idle", 10*time.Second)
+	c.Close()
+	waitConns(base, "closed")
+
+	c = open(true)
+	leaderBefore, followerBefore = tc.nativeSets(l), tc.nativeSets(f)
+	for i := 0; i < 10; i++ {
+		if _, err := c.Set(context.Background(), "/idle", []byte("y"), -1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if dl, df := tc.nativeSets(l)-leaderBefore, tc.nativeSets(f)-followerBefore; dl != 0 || df != 10 {
+		t.Fatalf("WritesThroughSession: leader %v, session's server %v; want 0 and 10", dl, df)
+	}
+	if conns() != base {
+		t.Fatalf("WritesThroughSession: the leader serves %d native connections, want %d", conns(), base)
 	}
 }

@@ -121,6 +121,13 @@ func (s *Server) Close(wait time.Duration) {
 	}
 }
 
+// Conns is the number of connections being served.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // ServeConn serves one connection whose Preface has been read, until it
 // closes; it does the TLS handshake itself.
 func (s *Server) ServeConn(raw net.Conn) {
