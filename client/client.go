@@ -189,7 +189,11 @@ type Client struct {
 	reconnectMu sync.Mutex
 
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// life ends when stop is closed: background work's contexts derive
+	// from it.
+	life    context.Context
+	endLife context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // New connects to the first reachable endpoint and opens a session.
@@ -218,6 +222,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 	}
 	c := &Client{cfg: cfg, auth: credentialPairs(cfg), log: cfg.Logger, watches: newWatchRegistry(), stop: make(chan struct{})}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	c.leases.m = map[string]*Lease{}
 	c.mu.endpoint = -1
 	c.mu.deliveredCh = make(chan struct{})
@@ -430,6 +435,7 @@ func (c *Client) Close() error {
 		cancel()
 	}
 	close(c.stop)
+	c.endLife()
 	c.mu.Lock()
 	if c.mu.conn != nil {
 		c.mu.conn.Close()
@@ -498,15 +504,9 @@ func (c *Client) doHeader(ctx context.Context, write bool, fn func(context.Conte
 			c.awaitNotified(ctx, h.GetNotifiedZxid())
 			return h, nil
 		}
-		if status.Code(err) == codes.Canceled && ctx.Err() == nil {
-			// Not our cancel: the connection was closed under the call
-			// (another call or the keepalive gave up on this server).
-			err = ErrConnectionLoss
-		}
-		err = errs.FromGRPC(err)
+		err = c.callError(ctx, err)
 		switch {
 		case errors.Is(err, ErrSessionExpired):
-			c.markExpired()
 			return nil, err
 		case errors.Is(err, ErrConnectionLoss):
 			// The server is gone; move on. A write's outcome is unknown.
@@ -525,6 +525,20 @@ func (c *Client) doHeader(ctx context.Context, write bool, fn func(context.Conte
 		case <-time.After(backoff(attempt)):
 		}
 	}
+}
+
+// callError is a failed call's error as the client reports it: a cancel
+// that was not the caller's is a lost connection (another call or the
+// keepalive closed it under the call); an expired session is marked.
+func (c *Client) callError(ctx context.Context, err error) error {
+	if status.Code(err) == codes.Canceled && ctx.Err() == nil {
+		err = ErrConnectionLoss
+	}
+	err = errs.FromGRPC(err)
+	if errors.Is(err, ErrSessionExpired) {
+		c.markExpired()
+	}
+	return err
 }
 
 // notifyWait bounds how long a reply waits for the notifications that

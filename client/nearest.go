@@ -93,16 +93,7 @@ func (c *Client) remeasure() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-c.stop:
-			case <-ctx.Done():
-			}
-			cancel()
-		}()
-		rtt, _ := measureEndpoints(ctx, c.cfg)
-		cancel()
+		rtt, _ := measureEndpoints(c.life, c.cfg)
 		c.setOrder(rtt)
 	}
 }

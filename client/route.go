@@ -7,9 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 	"github.com/meridian-coord/meridian/internal/errs"
 )
@@ -105,13 +102,9 @@ func (c *Client) write(ctx context.Context, path string, fn func(context.Context
 			}
 			return nil
 		}
-		if status.Code(err) == codes.Canceled && ctx.Err() == nil {
-			err = ErrConnectionLoss // the connection closed under the call
-		}
-		err = errs.FromGRPC(err)
+		err = c.callError(ctx, err)
 		switch {
 		case errors.Is(err, ErrSessionExpired):
-			c.markExpired()
 			return err
 		case errors.Is(err, ErrConnectionLoss):
 			// The leader's connection broke: the outcome is unknown, as
@@ -186,15 +179,8 @@ func (c *Client) refreshRoute() {
 		if api == nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.DialTimeout)
+		ctx, cancel := context.WithTimeout(c.life, 2*c.cfg.DialTimeout)
 		defer cancel()
-		go func() {
-			select {
-			case <-c.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		old := c.route.table.Load()
 		t, err := c.decideRoute(ctx, api, old)
 		if err != nil {
