@@ -25,6 +25,11 @@ func TestMergeRuns(t *testing.T) {
 	if r.OpsPerSec != 1500 || r.ServerCPUUs != 15 || r.HarnessCPUUs != 7.5 || r.Errors != 3 {
 		t.Errorf("merged rates: ops %v cpu %v/%v errors %d", r.OpsPerSec, r.ServerCPUUs, r.HarnessCPUUs, r.Errors)
 	}
+	// Three runs: each weighs a third.
+	m = MergeRuns(run([]int64{100}, 1000, 0), run([]int64{200}, 2000, 0), run([]int64{600}, 6000, 1))
+	if len(m) != 1 || m[0].OpsPerSec != 3000 || m[0].ServerCPUUs != 30 || m[0].Summary.Count != 3 || m[0].Errors != 1 {
+		t.Errorf("three runs merged: %+v", m)
+	}
 	other := run([]int64{1}, 1, 0)
 	other[0].Clients = 64
 	if got := MergeRuns(run([]int64{1}, 1, 0), other); len(got) != 2 {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -199,4 +200,31 @@ func (t *Topology) NearestServer(r string) int {
 func (t *Topology) UniformServers() bool {
 	d := t.RTT(t.Servers[0], t.Servers[1])
 	return t.RTT(t.Servers[0], t.Servers[2]) == d && t.RTT(t.Servers[1], t.Servers[2]) == d
+}
+
+// MeridianStartLeader is the server (0-based) a run moves Meridian's
+// leader to before its workloads, from the --meridian-leader flag, or -1
+// to leave it where it is. "" (the default): on a topology whose servers
+// all sit in one region, the last one, where ZooKeeper's election puts
+// its own leader there (the highest id among equal logs), so that both
+// systems are measured with the same server leading and a run's figures
+// do not hang on which server won an election; elsewhere placement
+// chooses. "election": where the election put it. "N": server N.
+func (t *Topology) MeridianStartLeader(flag string) (int, error) {
+	switch flag {
+	case "election":
+		return -1, nil
+	case "":
+		for _, s := range t.Servers {
+			if s != t.Servers[0] {
+				return -1, nil
+			}
+		}
+		return len(t.Servers) - 1, nil
+	}
+	n, err := strconv.Atoi(flag)
+	if err != nil || n < 1 || n > len(t.Servers) {
+		return 0, fmt.Errorf("--meridian-leader %q: not election or a server number from 1 to %d", flag, len(t.Servers))
+	}
+	return n - 1, nil
 }

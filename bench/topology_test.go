@@ -214,3 +214,32 @@ func TestFirstOfEachRegion(t *testing.T) {
 		t.Errorf("CA–OR %v, nearest to VA %d", three.ServerRTT(0, 1), three.NearestServer("VA"))
 	}
 }
+
+// Meridian's leader is moved to ZooKeeper's election's choice on a
+// one-region topology by default, left to placement elsewhere, and the
+// flag's other values pin it or leave it.
+func TestMeridianStartLeader(t *testing.T) {
+	loop, err := LoadTopology("topologies/loopback.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := LoadTopology("topologies/3dc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		topo *Topology
+		flag string
+		want int
+	}{{loop, "", 2}, {loop, "election", -1}, {loop, "1", 0}, {three, "", -1}, {three, "2", 1}} {
+		got, err := c.topo.MeridianStartLeader(c.flag)
+		if err != nil || got != c.want {
+			t.Errorf("%s %q: %d, %v; want %d", c.topo.Name, c.flag, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"0", "4", "last", "-1"} {
+		if _, err := loop.MeridianStartLeader(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -87,38 +87,60 @@ func rawHist(h *hdrhistogram.Histogram) [][2]int64 {
 	return out
 }
 
-// MergeRuns combines two runs of the same points by one flavor (the
-// same workloads, client counts and order, as one call of a Run function
+// MergeRuns combines runs of the same points by one flavor (the same
+// workloads, client counts and order, as one call of a Run function
 // returns them): latency histograms merged, rates and CPU per operation
-// averaged, errors added. Runs that do not pair up are kept side by side.
-func MergeRuns(a, b []Result) []Result {
-	if len(a) != len(b) {
-		return append(a, b...)
+// averaged over the runs, errors added. Runs that do not pair up with the
+// first are kept side by side.
+func MergeRuns(runs ...[]Result) []Result {
+	if len(runs) == 0 {
+		return nil
 	}
-	for i := range a {
-		if a[i].Workload != b[i].Workload || a[i].Flavor != b[i].Flavor || a[i].Clients != b[i].Clients || a[i].Same != b[i].Same {
-			return append(a, b...)
+	a := runs[0]
+	var same [][]Result
+	var apart []Result
+	for _, b := range runs[1:] {
+		ok := len(a) == len(b)
+		for i := 0; ok && i < len(a); i++ {
+			ok = a[i].Workload == b[i].Workload && a[i].Flavor == b[i].Flavor && a[i].Clients == b[i].Clients && a[i].Same == b[i].Same
+		}
+		if ok {
+			same = append(same, b)
+		} else {
+			apart = append(apart, b...)
 		}
 	}
+	n := float64(len(same) + 1)
 	out := make([]Result, len(a))
 	for i := range a {
-		r, o := a[i], b[i]
-		if r.Hist != nil && o.Hist != nil {
-			h := newHist()
+		r := a[i]
+		var h *hdrhistogram.Histogram
+		if r.Hist != nil {
+			h = newHist()
 			h.Merge(r.Hist)
-			h.Merge(o.Hist)
+		}
+		for _, b := range same {
+			o := b[i]
+			if h != nil && o.Hist != nil {
+				h.Merge(o.Hist)
+			}
+			r.OpsPerSec += o.OpsPerSec
+			r.ServerCPUUs += o.ServerCPUUs
+			r.HarnessCPUUs += o.HarnessCPUUs
+			r.Errors += o.Errors
+			if r.FirstError == "" {
+				r.FirstError = o.FirstError
+			}
+		}
+		if h != nil && len(same) > 0 {
 			r.Hist, r.Summary = h, summarize(h)
 		}
-		r.OpsPerSec = (r.OpsPerSec + o.OpsPerSec) / 2
-		r.ServerCPUUs = (r.ServerCPUUs + o.ServerCPUUs) / 2
-		r.HarnessCPUUs = (r.HarnessCPUUs + o.HarnessCPUUs) / 2
-		r.Errors += o.Errors
-		if r.FirstError == "" {
-			r.FirstError = o.FirstError
-		}
+		r.OpsPerSec /= n
+		r.ServerCPUUs /= n
+		r.HarnessCPUUs /= n
 		out[i] = r
 	}
-	return out
+	return append(out, apart...)
 }
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600_000_000, 3) } // µs, up to 10 min

@@ -43,6 +43,8 @@ func main() {
 	merge := flag.String("merge", "", "comma-separated results JSON files of separate runs (--part): write their combined plots, results JSON and report as one run's, and stop")
 	replace := flag.String("replace", "", "BASE,RERUN: with --part, write BASE's results with RERUN's in place of the same workload, topology and flavor (a rerun of some systems of a part), and stop")
 	zkLeader := flag.String("zk-leader", "", "place ZooKeeper's first leader in this server region for every workload but followsun (default: where its election puts it; ZooKeeper's best case for a client region is its nearest server)")
+	alternations := flag.Int("alternations", 1, "throughput, seed004 and locks: run a system's flavors A B B A this many times at each point, every run merged (Meridian's native API and its ZooKeeper port)")
+	mLeader := flag.String("meridian-leader", "", "move Meridian's leader to server N before the workloads (\"election\": leave it where its election put it; default: on a topology whose servers share one region, the last server, where ZooKeeper's election puts its own; elsewhere where placement puts it)")
 	pprof := flag.Bool("meridian-pprof", false, "serve Go's profiles on each Meridian server's HTTP port (printed), to profile it under a workload")
 	tpClients := flag.String("throughput-clients", "", "comma-separated client counts of the throughput workload (default 1,8,32,128,256; quick 1,8)")
 	ksRegions := flag.String("keyspaces-regions", "", "keyspaces: comma-separated client regions that run (default: every one; one alone shows its latency without the others' load)")
@@ -233,6 +235,9 @@ func main() {
 			ks.Variants = append(ks.Variants, bench.KeyspacesVariants[3])
 		}
 	}
+	if *alternations < 1 || *alternations > 10 {
+		fail(fmt.Errorf("--alternations %d: from 1 to 10", *alternations))
+	}
 	if *tpClients != "" {
 		tp.Clients = nil
 		for _, f := range strings.Split(*tpClients, ",") {
@@ -265,6 +270,10 @@ func main() {
 	}
 	for _, path := range strings.Split(*topos, ",") {
 		topo, err := bench.LoadTopology(path)
+		if err != nil {
+			fail(err)
+		}
+		startLeader, err := topo.MeridianStartLeader(*mLeader)
 		if err != nil {
 			fail(err)
 		}
@@ -343,6 +352,15 @@ func main() {
 				continue
 			}
 			c.CPU = env.CPU
+			if want := startLeader; sys == "meridian" && want >= 0 {
+				if err := bench.MoveLeader(c, want, 30*time.Second); err != nil {
+					rep.Failures = append(rep.Failures, fmt.Sprintf("%s on %s: could not move the leader to server %d: %v", sys, topo.Name, want+1, err))
+				}
+				c.Notes += fmt.Sprintf("; leader moved to server %d before the workloads (--meridian-leader; on one region by default the server ZooKeeper's election chooses there)", want+1)
+			}
+			if *alternations > 1 && sys == "meridian" {
+				c.Notes += fmt.Sprintf("; throughput, seed004 and locks: the two flavors run A B B A %d times at each point, merged", *alternations)
+			}
 			if prev, ok := rep.Notes[sys]; ok && prev != c.Notes {
 				rep.Notes[sys] = prev + "; followsun on a cluster of its own: " + strings.TrimPrefix(strings.TrimPrefix(c.Notes, prev), "; ")
 			} else {
@@ -439,7 +457,9 @@ func main() {
 			// next (5-10% on Meridian's two flavors, run V). Throughput,
 			// seed004 and locks then run again in the other order, each
 			// flavor's two runs merged (MergeRuns): A B B A, so that neither
-			// flavor is always the one that goes second.
+			// flavor is always the one that goes second; --alternations N
+			// repeats that N times (A B B A A B B A ...), for a comparison
+			// of the two closer than a point's spread between runs.
 			n0, unit := len(rep.Results), 0
 			for _, w := range run.workloads {
 				points := [][]int{nil}
@@ -459,18 +479,17 @@ func main() {
 					if abba {
 						order = append(order, order...)
 						slices.Reverse(order[len(flavors):])
+						for range *alternations - 1 {
+							order = append(order, order[:2*len(flavors)]...)
+						}
 					}
-					got := map[string][]bench.Result{}
+					got := map[string][][]bench.Result{}
 					for _, f := range order {
 						leaderBack(f)
-						res := runWorkload(w, f, pt)
-						if prev, ok := got[f.Name]; ok {
-							res = bench.MergeRuns(prev, res)
-						}
-						got[f.Name] = res
+						got[f.Name] = append(got[f.Name], runWorkload(w, f, pt))
 					}
 					for _, f := range flavors {
-						rep.Results = append(rep.Results, got[f.Name]...)
+						rep.Results = append(rep.Results, bench.MergeRuns(got[f.Name]...)...)
 					}
 				}
 			}
