@@ -215,10 +215,8 @@ func (t *Topology) MeridianStartLeader(flag string) (int, error) {
 	case "election":
 		return -1, nil
 	case "":
-		for _, s := range t.Servers {
-			if s != t.Servers[0] {
-				return -1, nil
-			}
+		if len(t.RegionServers(t.Servers[0])) < len(t.Servers) {
+			return -1, nil
 		}
 		return len(t.Servers) - 1, nil
 	}

@@ -115,7 +115,7 @@ func MergeRuns(runs ...[]Result) []Result {
 	for i := range a {
 		r := a[i]
 		var h *hdrhistogram.Histogram
-		if r.Hist != nil {
+		if r.Hist != nil && len(same) > 0 {
 			h = newHist()
 			h.Merge(r.Hist)
 		}
@@ -132,7 +132,7 @@ func MergeRuns(runs ...[]Result) []Result {
 				r.FirstError = o.FirstError
 			}
 		}
-		if h != nil && len(same) > 0 {
+		if h != nil {
 			r.Hist, r.Summary = h, summarize(h)
 		}
 		r.OpsPerSec /= n

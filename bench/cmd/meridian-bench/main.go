@@ -355,8 +355,9 @@ func main() {
 			if want := startLeader; sys == "meridian" && want >= 0 {
 				if err := bench.MoveLeader(c, want, 30*time.Second); err != nil {
 					rep.Failures = append(rep.Failures, fmt.Sprintf("%s on %s: could not move the leader to server %d: %v", sys, topo.Name, want+1, err))
+				} else {
+					c.Notes += fmt.Sprintf("; leader moved to server %d before the workloads and kept there (--meridian-leader; on one region by default the server ZooKeeper's election chooses there)", want+1)
 				}
-				c.Notes += fmt.Sprintf("; leader moved to server %d before the workloads (--meridian-leader; on one region by default the server ZooKeeper's election chooses there)", want+1)
 			}
 			if *alternations > 1 && sys == "meridian" {
 				c.Notes += fmt.Sprintf("; throughput, seed004 and locks: the two flavors run A B B A %d times at each point, merged", *alternations)
@@ -376,6 +377,9 @@ func main() {
 			}
 			progress(fmt.Sprintf("%s on %s: started, leader %s", sys, topo.Name, leader(c, topo)))
 			first := -1 // the leader Meridian's first flavor started with
+			if sys == "meridian" {
+				first = startLeader // pinned: held even if warm-up's placement moved it
+			}
 			// leaderBack gives every Meridian flavor the leader the first
 			// one started with: an election during one (load can cause
 			// one) must not hand the next a shorter path to the leader.
