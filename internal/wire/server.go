@@ -444,6 +444,10 @@ func (c *serverConn) startCall(id uint32, body []byte) (*serverCall, error) {
 		refuse = status.Errorf(codes.ResourceExhausted, "more than %d calls in flight on one connection", c.s.opts.MaxConcurrentCalls)
 	default:
 		c.calls[id] = call
+		// Counted under c.mu: Close marks the connection closed under it
+		// before it waits, so a call is either counted before the wait or
+		// refused above (an Add from zero during the Wait is a race).
+		c.s.calls.Add(1)
 	}
 	c.mu.Unlock()
 	if refuse != nil {
@@ -457,7 +461,6 @@ func (c *serverConn) startCall(id uint32, body []byte) (*serverCall, error) {
 	*call.pbuf = append((*call.pbuf)[:0], d.b...)
 	call.payload = *call.pbuf
 	call.ts = transportStream{method: m.name, incoming: md}
-	c.s.calls.Add(1)
 	return call, nil
 }
 

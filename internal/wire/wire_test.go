@@ -617,3 +617,33 @@ func testNextCallAnswered(t *testing.T, svc *service, addr, path string, release
 
 // getDataInline is the Options of the tests of reads served inline.
 var getDataInline = Options{Inline: func(m string) bool { return m == pb.Meridian_GetData_FullMethodName }}
+
+// Calls that arrive while the server closes are either counted before
+// Close waits for them or refused: no call starts during the wait (the
+// race detector reports a call counted from zero while Close waits).
+func TestCallsDuringClose(t *testing.T) {
+	for round := 0; round < 50; round++ {
+		ws, addr := serveServer(t, newService(), Options{}, 0)
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				conn := Dial(addr, ClientOptions{})
+				defer conn.Close()
+				api := pb.NewMeridianClient(conn)
+				for j := 0; j < 50; j++ {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					_, err := api.GetData(ctx, &pb.ReadRequest{Path: "/n"})
+					cancel()
+					if err != nil {
+						return // closed under it
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		ws.Close(time.Second)
+		wg.Wait()
+	}
+}
