@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,13 @@ import (
 // the keepalives), so a client that stopped writing does not hold one;
 // the next write goes through the session's server and sets a new
 // decision off. Config.WritesThroughSession turns all of it off.
+//
+// A leader answering many writes at once says so in a reply (RouteHeader):
+// past that the hop saved is small against its queue, and the members'
+// CPUs share the connections better than the leader alone. The client
+// then sends its writes through the session's server for RouteHold
+// (jittered, so that the clients told at once do not come back at once),
+// keeping the leader's connection, and routes them again after it.
 
 // routeTable is one decision: immutable once published in Client.route.
 type routeTable struct {
@@ -55,9 +63,24 @@ type routing struct {
 	table      atomic.Pointer[routeTable]
 	refreshing atomic.Bool
 	lastWrite  atomic.Int64 // unix nanoseconds of the last write routed, or of the table's connection
+	held       atomic.Int64 // unix nanoseconds until which writes stay (the leader said it is busy)
 	// ids: endpoint index → member id, as its Status said (the refresh
 	// goroutine's; one runs at a time).
 	ids map[int]uint64
+}
+
+// RouteHeader is the reply metadata in which a leader asks clients to
+// send their writes through their sessions' servers (value "session").
+const RouteHeader = "meridian-route"
+
+// RouteHold is how long writes stay with the session's server after a
+// leader asked for it: half to one and a half times this, at random.
+const RouteHold = 5 * time.Second
+
+// holdRoute keeps writes on the session's server for about RouteHold.
+func (c *Client) holdRoute() {
+	d := RouteHold/2 + rand.N(RouteHold)
+	c.route.held.Store(time.Now().Add(d).UnixNano())
 }
 
 // routeRefreshMin spaces the decisions: a cluster without a leader names
@@ -68,7 +91,7 @@ const routeRefreshMin = time.Second
 // the session's server.
 func (c *Client) routedWrite(path string) *routeTable {
 	t := c.route.table.Load()
-	if t == nil || t.api == nil || !c.watches.empty() {
+	if t == nil || t.api == nil || !c.watches.empty() || time.Now().UnixNano() < c.route.held.Load() {
 		return nil
 	}
 	for _, p := range t.keyspaces {

@@ -75,13 +75,17 @@ type carried struct {
 
 // mergeReply merges the view a reply carries: in its Header, or in its
 // header metadata (a reply without a Header, an error, a server before
-// Header.view).
+// Header.view); and a leader's request that writes go through the
+// session's server (route.go).
 func (c *Client) mergeReply(md metadata.MD, reply any) {
 	if v := pb.HeaderOf(reply).GetView(); v != "" {
 		c.mergeView(v)
 	}
 	if vs := md.Get(SeenGroupsHeader); len(vs) == 1 {
 		c.mergeView(vs[0])
+	}
+	if vs := md.Get(RouteHeader); len(vs) == 1 && vs[0] == "session" {
+		c.holdRoute()
 	}
 }
 

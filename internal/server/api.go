@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
@@ -92,12 +95,36 @@ func createOp(r *pb.CreateRequest) tree.Op {
 // write hands one write to the request core (fenced if f is set) and
 // returns its result.
 func (a *api) write(ctx context.Context, session int64, op tree.Op, ops []tree.Op, f *pb.Fence) (tree.Result, uint64, error) {
+	if n := a.s.nativeWrites.Add(1); n > routedWriteLimit.Load() && a.s.rep.Leader() == a.s.cfg.ID {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(routeHeader, routeThroughSession))
+	}
+	defer a.s.nativeWrites.Add(-1)
 	w := writeRequest{session: session, auth: callerOf(ctx), op: op, ops: ops}
 	if f != nil {
 		w.fenced, w.lock, w.token = true, f.GetLock(), f.GetToken()
 	}
 	return a.s.write(ctx, &w)
 }
+
+// A Go client whose session is on a follower sends its writes straight to
+// the leader when the leader is in the same region (client/route.go): a
+// hop shorter each way, but the leader then carries those clients'
+// connections besides its own and the group's replication. Past
+// routedWriteLimit native writes in flight at once the hop saved is small
+// against the queue, so the leader's replies tell the clients
+// (routeHeader) to send their writes through their own servers for a few
+// seconds, spreading the connections over the members again; clients
+// beyond the limit move, the others keep their route.
+const (
+	routeHeader         = "meridian-route" // client.RouteHeader
+	routeThroughSession = "session"
+)
+
+// routedWriteLimit: the most native writes a leader answers at once
+// before its replies say routeThroughSession (a variable for tests).
+var routedWriteLimit atomic.Int64
+
+func init() { routedWriteLimit.Store(96) }
 
 func (a *api) Create(ctx context.Context, r *pb.CreateRequest) (*pb.CreateResponse, error) {
 	res, idx, err := a.write(ctx, r.GetSessionId(), createOp(r), nil, r.GetFence())

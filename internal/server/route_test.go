@@ -124,6 +124,51 @@ func TestWritesGoStraightToTheLeader(t *testing.T) {
 	}
 }
 
+// A leader answering more writes at once than routedWriteLimit asks the
+// clients that route writes to it to send them through their own servers:
+// the client does for a few seconds (client.RouteHold), then routes them
+// to the leader again.
+func TestBusyLeaderSendsWritesBackToTheSession(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	f := (l + 1) % 3
+	c := tc.sessionOn(f)
+	if _, _, err := c.Create(ctx(t), "/r", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	def := routedWriteLimit.Load()
+	t.Cleanup(func() { routedWriteLimit.Store(def) })
+	routedWriteLimit.Store(0) // every write the leader answers is past the limit
+	routedTo(t, tc, c, l, "/r", 10*time.Second)
+
+	leaderBefore, followerBefore := tc.nativeSets(l), tc.nativeSets(f)
+	const n = 10
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if _, err := c.Set(ctx(t), "/r", []byte(fmt.Sprint(i)), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each write that reaches the busy leader holds the next ones off for
+	// at least RouteHold/2.
+	most := float64(time.Since(start) / (client.RouteHold / 2))
+	if dl, df := tc.nativeSets(l)-leaderBefore, tc.nativeSets(f)-followerBefore; dl > most || dl+df != n {
+		t.Fatalf("leader busy: it answered %v writes, the session's server %v; want at most %v and the rest of %d", dl, df, most, n)
+	}
+
+	routedWriteLimit.Store(def)
+	routedTo(t, tc, c, l, "/r", 2*client.RouteHold)
+	leaderBefore = tc.nativeSets(l)
+	for i := 0; i < n; i++ {
+		if _, err := c.Set(ctx(t), "/r", []byte("x"), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dl := tc.nativeSets(l) - leaderBefore; dl != n {
+		t.Fatalf("leader no longer busy: it answered %v of %d writes", dl, n)
+	}
+}
+
 // A leader in another region than the session's server answers no writes
 // of the client: they go through the server near it.
 func TestWritesStayWhenTheLeaderIsInAnotherRegion(t *testing.T) {

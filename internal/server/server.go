@@ -93,8 +93,10 @@ type Server struct {
 	// barrierObs wakes WaitBarrier calls, by barrier name.
 	barrierObs observers
 	hubs       hubs
-	idPrefix   uint64
-	idSeq      atomic.Uint64
+	// nativeWrites: native API writes in flight (api.write).
+	nativeWrites atomic.Int64
+	idPrefix     uint64
+	idSeq        atomic.Uint64
 
 	// leaders: each group's recent leader changes; dashboard: the last
 	// state the dashboard served (dashboard.go).
