@@ -55,6 +55,21 @@ func routedTo(t *testing.T, tc *testCluster, c *client.Client, i int, path strin
 	t.Fatalf("writes never reached server %d", i+1)
 }
 
+// followerSession is a three-server cluster, its leader l, a follower f
+// and a client whose session is on f (every server its endpoint) that
+// created /r.
+func followerSession(t *testing.T) (tc *testCluster, l, f int, c *client.Client) {
+	t.Helper()
+	tc = newTestCluster(t, 3, nil)
+	l = tc.leader()
+	f = (l + 1) % 3
+	c = tc.sessionOn(f)
+	if _, _, err := c.Create(ctx(t), "/r", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return tc, l, f, c
+}
+
 // A client whose session is on a follower sends its writes straight to the
 // leader, another of its endpoints in the same region; reads stay on the
 // follower and see every write the client made. While it holds a watch its
@@ -62,13 +77,7 @@ func routedTo(t *testing.T, tc *testCluster, c *client.Client, i int, path strin
 // reply after the notifications before it), and after the watch is
 // removed they go to the leader again.
 func TestWritesGoStraightToTheLeader(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	l := tc.leader()
-	f := (l + 1) % 3
-	c := tc.sessionOn(f)
-	if _, _, err := c.Create(ctx(t), "/r", []byte("0"), client.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	tc, l, f, c := followerSession(t)
 	routedTo(t, tc, c, l, "/r", 10*time.Second)
 
 	leaderBefore, followerBefore := tc.nativeSets(l), tc.nativeSets(f)
@@ -129,13 +138,7 @@ func TestWritesGoStraightToTheLeader(t *testing.T) {
 // the client does for a few seconds (client.RouteHold), then routes them
 // to the leader again.
 func TestBusyLeaderSendsWritesBackToTheSession(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	l := tc.leader()
-	f := (l + 1) % 3
-	c := tc.sessionOn(f)
-	if _, _, err := c.Create(ctx(t), "/r", nil, client.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	tc, l, f, c := followerSession(t)
 	def := routedWriteLimit.Load()
 	t.Cleanup(func() { routedWriteLimit.Store(def) })
 	routedWriteLimit.Store(0) // every write the leader answers is past the limit
@@ -200,13 +203,7 @@ func TestWritesStayWhenTheLeaderIsInAnotherRegion(t *testing.T) {
 // through the session's server, and once another leader is elected they
 // go straight to it (unless the session's server is that leader).
 func TestWritesFollowANewLeader(t *testing.T) {
-	tc := newTestCluster(t, 3, nil)
-	l := tc.leader()
-	f := (l + 1) % 3
-	c := tc.sessionOn(f)
-	if _, _, err := c.Create(ctx(t), "/r", nil, client.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	tc, l, _, c := followerSession(t)
 	routedTo(t, tc, c, l, "/r", 10*time.Second)
 	tc.stop(l)
 	l2 := tc.leader()
