@@ -455,7 +455,9 @@ func processCPU() time.Duration {
 // native API beside the ZooKeeper port on one plaintext cluster (as
 // meridian-bench runs it): 1 or 32 closed-loop clients, each with its own
 // connection and session, reading (sequentially, as a getData) or writing
-// 1000 B to 64 keys. Client i reaches the member i places after the
+// 1000 B to 64 keys; and 128 writers, the saturated write row in process
+// (43 connections a member, under the 60 a member admits from one
+// address). Client i reaches the member i places after the
 // leader's first follower, so that every run has the same mix (one client
 // on a follower; of 32, 11 on that follower, 11 on the other, 10 on the
 // leader, about the suite's third on each): which member led used to
@@ -466,7 +468,7 @@ func BenchmarkPorts(b *testing.B) {
 	for _, bc := range []struct {
 		op      string
 		clients int
-	}{{"read", 1}, {"read", 32}, {"write", 1}, {"write", 32}} {
+	}{{"read", 1}, {"read", 32}, {"write", 1}, {"write", 32}, {"write", 128}} {
 		op, clients := bc.op, bc.clients
 		b.Run(fmt.Sprintf("%s/clients=%d", op, clients), func(b *testing.B) {
 			tc := newTestCluster(b, 3, func(c *Config) {
