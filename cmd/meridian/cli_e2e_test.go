@@ -369,9 +369,21 @@ func checkStatusJSONIsHTTPStatus(t *testing.T, dir, out string) {
 			t.Errorf("member %v: status -o json fields %v, /status fields %v", r.Status["member_id"], a, b)
 		}
 		for _, k := range []string{"member_id", "leader_id", "term", "role", "version", "cluster_id", "tick_ms",
-			"election_timeout_ms", "members"} {
+			"election_timeout_ms"} {
 			if !reflect.DeepEqual(web[k], r.Status[k]) {
 				t.Errorf("member %v: %s: /status %v, status -o json %v", r.Status["member_id"], k, web[k], r.Status[k])
+			}
+		}
+		// A member's match index moves on between the two reads (the
+		// cluster's own entries): the members agree but for it, and it
+		// does not go back.
+		wm, cm := withoutMatch(web["members"]), withoutMatch(r.Status["members"])
+		if !reflect.DeepEqual(wm.rest, cm.rest) {
+			t.Errorf("member %v: members: /status %v, status -o json %v", r.Status["member_id"], web["members"], r.Status["members"])
+		}
+		for id, c := range cm.match {
+			if w := wm.match[id]; w < c {
+				t.Errorf("member %v: member %v's match_index: /status %v, earlier status -o json %v", r.Status["member_id"], id, w, c)
 			}
 		}
 		for _, k := range []string{"commit_index", "applied_index", "last_index"} {
@@ -388,4 +400,24 @@ func checkStatusJSONIsHTTPStatus(t *testing.T, dir, out string) {
 			}
 		}
 	}
+}
+
+// membersSeen is a status's members without their match indexes (rest,
+// in order) and those indexes by member id.
+type membersSeen struct {
+	rest  []map[string]any
+	match map[any]float64
+}
+
+func withoutMatch(members any) membersSeen {
+	ms := membersSeen{match: map[any]float64{}}
+	list, _ := members.([]any)
+	for _, m := range list {
+		m, _ := m.(map[string]any)
+		rest := maps.Clone(m)
+		ms.match[m["id"]], _ = m["match_index"].(float64)
+		delete(rest, "match_index")
+		ms.rest = append(ms.rest, rest)
+	}
+	return ms
 }
