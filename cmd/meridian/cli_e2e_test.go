@@ -377,12 +377,13 @@ func checkStatusJSONIsHTTPStatus(t *testing.T, dir, out string) {
 		// A member's match index moves on between the two reads (the
 		// cluster's own entries): the members agree but for it, and it
 		// does not go back.
-		wm, cm := withoutMatch(web["members"]), withoutMatch(r.Status["members"])
-		if !reflect.DeepEqual(wm.rest, cm.rest) {
+		wRest, wMatch := withoutMatch(web["members"])
+		cRest, cMatch := withoutMatch(r.Status["members"])
+		if !reflect.DeepEqual(wRest, cRest) {
 			t.Errorf("member %v: members: /status %v, status -o json %v", r.Status["member_id"], web["members"], r.Status["members"])
 		}
-		for id, c := range cm.match {
-			if w := wm.match[id]; w < c {
+		for id, c := range cMatch {
+			if w := wMatch[id]; w < c {
 				t.Errorf("member %v: member %v's match_index: /status %v, earlier status -o json %v", r.Status["member_id"], id, w, c)
 			}
 		}
@@ -402,22 +403,17 @@ func checkStatusJSONIsHTTPStatus(t *testing.T, dir, out string) {
 	}
 }
 
-// membersSeen is a status's members without their match indexes (rest,
-// in order) and those indexes by member id.
-type membersSeen struct {
-	rest  []map[string]any
-	match map[any]float64
-}
-
-func withoutMatch(members any) membersSeen {
-	ms := membersSeen{match: map[any]float64{}}
+// withoutMatch is a status's members without their match indexes (in
+// order) and those indexes by member id.
+func withoutMatch(members any) (rest []map[string]any, match map[any]float64) {
+	match = map[any]float64{}
 	list, _ := members.([]any)
 	for _, m := range list {
 		m, _ := m.(map[string]any)
-		rest := maps.Clone(m)
-		ms.match[m["id"]], _ = m["match_index"].(float64)
-		delete(rest, "match_index")
-		ms.rest = append(ms.rest, rest)
+		match[m["id"]], _ = m["match_index"].(float64)
+		r := maps.Clone(m)
+		delete(r, "match_index")
+		rest = append(rest, r)
 	}
-	return ms
+	return rest, match
 }
