@@ -203,6 +203,7 @@ type Future struct {
 	g      *group // the group proposed to
 	p      proposal
 	parent context.Context // what Submit was given, for a routed retry
+	view   *view           // viewOf(parent), looked up while it is fresh in the cache
 	tries  int             // routed retries so far
 	id     uint64          // 0: not registered with the waiters (failed, or a duty)
 	ctx    context.Context
@@ -286,8 +287,8 @@ func (f *Future) wait() error {
 			return err
 		}
 		s.metrics.countProposal("applied")
-		if v := viewOf(f.parent); v != nil {
-			v.observe(f.g.id, f.result.index)
+		if f.view != nil {
+			f.view.observe(f.g.id, f.result.index)
 		}
 		f.observeStages()
 		return nil
@@ -343,7 +344,7 @@ func (s *Server) Submit(ctx context.Context, p proposal) *Future {
 }
 
 func (s *Server) submit(ctx context.Context, p proposal, tries int) *Future {
-	f := &Future{s: s, p: p, parent: ctx, tries: tries, done: make(chan struct{})}
+	f := &Future{s: s, p: p, parent: ctx, view: viewOf(ctx), tries: tries, done: make(chan struct{})}
 	g, err := p.route(s)
 	if err != nil {
 		return f.fail(err)

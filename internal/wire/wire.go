@@ -52,7 +52,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -215,7 +214,6 @@ func (d *decoder) u64() uint64 {
 // names when it has them: the keys and values a connection sends on
 // every call are made into strings once.
 func (d *decoder) metadata(names *interner) metadata.MD {
-	start := d.b
 	n := d.u16()
 	if n > maxMetadataPairs {
 		d.err = errMalformed
@@ -224,10 +222,8 @@ func (d *decoder) metadata(names *interner) metadata.MD {
 	if n == 0 {
 		return nil
 	}
-	if names != nil && names.share && len(names.block) > 0 && bytes.HasPrefix(start, names.block) {
-		// The block the last call sent, again: its metadata as parsed then.
-		d.b = start[len(names.block):]
-		return names.md
+	if names != nil && names.share && n <= maxSharedPairs {
+		return d.sharedMetadata(names, n)
 	}
 	md := make(metadata.MD, n)
 	vals := make([]string, n) // one array for the values of keys sent once
@@ -239,25 +235,80 @@ func (d *decoder) metadata(names *interner) metadata.MD {
 		}
 		key := names.key(k)
 		vals[i] = names.value(key, v)
-		if vs, ok := md[key]; ok {
-			md[key] = append(vs[:len(vs):len(vs)], vals[i])
-		} else {
-			md[key] = vals[i : i+1 : i+1]
-		}
+		add(md, key, vals, i)
 	}
-	if names != nil && names.share && d.err == nil {
-		if used := len(start) - len(d.b); used <= maxSharedBlock {
-			names.block, names.md = append(names.block[:0], start[:used]...), md
-		} else {
-			names.block, names.md = names.block[:0], nil
-		}
+	if names != nil {
+		names.prev, names.md = names.prev[:0], nil
 	}
 	return md
 }
 
-// maxSharedBlock bounds the metadata block an interner keeps to compare
-// the next call's with.
-const maxSharedBlock = 1 << 10
+// add sets vals[i] as key's value in md, after the values it has.
+func add(md metadata.MD, key string, vals []string, i int) {
+	if vs, ok := md[key]; ok {
+		md[key] = append(vs[:len(vs):len(vs)], vals[i])
+	} else {
+		md[key] = vals[i : i+1 : i+1]
+	}
+}
+
+// sharedMetadata decodes the n pairs of a server connection's call
+// (names.share), comparing each with the pair the connection's last call
+// sent in its place: the same pairs again (a client's calls until its
+// credentials, view or last zxid seen change) give the map made of them
+// then, shared with the earlier calls, which read it and never change it;
+// a pair whose key is the one sent in its place before takes the strings
+// made of it then, without a lookup (a new zxid seen: one new string).
+func (d *decoder) sharedMetadata(names *interner, n int) metadata.MD {
+	var raw [maxSharedPairs][2][]byte
+	same := names.md != nil && len(names.prev) == n
+	for i := 0; i < n; i++ {
+		k := d.take(d.u16())
+		v := d.take(int(d.u32()))
+		if d.err != nil {
+			return nil
+		}
+		raw[i] = [2][]byte{k, v}
+		same = same && string(k) == names.prev[i].sent && string(v) == names.prev[i].val
+	}
+	if same {
+		return names.md
+	}
+	md := make(metadata.MD, n)
+	vals := make([]string, n)
+	keep := true // every key and value short enough to keep
+	for i := 0; i < n; i++ {
+		k, v := raw[i][0], raw[i][1]
+		var p sentPair
+		if i < len(names.prev) && string(k) == names.prev[i].sent {
+			p = names.prev[i]
+			if string(v) != p.val {
+				p.val = string(v)
+			}
+		} else {
+			p.sent, p.key = string(k), names.key(k)
+			p.val = names.value(p.key, v)
+		}
+		keep = keep && len(k) <= maxInternedValue && len(v) <= maxInternedValue
+		vals[i] = p.val
+		add(md, p.key, vals, i)
+		if i < len(names.prev) {
+			names.prev[i] = p
+		} else {
+			names.prev = append(names.prev, p)
+		}
+	}
+	names.prev, names.md = names.prev[:n], md
+	if !keep {
+		names.prev, names.md = names.prev[:0], nil
+	}
+	return md
+}
+
+// maxSharedPairs bounds the pairs a server connection keeps of its last
+// call's metadata to compare the next call's with; a call with more is
+// decoded on its own.
+const maxSharedPairs = 8
 
 // maxInterned bounds an interner's keys; past it, keys and values are
 // copied as they come.
@@ -269,18 +320,21 @@ const maxInternedValue = 256
 // interner is one connection's metadata strings: its keys (lower case)
 // and each key's last value. nil: none kept. Not safe for concurrent use.
 //
-// With share set (a server's connection), it also keeps the last block of
-// metadata decoded (at most maxSharedBlock bytes) and the map made of it:
-// a call that sends the same bytes again, as a client's calls do until
-// its credentials, view or last zxid seen change, gets that same map,
-// shared with the earlier calls, which read it and never change it.
+// With share set (a server's connection), it also keeps the pairs of the
+// last call (at most maxSharedPairs, each key and value at most
+// maxInternedValue bytes) and the map made of them: a call that sends the same pairs again
+// gets that same map (sharedMetadata).
 type interner struct {
 	keys  map[string]string // as sent → lower case
 	last  map[string]string // key → its last value
 	share bool
-	block []byte
+	prev  []sentPair
 	md    metadata.MD
 }
+
+// sentPair is a metadata pair as a connection sent it: the key as sent,
+// the key lower-cased, the value.
+type sentPair struct{ sent, key, val string }
 
 func (in *interner) key(k []byte) string {
 	if in == nil {

@@ -529,13 +529,30 @@ func TestSharedMetadataBlock(t *testing.T) {
 	if md := decode(slices.Clone(b)); md.Get("seen")[0] != "8" || first.Get("seen")[0] != "7" {
 		t.Fatalf("a changed block: %v (the first still %v)", md, first)
 	}
-	big := appendMetadata(nil, nil, []string{"user", strings.Repeat("x", maxSharedBlock)})
+	// Pairs in other places, a key in upper case, a key sent twice.
+	for _, c := range []struct {
+		kv   []string
+		want metadata.MD
+	}{
+		{[]string{"seen", "9", "User", "bob"}, metadata.MD{"seen": {"9"}, "user": {"bob"}}},
+		{[]string{"seen", "9", "user", "bob", "x", "1", "X", "2"}, metadata.MD{"seen": {"9"}, "user": {"bob"}, "x": {"1", "2"}}},
+		{[]string{"user", "alice"}, metadata.MD{"user": {"alice"}}},
+		{[]string{"user", "alice", "seen", "8"}, metadata.MD{"user": {"alice"}, "seen": {"8"}}},
+	} {
+		if md := decode(appendMetadata(nil, nil, c.kv)); !reflect.DeepEqual(md, c.want) {
+			t.Fatalf("%q decoded to %v, want %v", c.kv, md, c.want)
+		}
+	}
+	if first.Get("seen")[0] != "7" || len(first) != 2 {
+		t.Fatalf("the first map changed: %v", first)
+	}
+	big := appendMetadata(nil, nil, []string{"user", strings.Repeat("x", maxInternedValue+1)})
 	decode(slices.Clone(big))
+	if in.md != nil || len(in.prev) != 0 {
+		t.Fatalf("kept the pairs of a block with a value of %d bytes", maxInternedValue+1)
+	}
 	if md := decode(slices.Clone(b)); md.Get("seen")[0] != "8" {
 		t.Fatalf("after a large block: %v", md)
-	}
-	if in.md != nil && len(in.block) > maxSharedBlock {
-		t.Fatalf("kept a block of %d bytes", len(in.block))
 	}
 }
 
@@ -646,4 +663,28 @@ func TestCallsDuringClose(t *testing.T) {
 		ws.Close(time.Second)
 		wg.Wait()
 	}
+}
+
+// FuzzMetadata: a server connection's decoding of successive metadata
+// blocks (kept pairs, shared maps) gives what decoding each alone gives,
+// and malformed blocks fail without panicking.
+func FuzzMetadata(f *testing.F) {
+	f.Add(appendMetadata(nil, nil, []string{"user", "alice", "seen", "7"}), appendMetadata(nil, nil, []string{"user", "alice", "seen", "8"}))
+	f.Add(appendMetadata(nil, nil, []string{"a", "1"}), appendMetadata(nil, nil, []string{"A", "1", "a", "2"}))
+	f.Add([]byte{0, 1, 0, 1}, []byte{0, 0})
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		in := &interner{share: true}
+		for _, blk := range [][]byte{a, b, a, a, b} {
+			plain := decoder{b: slices.Clone(blk)}
+			want := plain.metadata(nil)
+			shared := decoder{b: slices.Clone(blk)}
+			got := shared.metadata(in)
+			if (plain.err == nil) != (shared.err == nil) || len(plain.b) != len(shared.b) {
+				t.Fatalf("%x: err %v / %v, %d / %d bytes left", blk, plain.err, shared.err, len(plain.b), len(shared.b))
+			}
+			if plain.err == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("%x: shared %v, alone %v", blk, got, want)
+			}
+		}
+	})
 }

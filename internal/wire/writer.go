@@ -10,6 +10,15 @@ import (
 // for this long loses its connection instead of holding its senders.
 const writeTimeout = 30 * time.Second
 
+// writeStep is how often the write deadline is moved: a deadline is a
+// timer to move (about a microsecond a write on a busy server), so it is
+// set writeTimeout+writeStep ahead and moved again only once writeStep has
+// passed. A write that stalls is cut off between writeTimeout and
+// writeTimeout+writeStep after it began; a deadline that could have passed
+// meanwhile (the connection idle for longer than writeTimeout) is always
+// moved before the next write.
+const writeStep = time.Second
+
 // writer coalesces the frames of one connection. A sender appends its
 // frame to the pending buffer; if nobody is writing, it becomes the
 // writer and writes until the buffer stays empty, so frames queued while
@@ -23,7 +32,8 @@ type writer struct {
 	pending []byte
 	spare   []byte
 	writing bool
-	err     error // first write failure; every later send fails with it
+	err     error     // first write failure; every later send fails with it
+	moved   time.Time // when the write deadline was last moved (the writing goroutine's)
 }
 
 func newWriter(conn net.Conn) *writer {
@@ -77,7 +87,10 @@ func (w *writer) flushLocked(rounds int) {
 		buf := w.pending
 		w.pending = w.spare[:0]
 		w.mu.Unlock()
-		_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if now := time.Now(); now.Sub(w.moved) >= writeStep {
+			_ = w.conn.SetWriteDeadline(now.Add(writeTimeout + writeStep))
+			w.moved = now
+		}
 		_, err := w.conn.Write(buf)
 		w.mu.Lock()
 		if cap(buf) <= 1<<20 {
