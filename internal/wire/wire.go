@@ -322,8 +322,8 @@ const maxInternedValue = 256
 //
 // With share set (a server's connection), it also keeps the pairs of the
 // last call (at most maxSharedPairs, each key and value at most
-// maxInternedValue bytes) and the map made of them: a call that sends the same pairs again
-// gets that same map (sharedMetadata).
+// maxInternedValue bytes) and the map made of them: a call that sends the
+// same pairs again gets that same map (sharedMetadata).
 type interner struct {
 	keys  map[string]string // as sent → lower case
 	last  map[string]string // key → its last value
