@@ -51,13 +51,14 @@ func (c *Client) carry(ctx context.Context, method string, req, reply any, cc *g
 		c.mergeReply(md, reply)
 		return err
 	}
-	// One allocation for the option, the header it fills and, for a call
-	// without options (the generated code's), the options.
+	// One allocation for the option, the header it fills and the options
+	// (the generated code's one, grpc.StaticMethod, and this one).
 	x := &carried{}
 	x.cm = wire.CallMetadata{Out: kv, Header: &x.md}
-	if len(opts) == 0 {
-		x.opts[0] = &x.cm
-		opts = x.opts[:]
+	if len(opts) < len(x.opts) {
+		n := copy(x.opts[:], opts)
+		x.opts[n] = &x.cm
+		opts = x.opts[:n+1]
 	} else {
 		opts = append(opts, &x.cm)
 	}
@@ -70,7 +71,7 @@ func (c *Client) carry(ctx context.Context, method string, req, reply any, cc *g
 type carried struct {
 	cm   wire.CallMetadata
 	md   metadata.MD
-	opts [1]grpc.CallOption
+	opts [3]grpc.CallOption
 }
 
 // mergeReply merges the view a reply carries: in its Header, or in its
