@@ -37,7 +37,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -325,6 +324,7 @@ type conn struct {
 	once    sync.Once
 	done    chan struct{}
 	isReset atomic.Bool
+	qs      [2]*queue // forward, backward; shut by close (set with out)
 }
 
 func (c *conn) run() {
@@ -351,8 +351,10 @@ func (c *conn) run() {
 		resetTCP(c.in)
 		return
 	}
+	fwd, bwd := c.newQueue(), c.newQueue()
 	c.l.mu.Lock()
 	c.out = out.(*net.TCPConn)
+	c.qs = [2]*queue{fwd, bwd}
 	c.l.mu.Unlock()
 	select {
 	case <-c.done: // reset or closed while dialing
@@ -364,8 +366,8 @@ func (c *conn) run() {
 	c.out.SetNoDelay(true)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); c.pipe(c.in, c.out, &c.l.fwd, &c.l.fwdN) }()
-	go func() { defer wg.Done(); c.pipe(c.out, c.in, &c.l.bwd, &c.l.bwdN) }()
+	go func() { defer wg.Done(); c.pipe(c.in, c.out, fwd, &c.l.fwd, &c.l.fwdN) }()
+	go func() { defer wg.Done(); c.pipe(c.out, c.in, bwd, &c.l.bwd, &c.l.bwdN) }()
 	wg.Wait()
 }
 
@@ -379,8 +381,13 @@ func (c *conn) close() {
 	c.once.Do(func() {
 		close(c.done)
 		c.l.mu.Lock()
-		out := c.out
+		out, qs := c.out, c.qs
 		c.l.mu.Unlock()
+		for _, q := range qs {
+			if q != nil {
+				q.shut()
+			}
+		}
 		if c.isReset.Load() {
 			resetTCP(c.in)
 			if out != nil {
@@ -400,44 +407,95 @@ type chunk struct {
 	at time.Time
 }
 
-// queue is one direction's timestamped queue, bounded in bytes.
+// queue is one direction's timestamped queue, bounded in bytes. It keeps
+// the buffers of up to maxFree delivered chunks for the next ones read: a
+// proxy that allocated every chunk afresh made the benchmark process
+// collect its own garbage as often as the client library it measures.
 type queue struct {
 	mu     sync.Mutex
 	cond   sync.Cond
-	q      []chunk
+	q      []chunk // from head on: the chunks not yet popped
+	head   int
 	bytes  int
 	max    int
 	closed bool
+	free   [][]byte // delivered chunks' buffers, each at most maxPooled
 }
 
-func (q *queue) push(ch chunk) bool {
+// maxFree bounds the buffers a direction keeps between chunks: with no
+// added delay one chunk is in flight at a time; with a delay the chunks
+// beyond these are allocated and collected.
+const maxFree = 2
+
+// maxPooled is the largest buffer a direction keeps; minChunk the smallest
+// it allocates (so a buffer fits the next small message too).
+const (
+	maxPooled = 16 << 10
+	minChunk  = 4 << 10
+)
+
+// push queues a copy of data to be delivered at at; nil data is the EOF.
+// False once the queue is shut.
+func (q *queue) push(data []byte, at time.Time) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	// An empty queue always takes a chunk, so a chunk larger than max passes.
-	for !q.closed && q.bytes > 0 && q.bytes+len(ch.b) > q.max {
+	for !q.closed && q.bytes > 0 && q.bytes+len(data) > q.max {
 		q.cond.Wait()
 	}
 	if q.closed {
 		return false
 	}
-	q.q = append(q.q, ch)
-	q.bytes += len(ch.b)
+	var b []byte
+	if data != nil {
+		b = q.buffer(len(data))
+		copy(b, data)
+	}
+	if q.head > 0 && len(q.q) == cap(q.q) {
+		n := copy(q.q, q.q[q.head:])
+		clear(q.q[n:])
+		q.q, q.head = q.q[:n], 0
+	}
+	q.q = append(q.q, chunk{b: b, at: at})
+	q.bytes += len(b)
 	q.cond.Broadcast()
 	return true
 }
 
-func (q *queue) pop() (chunk, bool) {
+// buffer is n bytes for a chunk: a kept buffer when one is large enough.
+// Caller holds q.mu.
+func (q *queue) buffer(n int) []byte {
+	for i, b := range q.free {
+		if cap(b) >= n {
+			last := len(q.free) - 1
+			q.free[i], q.free[last] = q.free[last], nil
+			q.free = q.free[:last]
+			return b[:n]
+		}
+	}
+	return make([]byte, n, max(n, minChunk))
+}
+
+// pop waits for the next chunk; done is the previous chunk's buffer, now
+// delivered, kept for a later chunk (nil: none). False once shut.
+func (q *queue) pop(done []byte) (chunk, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for !q.closed && len(q.q) == 0 {
+	if done != nil && cap(done) <= maxPooled && len(q.free) < maxFree {
+		q.free = append(q.free, done)
+	}
+	for !q.closed && q.head == len(q.q) {
 		q.cond.Wait()
 	}
 	if q.closed {
 		return chunk{}, false
 	}
-	ch := q.q[0]
-	q.q[0] = chunk{}
-	q.q = q.q[1:]
+	ch := q.q[q.head]
+	q.q[q.head] = chunk{}
+	q.head++
+	if q.head == len(q.q) {
+		q.q, q.head = q.q[:0], 0
+	}
 	q.bytes -= len(ch.b)
 	q.cond.Broadcast()
 	return ch, true
@@ -452,18 +510,22 @@ func (q *queue) shut() {
 
 const readSize = 32 << 10
 
-// pipe forwards src to dst through a timestamped queue.
-func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
+func (c *conn) newQueue() *queue {
 	q := &queue{max: c.l.cfg.MaxQueueBytes}
 	q.cond.L = &q.mu
-	go func() { <-c.done; q.shut() }()
+	return q
+}
+
+// pipe forwards src to dst through q, one of c's queues (close shuts it).
+func (c *conn) pipe(src, dst *net.TCPConn, q *queue, bytes, chunks *atomic.Int64) {
 
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
 		var last time.Time
 		// One read buffer per direction; each chunk is copied out at its
-		// own size. A fresh 32 KiB buffer per read, held until delivery,
+		// own size (into a delivered chunk's buffer when the queue keeps
+		// one). A fresh 32 KiB buffer per read, held until delivery,
 		// made the benchmark process allocate 32 KiB per small message
 		// and spend its CPU collecting them.
 		buf := make([]byte, readSize)
@@ -476,7 +538,7 @@ func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
 					at = last // never overtake an earlier chunk
 				}
 				last = at
-				if !q.push(chunk{b: slices.Clone(buf[:n]), at: at}) {
+				if !q.push(buf[:n], at) {
 					return
 				}
 			}
@@ -486,7 +548,7 @@ func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
 					if at.Before(last) {
 						at = last
 					}
-					q.push(chunk{at: at}) // half-close travels with the same delay
+					q.push(nil, at) // half-close travels with the same delay
 					return
 				}
 				// Reset (or our own close): the other end sees a reset too.
@@ -499,8 +561,9 @@ func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
 	defer func() { q.shut(); <-readerDone }()
 	sl := newSleeper()
 	defer sl.close()
+	var delivered []byte
 	for {
-		ch, ok := q.pop()
+		ch, ok := q.pop(delivered)
 		if !ok {
 			return
 		}
@@ -528,5 +591,6 @@ func (c *conn) pipe(src, dst *net.TCPConn, bytes, chunks *atomic.Int64) {
 		}
 		bytes.Add(int64(len(ch.b)))
 		chunks.Add(1)
+		delivered = ch.b
 	}
 }
