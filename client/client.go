@@ -156,19 +156,21 @@ type Client struct {
 		password []byte
 		timeout  time.Duration
 		lastZxid int64
-		// sent is what carry sends with every call (view.go): its
-		// credentials, the session's password, lastZxid and the view's
-		// header; rebuilt when one of those changed (sentZxid, sentView).
+		// sent is what carry sends with every call (view.go): base (its
+		// credentials and the session's password, made once a session),
+		// lastZxid and the view's header; rebuilt when the zxid changed
+		// (sentZxid), nil when the view did.
 		sent     []string
 		sentZxid int64
-		sentView string
+		base     []string
 		// groups is the client's view: every group's highest index seen
 		// (view.go).
 		groups map[uint64]uint64
-		// viewHeader is groups encoded (view.go), "" until encoded again
-		// after a change; viewSendable: not over maxSeenGroups.
+		// viewHeader is groups encoded (view.go), valid while viewEncoded
+		// (cleared by a change); viewSendable: not over maxSeenGroups.
 		viewHeader   string
 		viewSendable bool
+		viewEncoded  bool
 		// watchZxid: every change up to it has been notified to this
 		// client's watches (the last stream's Ready and events); watches are
 		// re-registered relative to it.
@@ -278,7 +280,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			continue
 		}
 		c.mu.Lock()
-		c.mu.session, c.mu.password, c.mu.sent = resp.GetSessionId(), resp.GetPassword(), nil
+		c.mu.session, c.mu.password, c.mu.sent, c.mu.base = resp.GetSessionId(), resp.GetPassword(), nil, nil
 		c.mu.timeout = time.Duration(resp.GetTimeoutMs()) * time.Millisecond
 		c.observe(resp.GetHeader())
 		c.mu.Unlock()
@@ -457,20 +459,25 @@ func (c *Client) Close() error {
 // errors. Reads (idempotent) are retried on another server; writes are
 // retried only when the error proves they were not applied.
 func (c *Client) call(ctx context.Context, write bool, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) error {
-	ctx, cancel := c.bounded(ctx)
-	defer cancel()
+	ctx, bound := c.bounded(ctx)
+	defer bound.Stop()
 	return c.do(ctx, write, fn)
 }
 
 // bounded is ctx with the default deadline (Config.RequestTimeout) when it
 // has none of its own. It is the lean transport's WithTimeout: a call that
 // gets its reply in time costs no timer or channel of its own.
-func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+func (c *Client) bounded(ctx context.Context) (context.Context, wire.Stopper) {
 	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
+		return ctx, noStop{}
 	}
-	return wire.WithTimeout(ctx, c.cfg.RequestTimeout)
+	return wire.Bound(ctx, c.cfg.RequestTimeout)
 }
+
+// noStop is the Stopper of a context bounded left as it was.
+type noStop struct{}
+
+func (noStop) Stop() {}
 
 // do is call without the default deadline, for calls that may block as long
 // as their caller wants (lock waits).

@@ -164,8 +164,8 @@ func (c *Client) hedgeAPI() pb.MeridianClient {
 // everything the client has seen (min_zxid), so either answer is valid.
 func hedgedRead[T any](c *Client, ctx context.Context, rc *readConfig, rpc func(context.Context, pb.MeridianClient, int64) (T, *pb.Header, error)) (T, error) {
 	var zero T
-	ctx, cancel := c.bounded(ctx)
-	defer cancel()
+	ctx, bound := c.bounded(ctx)
+	defer bound.Stop()
 	primary := func(ctx context.Context) (T, error) {
 		var out T
 		err := c.do(ctx, false, func(ctx context.Context, api pb.MeridianClient, sid int64) (*pb.Header, error) {

@@ -105,8 +105,8 @@ func (c *Client) routedWrite(path string) *routeTable {
 // write runs one write of path: on the leader when routed, else (or when
 // the leader refused it unapplied) through the session's server.
 func (c *Client) write(ctx context.Context, path string, fn func(context.Context, pb.MeridianClient, int64) (*pb.Header, error)) error {
-	ctx, cancel := c.bounded(ctx)
-	defer cancel()
+	ctx, bound := c.bounded(ctx)
+	defer bound.Stop()
 	if t := c.routedWrite(path); t != nil {
 		c.mu.Lock()
 		sid, expired := c.mu.session, c.mu.expired

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -94,47 +95,87 @@ func (c *Client) mergeReply(md metadata.MD, reply any) {
 // the view or the session changed. The slice is shared by the calls in
 // flight: nobody may modify it. Caller holds c.mu.
 func (c *Client) sentLocked() []string {
-	h, ok := c.viewHeaderLocked()
-	if !ok {
-		h = ""
-	}
-	if c.mu.sent != nil && c.mu.sentZxid == c.mu.lastZxid && c.mu.sentView == h {
+	if c.mu.sent != nil && c.mu.sentZxid == c.mu.lastZxid {
 		return c.mu.sent
 	}
-	kv := withPassword(c.auth, c.mu.password, 4)
-	kv = append(kv, SeenZxidHeader, strconv.FormatInt(c.mu.lastZxid, 10))
-	if ok {
-		kv = append(kv, SeenGroupsHeader, h)
+	// A write raises the zxid and the view: the pairs and both values are
+	// made in one allocation when they fit (the values are strings into
+	// x.buf, never written again), not four.
+	x := &sentBlock{}
+	used := 0
+	keep := func(b []byte) string {
+		if len(b) == 0 || used+len(b) > len(x.buf) {
+			return string(b)
+		}
+		n := copy(x.buf[used:], b)
+		s := unsafe.String(&x.buf[used], n)
+		used += n
+		return s
 	}
-	c.mu.sent, c.mu.sentZxid, c.mu.sentView = slices.Clip(kv), c.mu.lastZxid, h
+	if !c.mu.viewEncoded {
+		var scratch [42]byte // one pair; more grow it
+		b, ok := c.appendViewLocked(scratch[:0])
+		c.mu.viewHeader, c.mu.viewSendable, c.mu.viewEncoded = keep(b), ok, true
+	}
+	var digits [20]byte
+	zxid := keep(strconv.AppendInt(digits[:0], c.mu.lastZxid, 10))
+	base := c.basePairsLocked()
+	kv := x.kv[:0]
+	if len(base)+4 > len(x.kv) {
+		kv = make([]string, 0, len(base)+4)
+	}
+	kv = append(kv, base...)
+	kv = append(kv, SeenZxidHeader, zxid)
+	if c.mu.viewSendable {
+		kv = append(kv, SeenGroupsHeader, c.mu.viewHeader)
+	}
+	c.mu.sent, c.mu.sentZxid = slices.Clip(kv), c.mu.lastZxid
 	return c.mu.sent
+}
+
+// sentBlock is what sentLocked makes in one allocation when it fits.
+type sentBlock struct {
+	kv  [8]string // credentials, password, zxid and view pairs
+	buf [64]byte  // the zxid's and the view's values
+}
+
+// basePairsLocked is the credentials and the session's password as pairs,
+// made once a session (shared: nobody may modify it). Caller holds c.mu.
+func (c *Client) basePairsLocked() []string {
+	if c.mu.base == nil {
+		c.mu.base = slices.Clip(withPassword(c.auth, c.mu.password, 0))
+		if c.mu.base == nil {
+			c.mu.base = []string{}
+		}
+	}
+	return c.mu.base
 }
 
 // viewHeaderLocked is the view in SeenGroupsHeader's form; false when it
 // is too large to send. Caller holds c.mu.
 func (c *Client) viewHeaderLocked() (string, bool) {
-	if c.mu.viewHeader == "" {
-		c.mu.viewHeader, c.mu.viewSendable = c.encodeViewLocked()
+	if !c.mu.viewEncoded {
+		b, ok := c.appendViewLocked(nil)
+		c.mu.viewHeader, c.mu.viewSendable, c.mu.viewEncoded = string(b), ok, true
 	}
 	return c.mu.viewHeader, c.mu.viewSendable
 }
 
-// encodeViewLocked encodes the view (viewHeaderLocked keeps the result
-// until the view changes). Caller holds c.mu.
-func (c *Client) encodeViewLocked() (string, bool) {
+// appendViewLocked appends the view's encoding to b (sentLocked and
+// viewHeaderLocked keep the result until the view changes); false when
+// it has more than maxSeenGroups groups. Caller holds c.mu.
+func (c *Client) appendViewLocked(b []byte) ([]byte, bool) {
 	if len(c.mu.groups) > maxSeenGroups {
-		return "", false
+		return b, false
 	}
 	if len(c.mu.groups) == 0 {
-		return "-", true
+		return append(b, '-'), true
 	}
-	var buf [42]byte // one pair; more grow it
-	b := buf[:0]
 	if len(c.mu.groups) == 1 { // one group (no keyspaces): no sorting
 		for g, i := range c.mu.groups {
 			b = pb.AppendViewPair(b, g, i)
 		}
-		return string(b), true
+		return b, true
 	}
 	ids := make([]uint64, 0, len(c.mu.groups))
 	for g := range c.mu.groups {
@@ -147,7 +188,7 @@ func (c *Client) encodeViewLocked() (string, bool) {
 		}
 		b = pb.AppendViewPair(b, g, c.mu.groups[g])
 	}
-	return string(b), true
+	return b, true
 }
 
 // mergeView raises the view to a server's, group by group; a malformed
@@ -162,7 +203,7 @@ func (c *Client) mergeView(s string) {
 		g, i, ok := pb.ParseViewPair(pair)
 		if ok && i > c.mu.groups[g] {
 			c.mu.groups[g] = i
-			c.mu.viewHeader = "" // encoded again when next sent
+			c.mu.viewEncoded, c.mu.sent = false, nil // encoded again when next sent
 		}
 	}
 }

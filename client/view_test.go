@@ -1,6 +1,7 @@
 package client
 
 import (
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/metadata"
@@ -22,5 +23,36 @@ func TestMergeReplyTakesTheViewFromEitherPlace(t *testing.T) {
 	c.mu.Unlock()
 	if !ok || h != "1:7,2:3" {
 		t.Fatalf("view %q (%v); want 1:7,2:3", h, ok)
+	}
+}
+
+// What every call carries: the credentials, the session's password, the
+// zxid seen and the view, the same slice while none of them changes, and
+// built again (in one allocation) when the zxid or the view does.
+func TestSentPairs(t *testing.T) {
+	c := &Client{auth: []string{pb.MetadataAuth, "digest u:p"}}
+	c.mu.password = []byte("pw")
+	c.mu.lastZxid = 41
+	c.mergeView("1:7")
+	want := []string{pb.MetadataAuth, "digest u:p", pb.MetadataSessionPassword, "pw", SeenZxidHeader, "41", SeenGroupsHeader, "1:7"}
+	got := c.sentLocked()
+	if !slices.Equal(got, want) {
+		t.Fatalf("sent %q, want %q", got, want)
+	}
+	if again := c.sentLocked(); &again[0] != &got[0] {
+		t.Error("nothing changed, yet the pairs were built again")
+	}
+	c.observe(&pb.Header{Zxid: 42})
+	c.mergeView("1:9,2:3")
+	want[5], want[7] = "42", "1:9,2:3"
+	if got = c.sentLocked(); !slices.Equal(got, want) {
+		t.Fatalf("after a write: sent %q, want %q", got, want)
+	}
+	zxid := int64(100)
+	if n := testing.AllocsPerRun(100, func() { zxid++; c.mu.lastZxid = zxid; c.sentLocked() }); n != 1 {
+		t.Errorf("%.1f allocations to build the pairs again, want 1", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { c.sentLocked() }); n != 0 {
+		t.Errorf("%.1f allocations to send them again, want 0", n)
 	}
 }

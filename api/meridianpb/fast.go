@@ -148,6 +148,26 @@ func sub[T any, P interface {
 	return r.bad || m.UnmarshalWire(v)
 }
 
+// subInto is sub decoding into m, a message the caller allocated.
+func subInto[T any, P interface {
+	*T
+	UnmarshalWire([]byte) bool
+}](r *reader, typ protowire.Type, dst *P, m P) bool {
+	if *dst != nil {
+		return false
+	}
+	*dst = m
+	v := r.bytes(typ)
+	return r.bad || m.UnmarshalWire(v)
+}
+
+// headerStat is a reply's Header and Stat in one allocation (a reply to a
+// read or a write of one znode has both).
+type headerStat struct {
+	h Header
+	s Stat
+}
+
 // copyBytes is a bytes field's value as proto.Unmarshal makes it: a copy,
 // empty (not nil) when the field was sent empty.
 func copyBytes(v []byte) []byte { return append([]byte{}, v...) }
@@ -345,6 +365,7 @@ func (x *GetDataResponse) AppendWire(b []byte) ([]byte, bool) {
 func (x *GetDataResponse) UnmarshalWire(b []byte) bool {
 	x.Reset()
 	r := reader{b: b}
+	var hs *headerStat
 	for {
 		num, typ, ok := r.next()
 		if !ok {
@@ -352,13 +373,19 @@ func (x *GetDataResponse) UnmarshalWire(b []byte) bool {
 		}
 		switch num {
 		case 1:
-			if !sub(&r, typ, &x.Header) {
+			if hs == nil {
+				hs = new(headerStat)
+			}
+			if !subInto(&r, typ, &x.Header, &hs.h) {
 				return false
 			}
 		case 2:
 			x.Data = copyBytes(r.bytes(typ))
 		case 3:
-			if !sub(&r, typ, &x.Stat) {
+			if hs == nil {
+				hs = new(headerStat)
+			}
+			if !subInto(&r, typ, &x.Stat, &hs.s) {
 				return false
 			}
 		default:
@@ -435,6 +462,7 @@ func (x *SetDataResponse) AppendWire(b []byte) ([]byte, bool) {
 func (x *SetDataResponse) UnmarshalWire(b []byte) bool {
 	x.Reset()
 	r := reader{b: b}
+	var hs *headerStat
 	for {
 		num, typ, ok := r.next()
 		if !ok {
@@ -442,11 +470,17 @@ func (x *SetDataResponse) UnmarshalWire(b []byte) bool {
 		}
 		switch num {
 		case 1:
-			if !sub(&r, typ, &x.Header) {
+			if hs == nil {
+				hs = new(headerStat)
+			}
+			if !subInto(&r, typ, &x.Header, &hs.h) {
 				return false
 			}
 		case 2:
-			if !sub(&r, typ, &x.Stat) {
+			if hs == nil {
+				hs = new(headerStat)
+			}
+			if !subInto(&r, typ, &x.Stat, &hs.s) {
 				return false
 			}
 		default:

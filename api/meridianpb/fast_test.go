@@ -201,3 +201,33 @@ func FuzzFastCodec(f *testing.F) {
 		}
 	})
 }
+
+// A reply to a read or a write of one znode decodes its Header and Stat in
+// one allocation, and decodes as proto.Unmarshal does.
+func TestReplyHeaderAndStatOneAllocation(t *testing.T) {
+	h := &Header{Zxid: 7, MemberId: 2, LeaderId: 3, Term: 4}
+	st := &Stat{Czxid: 5, Mzxid: 7, Version: 2, DataLength: 3}
+	for _, m := range []interface {
+		proto.Message
+		UnmarshalWire([]byte) bool
+	}{&SetDataResponse{Header: h, Stat: st}, &GetDataResponse{Header: h, Data: []byte("abc"), Stat: st}} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := m.ProtoReflect().New().Interface().(interface {
+			proto.Message
+			UnmarshalWire([]byte) bool
+		})
+		if !got.UnmarshalWire(b) || !proto.Equal(got, m) {
+			t.Fatalf("%T decoded as %v, want %v", m, got, m)
+		}
+		want := 1.0 // Header and Stat
+		if _, ok := m.(*GetDataResponse); ok {
+			want = 2 // and the data's copy
+		}
+		if n := testing.AllocsPerRun(100, func() { got.UnmarshalWire(b) }); n != want {
+			t.Errorf("%T: %.0f allocations a decode, want %.0f", m, n, want)
+		}
+	}
+}

@@ -39,11 +39,29 @@ func newCallCtx(parent context.Context, deadline time.Time) *callCtx {
 // waiter asks for them: a call made with it over this transport costs
 // neither when its reply comes in time.
 func WithTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	c := withTimeout(parent, d)
+	return c, c.cancel
+}
+
+// A Stopper ends the context Bound made: its CancelFunc, as a method.
+type Stopper interface{ Stop() }
+
+// Bound is WithTimeout returning the cancel as a Stopper: the context is
+// the call's one allocation (a CancelFunc would be a second).
+func Bound(parent context.Context, d time.Duration) (context.Context, Stopper) {
+	c := withTimeout(parent, d)
+	return c, c
+}
+
+// Stop is cancel, for Bound's callers.
+func (c *callCtx) Stop() { c.cancel() }
+
+func withTimeout(parent context.Context, d time.Duration) *callCtx {
 	c := newCallCtx(parent, time.Now().Add(d))
 	if pd, ok := parent.Deadline(); ok && pd.Before(c.deadline) {
 		c.deadline = pd
 	}
-	return c, c.cancel
+	return c
 }
 
 func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }

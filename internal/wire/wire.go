@@ -52,6 +52,7 @@
 package wire
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -95,17 +96,23 @@ const headerBytes = 4 + 1 + 4
 var errMalformed = errors.New("wire: malformed frame")
 
 // readFrame reads one frame into buf (grown as needed) and returns its
-// kind, call id and body (aliasing buf).
-func readFrame(r io.Reader, buf []byte) (kind byte, id uint32, body, out []byte, err error) {
-	var h [headerBytes]byte
-	if _, err = io.ReadFull(r, h[:]); err != nil {
+// kind, call id and body (aliasing buf). The header is read in place
+// (Peek): a header array handed to io.ReadFull escapes, an allocation a
+// frame.
+func readFrame(r *bufio.Reader, buf []byte) (kind byte, id uint32, body, out []byte, err error) {
+	h, err := r.Peek(headerBytes)
+	if err != nil {
+		if len(h) > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return 0, 0, nil, buf, err
 	}
 	n := binary.BigEndian.Uint32(h[:4])
+	kind, id = h[4], binary.BigEndian.Uint32(h[5:9])
+	_, _ = r.Discard(headerBytes) // buffered: cannot fail
 	if n < 5 || n > MaxFrameBytes {
 		return 0, 0, nil, buf, fmt.Errorf("wire: frame of %d bytes (limit %d)", n, MaxFrameBytes)
 	}
-	kind, id = h[4], binary.BigEndian.Uint32(h[5:9])
 	size := int(n) - 5
 	if cap(buf) < size {
 		buf = make([]byte, size)
