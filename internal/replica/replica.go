@@ -625,11 +625,15 @@ func (r *Replica) Propose(ctx context.Context, data []byte) error {
 	}
 	p := proposal{data: data, errc: make(chan error, 1)}
 	select {
-	case r.propc <- p:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-r.stopc:
-		return errs.ErrStopped
+	case r.propc <- p: // room in the queue: ctx.Done not asked for (it may make a channel and a timer)
+	default:
+		select {
+		case r.propc <- p:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.stopc:
+			return errs.ErrStopped
+		}
 	}
 	select {
 	case err := <-p.errc:

@@ -363,7 +363,7 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, err
 	}
 	v := viewFromMetadata(ctx)
-	resp, err := handler(context.WithValue(ctx, callKey{}, &callInfo{ids: ids, seen: seenFromMetadata(ctx), view: v}), req)
+	resp, err := handler(wire.WithCallValue(ctx, callKey{}, &callInfo{ids: ids, seen: seenFromMetadata(ctx), view: v}), req)
 	if v != nil {
 		// The client's view with what this call observed, in the reply's
 		// Header (in the header metadata when the reply has none: an

@@ -16,6 +16,7 @@ import (
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/fsm"
 	"github.com/meridian-coord/meridian/internal/tree"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 // proposal is a command Submit can hand to raft: encode stamps it with its
@@ -280,8 +281,8 @@ func (f *Future) wait() error {
 	s := f.s
 	defer f.cancel()
 	defer f.g.waiters.remove(f.id)
-	select {
-	case <-f.done:
+	switch wire.WaitDone(f.ctx, f.done, s.stop) {
+	case wire.WaitedDone:
 		if err := f.result.err; err != nil {
 			s.metrics.countProposal("unknown")
 			return err
@@ -292,13 +293,13 @@ func (f *Future) wait() error {
 		}
 		f.observeStages()
 		return nil
-	case <-f.ctx.Done():
+	case wire.WaitedEnded:
 		s.metrics.countProposal("timeout")
 		return errs.ErrTimeout
-	case <-s.stop:
-		// raft has it and may commit it after all (forwarded to the
-		// leader): not "stopped", which says it was not applied and lets
-		// clients retry it.
+	default:
+		// Stopped. raft has it and may commit it after all (forwarded to
+		// the leader): not "stopped", which says it was not applied and
+		// lets clients retry it.
 		s.metrics.countProposal("unknown")
 		return errs.ErrOutcomeUnknown
 	}

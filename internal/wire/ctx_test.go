@@ -195,3 +195,72 @@ func TestWithTimeoutCall(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A handler waiting for its write on a server call's context is woken by
+// what it waits for, by the context's end (cancel, the deadline) or by a
+// stop, and waiting makes neither the context's channel nor its timer.
+func TestWaitDoneOnAServerCall(t *testing.T) {
+	newCtx := func(d time.Duration) *serverCtx {
+		return &serverCtx{call: &serverCall{}, parent: context.Background(), deadline: time.Now().Add(d)}
+	}
+	closed := make(chan struct{})
+	close(closed)
+	never := make(chan struct{})
+
+	c := newCtx(time.Minute)
+	if got := WaitDone(c, closed, never); got != WaitedDone {
+		t.Errorf("done: %v, want WaitedDone", got)
+	}
+	if got := WaitDone(c, never, closed); got != WaitedStop {
+		t.Errorf("stop: %v, want WaitedStop", got)
+	}
+	if c.done != nil || c.timer != nil || c.Err() != nil {
+		t.Errorf("after waiting: channel %v, timer %v, err %v; want none", c.done, c.timer, c.Err())
+	}
+	if n := testing.AllocsPerRun(100, func() { WaitDone(c, closed, never) }); n != 0 && !raceEnabled {
+		t.Errorf("%.1f allocations a wait, want 0", n)
+	}
+
+	go func() { time.Sleep(20 * time.Millisecond); c.cancel() }()
+	if got := WaitDone(c, never, never); got != WaitedEnded || !errors.Is(c.Err(), context.Canceled) {
+		t.Errorf("cancelled: %v, err %v; want WaitedEnded, context.Canceled", got, c.Err())
+	}
+	// Ended: the next wait sees it at once.
+	if got := WaitDone(c, never, never); got != WaitedEnded {
+		t.Errorf("after the end: %v, want WaitedEnded", got)
+	}
+
+	c = newCtx(30 * time.Millisecond)
+	start := time.Now()
+	if got := WaitDone(c, never, never); got != WaitedEnded || !errors.Is(c.Err(), context.DeadlineExceeded) {
+		t.Errorf("past the deadline: %v, err %v; want WaitedEnded, DeadlineExceeded", got, c.Err())
+	}
+	if el := time.Since(start); el < 25*time.Millisecond {
+		t.Errorf("woken %v after the wait began, before the 30 ms deadline", el)
+	}
+	// A channel the end signalled after the wake-up is drained before it
+	// is pooled: the next wait is not woken by it.
+	c = newCtx(time.Minute)
+	WaitDone(c, closed, never)
+	c2 := newCtx(time.Minute)
+	go func() { time.Sleep(20 * time.Millisecond); close(never) }()
+	if got := WaitDone(c2, never, make(chan struct{})); got != WaitedDone {
+		t.Errorf("a fresh wait: %v, want WaitedDone", got)
+	}
+}
+
+// The one value a server's interceptor gives a call is found through the
+// call's context itself; a second one makes a context as WithValue does.
+func TestWithCallValue(t *testing.T) {
+	type k1 struct{}
+	type k2 struct{}
+	c := &serverCtx{call: &serverCall{}, parent: context.Background()}
+	ctx := WithCallValue(c, k1{}, "one")
+	if ctx != context.Context(c) || ctx.Value(k1{}) != "one" {
+		t.Fatalf("first value: context %T, value %v", ctx, ctx.Value(k1{}))
+	}
+	ctx2 := WithCallValue(ctx, k2{}, "two")
+	if ctx2 == ctx || ctx2.Value(k1{}) != "one" || ctx2.Value(k2{}) != "two" || ctx.Value(k2{}) != nil {
+		t.Errorf("second value: %v %v, the call's own %v", ctx2.Value(k1{}), ctx2.Value(k2{}), ctx.Value(k2{}))
+	}
+}

@@ -27,11 +27,16 @@ type serverCtx struct {
 	parent   context.Context // the connection's, for its values
 	deadline time.Time       // zero: none
 
+	// valKey, val: the one value WithCallValue gave the call (set before
+	// its handler runs, read only after).
+	valKey, val any
+
 	mu    sync.Mutex
 	err   error         // set once: context.Canceled or DeadlineExceeded
 	done  chan struct{} // made by Done; closed when err is set
 	timer *time.Timer   // the deadline's, once done is made
 	after []*afterFn    // AfterFunc's, run when err is set
+	waker chan struct{} // WaitDone's, while it waits: signalled when err is set
 }
 
 // afterFn is a function AfterFunc registered: run once, unless stopped.
@@ -78,6 +83,9 @@ func (c *serverCtx) Err() error {
 }
 
 func (c *serverCtx) Value(key any) any {
+	if c.valKey != nil && key == c.valKey {
+		return c.val
+	}
 	switch key {
 	case incomingKey:
 		return c.call.ts.incoming
@@ -138,6 +146,12 @@ func (c *serverCtx) end(err error) {
 	if c.done != nil {
 		close(c.done)
 	}
+	if c.waker != nil {
+		select {
+		case c.waker <- struct{}{}:
+		default:
+		}
+	}
 	if c.timer != nil {
 		c.timer.Stop()
 	}
@@ -152,6 +166,98 @@ func (c *serverCtx) end(err error) {
 }
 
 func (c *serverCtx) expire() { c.end(context.DeadlineExceeded) }
+
+// WithCallValue is context.WithValue(ctx, key, val), without a context of
+// its own when ctx is a server call's that has no such value yet (a
+// server's interceptor hands its handler the call's identity so).
+func WithCallValue(ctx context.Context, key, val any) context.Context {
+	if c, ok := ctx.(*serverCtx); ok && c.valKey == nil && key != nil {
+		c.valKey, c.val = key, val
+		return c
+	}
+	return context.WithValue(ctx, key, val)
+}
+
+// Waited says what WaitDone saw first.
+type Waited int
+
+const (
+	WaitedDone  Waited = iota // done
+	WaitedStop                // stop
+	WaitedEnded               // ctx ended (its Err says why)
+)
+
+// wakePool recycles the channels WaitDone is woken on.
+var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// WaitDone waits for done, stop or ctx's end. On a server call's context
+// (a handler waiting for its write to be applied) it makes neither the
+// context's channel nor its deadline's timer, as Done would: it waits on a
+// pooled channel that the context's end signals and a pooled timer for
+// the deadline. Other contexts are waited on through Done.
+func WaitDone(ctx context.Context, done, stop <-chan struct{}) Waited {
+	if c, ok := ctx.(*serverCtx); ok {
+		c.mu.Lock()
+		ok = c.err == nil && c.done == nil && c.waker == nil
+		if ok {
+			c.waker = wakePool.Get().(chan struct{})
+		}
+		c.mu.Unlock()
+		if ok {
+			return c.waitWoken(done, stop)
+		}
+	}
+	select {
+	case <-done:
+		return WaitedDone
+	case <-stop:
+		return WaitedStop
+	case <-ctx.Done():
+		return WaitedEnded
+	}
+}
+
+// waitWoken is WaitDone on c, whose waker the caller set.
+func (c *serverCtx) waitWoken(done, stop <-chan struct{}) Waited {
+	var t *time.Timer
+	var expired <-chan time.Time
+	if !c.deadline.IsZero() {
+		d := time.Until(c.deadline)
+		t, _ = timerPool.Get().(*time.Timer)
+		if t == nil {
+			t = time.NewTimer(d)
+		} else {
+			t.Reset(d)
+		}
+		expired = t.C
+	}
+	var r Waited
+	select {
+	case <-done:
+		r = WaitedDone
+	case <-stop:
+		r = WaitedStop
+	case <-c.waker:
+		r = WaitedEnded
+	case <-expired:
+		c.end(context.DeadlineExceeded)
+		r = WaitedEnded
+	}
+	c.mu.Lock()
+	w := c.waker
+	c.waker = nil
+	c.mu.Unlock()
+	select {
+	case <-w: // the end came after the wake-up: not for the next user
+	default:
+	}
+	wakePool.Put(w)
+	if t != nil {
+		t.Stop() // no value arrives on t.C after Stop (Go 1.23 timers)
+		timerPool.Put(t)
+	}
+	return r
+}
 
 // cancel ends the call's context (the call's end, the client's cancel,
 // the connection's close).
