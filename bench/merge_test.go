@@ -1,6 +1,9 @@
 package bench
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // Two runs of one point by a flavor make one row: every latency counted,
 // the rates and CPU averaged, the errors added; runs that do not pair up
@@ -29,6 +32,9 @@ func TestMergeRuns(t *testing.T) {
 	m = MergeRuns(run([]int64{100}, 1000, 0), run([]int64{200}, 2000, 0), run([]int64{600}, 6000, 1))
 	if len(m) != 1 || m[0].OpsPerSec != 3000 || m[0].ServerCPUUs != 30 || m[0].Summary.Count != 3 || m[0].Errors != 1 {
 		t.Errorf("three runs merged: %+v", m)
+	}
+	if !slices.Equal(m[0].RunOps, []float64{1000, 2000, 6000}) {
+		t.Errorf("three runs merged: each run's rate %v, want 1000, 2000, 6000 in order", m[0].RunOps)
 	}
 	other := run([]int64{1}, 1, 0)
 	other[0].Clients = 64

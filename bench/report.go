@@ -321,6 +321,7 @@ func (r *Report) Markdown(plotDir string) string {
 				b.WriteString("\n")
 			}
 			b.WriteString("\n")
+			flavorRatios(&b, g.results)
 			r.xyMarkdown(&b, plotDir, g.workload, g.topology)
 			continue
 		}
@@ -563,6 +564,68 @@ func pairedDiff(a, b []int64) (mean, se float64, ok bool) {
 	}
 	mean, se = meanStdErr(n, sum, sq)
 	return mean, se, true
+}
+
+// flavorRatios compares Meridian's native API with its ZooKeeper port run
+// by run at every throughput point both ran several times (--alternations):
+// the k-th runs of the two ran next to each other (A B B A), so their
+// ratio is free of what drifts over a run, and the spread of those ratios
+// says how far the point's ratio can be trusted. Printed: the geometric
+// mean of the runs' ratios and its 95% interval (Student's t on the
+// logarithms).
+func flavorRatios(b *strings.Builder, results []Result) {
+	native, port := Flavors[0].Name, Flavors[1].Name
+	var parts []string
+	for _, n := range results {
+		if n.Flavor != native {
+			continue
+		}
+		i := slices.IndexFunc(results, func(p Result) bool { return p.Flavor == port && p.Clients == n.Clients })
+		if i < 0 {
+			continue
+		}
+		if g, lo, hi, ok := pairedRatio(n.RunOps, results[i].RunOps); ok {
+			parts = append(parts, fmt.Sprintf("%d clients %.2f× (%.2f–%.2f, %d pairs)", n.Clients, g, lo, hi, len(n.RunOps)))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(b, "%s against %s, run by run (the geometric mean of the paired runs' ratios of ops/s, with its 95%% interval): %s.\n\n",
+			native, port, strings.Join(parts, "; "))
+	}
+}
+
+// pairedRatio is the geometric mean of a[k]/b[k] with its 95% interval;
+// ok is false unless a and b have the same length, at least 2, and every
+// rate is positive.
+func pairedRatio(a, b []float64) (g, lo, hi float64, ok bool) {
+	if len(a) < 2 || len(a) != len(b) {
+		return 0, 0, 0, false
+	}
+	var sum, sq float64
+	for k := range a {
+		if a[k] <= 0 || b[k] <= 0 {
+			return 0, 0, 0, false
+		}
+		d := math.Log(a[k] / b[k])
+		sum, sq = sum+d, sq+d*d
+	}
+	n := float64(len(a))
+	mean, se := meanStdErr(n, sum, sq)
+	t := studentT975(len(a) - 1)
+	return math.Exp(mean), math.Exp(mean - t*se), math.Exp(mean + t*se), true
+}
+
+// studentT975 is the 97.5th percentile of Student's t with df degrees of
+// freedom (df >= 1): the half-width of a two-sided 95% interval in
+// standard errors.
+func studentT975(df int) float64 {
+	table := [...]float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+		2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
+	if df <= len(table) {
+		return table[df-1]
+	}
+	return 1.96 + 2.4/float64(df) // within 0.002 above 30
 }
 
 // stdErrMs is the standard error of the mean (ms) of a raw histogram of

@@ -302,3 +302,27 @@ func TestKeyspaceFloors(t *testing.T) {
 		t.Errorf("a read against the floor:\n%s", b.String())
 	}
 }
+
+// A throughput point both of Meridian's flavors ran several times gets the
+// ratio of their paired runs with its interval: tight when the runs agree
+// pair by pair even though the rate drifts over the run, wide when the
+// pairs disagree; nothing for a point run once.
+func TestFlavorRatios(t *testing.T) {
+	row := func(flavor string, clients int, runs ...float64) Result {
+		return Result{Workload: "throughput-write", Topology: "loopback", Flavor: flavor, Clients: clients,
+			OpsPerSec: runs[0], RunOps: runs, Summary: Summary{Count: 1000, Avg: 5}}
+	}
+	native, port := Flavors[0].Name, Flavors[1].Name
+	md := (&Report{Results: []Result{
+		// Each pair 10% apart, the runs from 5,000 to 9,000 a second.
+		row(native, 32, 5500, 7700, 9900, 6600), row(port, 32, 5000, 7000, 9000, 6000),
+		// Pairs that disagree: 1.2x, 0.8x, 1.2x, 0.8x.
+		row(native, 64, 1200, 800, 1200, 800), row(port, 64, 1000, 1000, 1000, 1000),
+		row(native, 256, 1000), row(port, 256, 900),
+	}}).Markdown("")
+	want := native + " against " + port + ", run by run (the geometric mean of the paired runs' ratios of ops/s, with its 95% interval): " +
+		"32 clients 1.10× (1.10–1.10, 4 pairs); 64 clients 0.98× (0.68–1.42, 4 pairs).\n" // 256: run once
+	if !strings.Contains(md, want) {
+		t.Errorf("want %q in:\n%s", want, md)
+	}
+}

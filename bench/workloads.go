@@ -43,6 +43,10 @@ type Result struct {
 	// measured). On a machine the two share, they show where its cores went.
 	ServerCPUUs  float64 `json:",omitempty"`
 	HarnessCPUUs float64 `json:",omitempty"`
+	// RunOps: a point merged from several runs (MergeRuns), each run's
+	// OpsPerSec in the order they ran; with --alternations the k-th run of
+	// a system's two flavors ran next to each other (flavorRatios).
+	RunOps []float64 `json:",omitempty"`
 	// FloorMs: keyspaces, the region's floor (client↔server and
 	// intra-region quorum round trips as measured, plus one fsync).
 	FloorMs float64 `json:",omitempty"`
@@ -119,8 +123,12 @@ func MergeRuns(runs ...[]Result) []Result {
 			h = newHist()
 			h.Merge(r.Hist)
 		}
+		if len(same) > 0 {
+			r.RunOps = append(r.RunOps[:0:0], a[i].OpsPerSec)
+		}
 		for _, b := range same {
 			o := b[i]
+			r.RunOps = append(r.RunOps, o.OpsPerSec)
 			if h != nil && o.Hist != nil {
 				h.Merge(o.Hist)
 			}
