@@ -112,11 +112,7 @@ func (c *Client) sentLocked() []string {
 		used += n
 		return s
 	}
-	if !c.mu.viewEncoded {
-		var scratch [42]byte // one pair; more grow it
-		b, ok := c.appendViewLocked(scratch[:0])
-		c.mu.viewHeader, c.mu.viewSendable, c.mu.viewEncoded = keep(b), ok, true
-	}
+	view, sendable := c.viewHeaderLocked(keep)
 	var digits [20]byte
 	zxid := keep(strconv.AppendInt(digits[:0], c.mu.lastZxid, 10))
 	base := c.basePairsLocked()
@@ -126,8 +122,8 @@ func (c *Client) sentLocked() []string {
 	}
 	kv = append(kv, base...)
 	kv = append(kv, SeenZxidHeader, zxid)
-	if c.mu.viewSendable {
-		kv = append(kv, SeenGroupsHeader, c.mu.viewHeader)
+	if sendable {
+		kv = append(kv, SeenGroupsHeader, view)
 	}
 	c.mu.sent, c.mu.sentZxid = slices.Clip(kv), c.mu.lastZxid
 	return c.mu.sent
@@ -151,19 +147,21 @@ func (c *Client) basePairsLocked() []string {
 	return c.mu.base
 }
 
-// viewHeaderLocked is the view in SeenGroupsHeader's form; false when it
-// is too large to send. Caller holds c.mu.
-func (c *Client) viewHeaderLocked() (string, bool) {
+// viewHeaderLocked is the view in SeenGroupsHeader's form, encoded again
+// after a change (keep makes the string of its bytes); false when it is
+// too large to send. Caller holds c.mu.
+func (c *Client) viewHeaderLocked(keep func([]byte) string) (string, bool) {
 	if !c.mu.viewEncoded {
-		b, ok := c.appendViewLocked(nil)
-		c.mu.viewHeader, c.mu.viewSendable, c.mu.viewEncoded = string(b), ok, true
+		var scratch [42]byte // one pair; more grow it
+		b, ok := c.appendViewLocked(scratch[:0])
+		c.mu.viewHeader, c.mu.viewSendable, c.mu.viewEncoded = keep(b), ok, true
 	}
 	return c.mu.viewHeader, c.mu.viewSendable
 }
 
-// appendViewLocked appends the view's encoding to b (sentLocked and
-// viewHeaderLocked keep the result until the view changes); false when
-// it has more than maxSeenGroups groups. Caller holds c.mu.
+// appendViewLocked appends the view's encoding to b (viewHeaderLocked
+// keeps the result until the view changes); false when it has more than
+// maxSeenGroups groups. Caller holds c.mu.
 func (c *Client) appendViewLocked(b []byte) ([]byte, bool) {
 	if len(c.mu.groups) > maxSeenGroups {
 		return b, false

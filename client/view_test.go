@@ -19,7 +19,7 @@ func TestMergeReplyTakesTheViewFromEitherPlace(t *testing.T) {
 	c.mergeReply(nil, &pb.SetDataResponse{Header: &pb.Header{View: "1:5"}}) // older: kept at 7
 	c.mergeReply(nil, nil)
 	c.mu.Lock()
-	h, ok := c.viewHeaderLocked()
+	h, ok := c.viewHeaderLocked(func(b []byte) string { return string(b) })
 	c.mu.Unlock()
 	if !ok || h != "1:7,2:3" {
 		t.Fatalf("view %q (%v); want 1:7,2:3", h, ok)

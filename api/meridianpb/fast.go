@@ -142,10 +142,7 @@ func sub[T any, P interface {
 	if *dst != nil {
 		return false
 	}
-	m := P(new(T))
-	*dst = m
-	v := r.bytes(typ)
-	return r.bad || m.UnmarshalWire(v)
+	return subInto(r, typ, dst, P(new(T)))
 }
 
 // subInto is sub decoding into m, a message the caller allocated.
@@ -166,6 +163,14 @@ func subInto[T any, P interface {
 type headerStat struct {
 	h Header
 	s Stat
+}
+
+// headerStatIn is *p, made by the first of the two fields decoded.
+func headerStatIn(p **headerStat) *headerStat {
+	if *p == nil {
+		*p = new(headerStat)
+	}
+	return *p
 }
 
 // copyBytes is a bytes field's value as proto.Unmarshal makes it: a copy,
@@ -373,19 +378,13 @@ func (x *GetDataResponse) UnmarshalWire(b []byte) bool {
 		}
 		switch num {
 		case 1:
-			if hs == nil {
-				hs = new(headerStat)
-			}
-			if !subInto(&r, typ, &x.Header, &hs.h) {
+			if !subInto(&r, typ, &x.Header, &headerStatIn(&hs).h) {
 				return false
 			}
 		case 2:
 			x.Data = copyBytes(r.bytes(typ))
 		case 3:
-			if hs == nil {
-				hs = new(headerStat)
-			}
-			if !subInto(&r, typ, &x.Stat, &hs.s) {
+			if !subInto(&r, typ, &x.Stat, &headerStatIn(&hs).s) {
 				return false
 			}
 		default:
@@ -470,17 +469,11 @@ func (x *SetDataResponse) UnmarshalWire(b []byte) bool {
 		}
 		switch num {
 		case 1:
-			if hs == nil {
-				hs = new(headerStat)
-			}
-			if !subInto(&r, typ, &x.Header, &hs.h) {
+			if !subInto(&r, typ, &x.Header, &headerStatIn(&hs).h) {
 				return false
 			}
 		case 2:
-			if hs == nil {
-				hs = new(headerStat)
-			}
-			if !subInto(&r, typ, &x.Stat, &hs.s) {
+			if !subInto(&r, typ, &x.Stat, &headerStatIn(&hs).s) {
 				return false
 			}
 		default:

@@ -518,7 +518,6 @@ func (c *conn) newQueue() *queue {
 
 // pipe forwards src to dst through q, one of c's queues (close shuts it).
 func (c *conn) pipe(src, dst *net.TCPConn, q *queue, bytes, chunks *atomic.Int64) {
-
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)

@@ -133,6 +133,22 @@ func (c *callCtx) cancel() {
 
 var timerPool sync.Pool
 
+// pooledTimer is a timer from timerPool set to fire after d.
+func pooledTimer(d time.Duration) *time.Timer {
+	t, _ := timerPool.Get().(*time.Timer)
+	if t == nil {
+		return time.NewTimer(d)
+	}
+	t.Reset(d)
+	return t
+}
+
+// unpoolTimer stops t and returns it to timerPool.
+func unpoolTimer(t *time.Timer) {
+	t.Stop() // no value arrives on t.C after Stop (Go 1.23 timers)
+	timerPool.Put(t)
+}
+
 // wait waits for done, or for ctx's end: nil when done came first, ctx's
 // error otherwise. A callCtx whose parent never ends is waited on with a
 // pooled timer for its deadline (cancel wakes it), so a reply that comes
@@ -143,14 +159,7 @@ func wait(ctx context.Context, done <-chan struct{}) error {
 		c.mu.Lock()
 		ok = c.live.Load() == nil && !c.cancelled && c.timer == nil && !c.deadline.IsZero() && c.parent.Done() == nil
 		if ok {
-			d := time.Until(c.deadline)
-			t, _ := timerPool.Get().(*time.Timer)
-			if t == nil {
-				t = time.NewTimer(d)
-			} else {
-				t.Reset(d)
-			}
-			c.timer = t
+			c.timer = pooledTimer(time.Until(c.deadline))
 		}
 		c.mu.Unlock()
 	}
@@ -177,7 +186,6 @@ func wait(ctx context.Context, done <-chan struct{}) error {
 	t := c.timer
 	c.timer = nil
 	c.mu.Unlock()
-	t.Stop() // no value arrives on t.C after Stop (Go 1.23 timers)
-	timerPool.Put(t)
+	unpoolTimer(t)
 	return err
 }

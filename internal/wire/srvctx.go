@@ -222,13 +222,7 @@ func (c *serverCtx) waitWoken(done, stop <-chan struct{}) Waited {
 	var t *time.Timer
 	var expired <-chan time.Time
 	if !c.deadline.IsZero() {
-		d := time.Until(c.deadline)
-		t, _ = timerPool.Get().(*time.Timer)
-		if t == nil {
-			t = time.NewTimer(d)
-		} else {
-			t.Reset(d)
-		}
+		t = pooledTimer(time.Until(c.deadline))
 		expired = t.C
 	}
 	var r Waited
@@ -253,8 +247,7 @@ func (c *serverCtx) waitWoken(done, stop <-chan struct{}) Waited {
 	}
 	wakePool.Put(w)
 	if t != nil {
-		t.Stop() // no value arrives on t.C after Stop (Go 1.23 timers)
-		timerPool.Put(t)
+		unpoolTimer(t)
 	}
 	return r
 }
