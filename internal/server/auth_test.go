@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/errs"
 	"github.com/meridian-coord/meridian/internal/pki"
+	"github.com/meridian-coord/meridian/internal/wire"
 )
 
 func digestOf(cred string) string {
@@ -311,6 +312,78 @@ func TestSameAnswersOnBothPorts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSessionPasswordRemembered: a native connection that has had a
+// session's password verified is still refused, on the same connection,
+// the session with another's password, another session with that password,
+// and the session once it has ended (closed, then expired) — what its
+// connection remembers of the password never outlives the session.
+func TestSessionPasswordRemembered(t *testing.T) {
+	ac := newAuthCluster(t, 1)
+	ctx := ctx(t)
+	lean := wire.Dial(ac.endpoints()[0], wire.ClientOptions{TLS: ac.tlsFor(t, &ac.carol)})
+	t.Cleanup(func() { lean.Close() })
+	api := pb.NewMeridianClient(lean)
+	newSession := func() (int64, context.Context) {
+		r, err := api.CreateSession(ctx, &pb.CreateSessionRequest{TimeoutMs: 2000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetSessionId(), metadata.AppendToOutgoingContext(ctx, pb.MetadataSessionPassword, string(r.GetPassword()))
+	}
+	a, withA := newSession()
+	b, withB := newSession()
+	keep := func(ctx context.Context, sid int64) error {
+		_, err := api.KeepAlive(ctx, &pb.KeepAliveRequest{SessionId: sid})
+		return err
+	}
+	expired := func(what string, err error) {
+		t.Helper()
+		if errs.FromGRPC(err) != errs.ErrSessionExpired {
+			t.Fatalf("%s: %v, want session expired", what, err)
+		}
+	}
+	for i := 0; i < 3; i++ { // remembered after the first
+		if err := keep(withA, a); err != nil {
+			t.Fatalf("a with its password: %v", err)
+		}
+	}
+	expired("b with a's password", keep(withA, b))
+	expired("a with b's password", keep(withB, a))
+	if err := keep(withA, a); err != nil {
+		t.Fatalf("a with its password again: %v", err)
+	}
+	if _, err := api.CloseSession(withA, &pb.CloseSessionRequest{SessionId: a}); err != nil {
+		t.Fatal(err)
+	}
+	expired("a after it was closed", keep(withA, a))
+	_, err := api.Create(withA, &pb.CreateRequest{SessionId: a, Path: "/after", Mode: pb.CreateMode(client.Ephemeral)})
+	expired("an ephemeral in a after it was closed", err)
+	_, err = api.SetData(withA, &pb.SetDataRequest{SessionId: a, Path: "/", Data: []byte("x")})
+	expired("a write in a after it was closed", err)
+
+	if _, err := api.SetData(withB, &pb.SetDataRequest{SessionId: b, Path: "/", Data: []byte("b")}); err != nil {
+		t.Fatalf("a write in b with its password: %v", err) // remembered, then let expire
+	}
+	if _, err := api.Create(withB, &pb.CreateRequest{SessionId: b, Path: "/b", Mode: pb.CreateMode(client.Ephemeral)}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r, err := api.Exists(ctx, &pb.ReadRequest{Path: "/b", Consistency: pb.Consistency_LINEARIZABLE})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.GetExists() {
+			break // b expired: its ephemeral is gone
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b never expired")
+		}
+	}
+	expired("b after it expired", keep(withB, b))
+	_, err = api.SetData(withB, &pb.SetDataRequest{SessionId: b, Path: "/", Data: []byte("y")})
+	expired("a write in b after it expired", err)
 }
 
 // rawConn is a bare gRPC connection to addr with TLS config tc.

@@ -161,7 +161,7 @@ func (s *Server) grpcIdentity(ctx context.Context) ([]tree.ID, error) {
 	memo, key := wire.MemoFrom(ctx), ""
 	if memo != nil {
 		key = strings.Join(auth, "\n")
-		if ids, ok := memo.Get(key); ok {
+		if ids, ok := memo.Get(memoIdentity, key); ok {
 			return ids.([]tree.ID), nil
 		}
 	}
@@ -183,7 +183,7 @@ func (s *Server) grpcIdentity(ctx context.Context) ([]tree.ID, error) {
 	}
 	ids = slices.Clip(ids) // shared by the connection's calls: appending copies
 	if memo != nil {
-		memo.Put(key, ids)
+		memo.Put(memoIdentity, key, ids)
 	}
 	return ids, nil
 }
@@ -331,6 +331,12 @@ func (s *Server) authorizeCall(ctx context.Context, method string) ([]tree.ID, r
 // checkSessionOwner refuses a request that names a session (any message with
 // a non-zero GetSessionId) unless it carries that session's password, with
 // the error of an expired session so a guessed id learns nothing.
+//
+// A native connection remembers the session and password it last verified
+// (memoSession) until a session may have ended (sessionEpoch), so a client's
+// calls look the session up once, not under the tree's lock on every call.
+// A call checked against the memo just as its session ends is as one
+// checked just before: the write after the check races the end either way.
 func (s *Server) checkSessionOwner(ctx context.Context, rule rpcRule, ids []tree.ID, req any) error {
 	sr, ok := req.(interface{ GetSessionId() int64 })
 	if !ok || sr.GetSessionId() == 0 || rule == attach {
@@ -340,13 +346,40 @@ func (s *Server) checkSessionOwner(ctx context.Context, rule rpcRule, ids []tree
 		return nil
 	}
 	pws := incoming(ctx, pb.MetadataSessionPassword)
-	s.mu.RLock()
-	si, known := s.mu.tree.Session(sr.GetSessionId())
-	s.mu.RUnlock()
-	if !known || len(pws) != 1 || len(si.Password) == 0 || subtle.ConstantTimeCompare(si.Password, []byte(pws[0])) != 1 {
+	if len(pws) != 1 {
 		return errs.GRPCStatus(errs.ErrSessionExpired)
 	}
+	owned := ownedSession{id: sr.GetSessionId(), epoch: s.sessionEpoch.Load()}
+	memo := wire.MemoFrom(ctx)
+	if memo != nil {
+		if v, ok := memo.Get(memoSession, pws[0]); ok && v.(ownedSession) == owned {
+			return nil
+		}
+	}
+	s.mu.RLock()
+	pw, known := s.mu.tree.SessionPassword(owned.id)
+	ok = known && len(pw) > 0 && subtle.ConstantTimeCompare(pw, []byte(pws[0])) == 1
+	s.mu.RUnlock()
+	if !ok {
+		return errs.GRPCStatus(errs.ErrSessionExpired)
+	}
+	if memo != nil {
+		memo.Put(memoSession, pws[0], owned)
+	}
 	return nil
+}
+
+// The slots of a native connection's wire.Memo.
+const (
+	memoIdentity = iota // the identities of the credentials sent (grpcIdentity)
+	memoSession         // the session whose password was sent (checkSessionOwner)
+)
+
+// ownedSession is a session whose password a connection sent, verified
+// while sessionEpoch was epoch.
+type ownedSession struct {
+	id    int64
+	epoch uint64
 }
 
 // unaryAuth authorizes a native call, then serves it, observing its

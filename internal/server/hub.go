@@ -100,53 +100,60 @@ func (h *hub) end(expired bool) {
 	h.wake()
 }
 
-// hubs maps live sessions to their hub on this server.
+// hubs maps live sessions to their hub on this server. Looking one up
+// takes no lock (every native write asks for its session's: api.headerFor);
+// making and removing them are serialised by mu.
 type hubs struct {
 	mu sync.Mutex
-	m  map[int64]*hub
+	m  sync.Map // int64 → *hub
 }
 
 func (hs *hubs) get(session int64, max int) *hub {
+	if h := hs.lookup(session); h != nil {
+		return h
+	}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	h, ok := hs.m[session]
-	if !ok {
-		h = newHub(session, max)
-		hs.m[session] = h
+	if h := hs.lookup(session); h != nil {
+		return h
 	}
+	h := newHub(session, max)
+	hs.m.Store(session, h)
 	return h
 }
 
 // lookup returns the session's hub on this server, if it has one.
 func (hs *hubs) lookup(session int64) *hub {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	return hs.m[session]
+	if v, ok := hs.m.Load(session); ok {
+		return v.(*hub)
+	}
+	return nil
 }
 
 func (hs *hubs) remove(session int64) *hub {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	h := hs.m[session]
-	delete(hs.m, session)
-	return h
+	if v, ok := hs.m.LoadAndDelete(session); ok {
+		return v.(*hub)
+	}
+	return nil
 }
 
 func (hs *hubs) all() []*hub {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	out := make([]*hub, 0, len(hs.m))
-	for _, h := range hs.m {
-		out = append(out, h)
-	}
+	var out []*hub
+	hs.m.Range(func(_, v any) bool {
+		out = append(out, v.(*hub))
+		return true
+	})
 	return out
 }
 
 func (hs *hubs) closeAll() {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	for id, h := range hs.m {
-		h.end(false)
-		delete(hs.m, id)
-	}
+	hs.m.Range(func(id, v any) bool {
+		v.(*hub).end(false)
+		hs.m.Delete(id)
+		return true
+	})
 }

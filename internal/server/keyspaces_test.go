@@ -487,9 +487,7 @@ func TestKeyspaceReadsOfIdleKeyspaceStayLocal(t *testing.T) {
 	// each behind it): counted before the reads.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		s := tc.servers[m]
-		s.hubs.mu.Lock()
-		h := s.hubs.m[nc.SessionID()]
-		s.hubs.mu.Unlock()
+		h := s.hubs.lookup(nc.SessionID())
 		if h != nil {
 			h.mu.Lock()
 			up := h.gen > 0

@@ -95,6 +95,11 @@ type Server struct {
 	hubs       hubs
 	// nativeWrites: native API writes in flight (api.write).
 	nativeWrites atomic.Int64
+	// sessionEpoch rises whenever sessions may have ended (an applied
+	// entry ended some, a snapshot replaced the state): a native
+	// connection's verified session password holds until it does
+	// (checkSessionOwner).
+	sessionEpoch atomic.Uint64
 	idPrefix     uint64
 	idSeq        atomic.Uint64
 
@@ -156,7 +161,6 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.mu = stateView{fsm: s.fsm, tree: s.fsm.Tree(), coord: s.fsm.Coord()}
 	s.grants.m = make(map[grantKey]chan coord.Grant)
 	s.waiters.m = make(map[uint64]*Future)
-	s.hubs.m = make(map[int64]*hub)
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
 		return nil, err
@@ -430,6 +434,9 @@ func (sm *stateMachine) Apply(index, term uint64, data []byte) error {
 func (s *Server) appliedLocked(r *fsm.Result) {
 	s.triggerLocked(r)
 	s.mu.applied = r.Index
+	if len(r.Ended) > 0 {
+		s.sessionEpoch.Add(1) // with the removal, under the same lock
+	}
 }
 
 // triggerLocked fires the watches of an applied entry (any group's), under
@@ -532,6 +539,7 @@ func (sm *stateMachine) Restore(index uint64, data []byte) error {
 // restoredLocked is fsm's Restored hook, run under its write lock.
 func (s *Server) restoredLocked() {
 	s.mu.tree, s.mu.coord, s.mu.applied = s.fsm.Tree(), s.fsm.Coord(), s.fsm.Applied()
+	s.sessionEpoch.Add(1) // sessions may have ended in the range skipped
 	// The state jumped past changes whose events were never triggered here:
 	// make every client re-register its watches relative to its last zxid,
 	// which fires those whose node changed (ZooKeeper's setWatches).

@@ -549,6 +549,17 @@ func (t *Tree) Sessions() []SessionInfo {
 // SessionCount is the number of live sessions.
 func (t *Tree) SessionCount() int { return len(t.sessions) }
 
+// SessionPassword is a live session's password, not copied: the caller
+// reads it only while it holds the tree (under the lock that guards it)
+// and never changes it.
+func (t *Tree) SessionPassword(id int64) ([]byte, bool) {
+	s := t.sessions[id]
+	if s == nil {
+		return nil, false
+	}
+	return s.info.Password, true
+}
+
 // Session returns one live session.
 func (t *Tree) Session(id int64) (SessionInfo, bool) {
 	s := t.sessions[id]

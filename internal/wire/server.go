@@ -696,11 +696,20 @@ func (s *serverStream) SendMsg(m any) error {
 }
 
 // Memo holds what a server derives from a connection's unchanging facts
-// (its address, its certificate) and a key (the credentials a call
-// carries): the last key's value, so a client that sends the same
-// credentials with every call has them resolved once a connection.
+// (its address, its certificate) and a key (what a call carries: its
+// credentials, its session's password): in each of MemoSlots slots, the
+// last key's value, so a client that sends the same credentials with
+// every call has them resolved once a connection. The slots are the
+// server's to assign (one a kind of fact).
 type Memo struct {
-	mu  sync.Mutex
+	mu    sync.Mutex
+	slots [MemoSlots]memoSlot
+}
+
+// MemoSlots is how many values a connection's Memo keeps.
+const MemoSlots = 2
+
+type memoSlot struct {
 	key string
 	val any
 	set bool
@@ -715,19 +724,19 @@ func MemoFrom(ctx context.Context) *Memo {
 	return m
 }
 
-// Get returns the value stored under key.
-func (m *Memo) Get(key string) (any, bool) {
+// Get returns the value stored in slot (0 <= slot < MemoSlots) under key.
+func (m *Memo) Get(slot int, key string) (any, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.set || m.key != key {
-		return nil, false
+	if e := &m.slots[slot]; e.set && e.key == key {
+		return e.val, true
 	}
-	return m.val, true
+	return nil, false
 }
 
-// Put stores v under key, in place of what was stored before.
-func (m *Memo) Put(key string, v any) {
+// Put stores v in slot under key, in place of what was stored there.
+func (m *Memo) Put(slot int, key string, v any) {
 	m.mu.Lock()
-	m.key, m.val, m.set = key, v, true
+	m.slots[slot] = memoSlot{key: key, val: v, set: true}
 	m.mu.Unlock()
 }
