@@ -357,8 +357,7 @@ func (s *Server) checkSessionOwner(ctx context.Context, rule rpcRule, ids []tree
 		}
 	}
 	s.mu.RLock()
-	pw, known := s.mu.tree.SessionPassword(owned.id)
-	ok = known && len(pw) > 0 && subtle.ConstantTimeCompare(pw, []byte(pws[0])) == 1
+	ok = s.mu.tree.SessionPasswordMatches(owned.id, []byte(pws[0]))
 	s.mu.RUnlock()
 	if !ok {
 		return errs.GRPCStatus(errs.ErrSessionExpired)

@@ -19,7 +19,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"errors"
 	"time"
 
@@ -340,8 +339,9 @@ func (s *Server) resumeSession(ctx context.Context, id int64, password []byte, v
 	}
 	s.mu.RLock()
 	si, ok := s.mu.tree.Session(id)
+	ok = ok && s.mu.tree.SessionPasswordMatches(id, password)
 	s.mu.RUnlock()
-	if !ok || subtle.ConstantTimeCompare(si.Password, password) != 1 {
+	if !ok {
 		return tree.SessionInfo{}, errs.ErrSessionExpired
 	}
 	s.touch(si.ID)

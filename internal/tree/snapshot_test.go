@@ -368,3 +368,33 @@ func TestRestoreBytesKeepsNothing(t *testing.T) {
 	}
 	checkInvariants(t, tr)
 }
+
+// A session's password matches only that live session's own: not another
+// session's, not once the session has ended, and never an adopted
+// session's (which has none), even with an empty password.
+func TestSessionPasswordMatches(t *testing.T) {
+	tr := New()
+	pw := []byte("0123456789abcdef")
+	res, _ := tr.Apply(5, &Command{Op: Op{Type: OpCreateSession}, TimeoutMs: MinSessionMs, Password: pw})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	id := res.SessionID
+	tr.AdoptSession(9)
+	switch {
+	case !tr.SessionPasswordMatches(id, pw):
+		t.Fatal("the session's own password does not match")
+	case tr.SessionPasswordMatches(id, []byte("0123456789abcdeX")), tr.SessionPasswordMatches(id, nil):
+		t.Fatal("another password matches")
+	case tr.SessionPasswordMatches(id+1, pw):
+		t.Fatal("the password matches another session id")
+	case tr.SessionPasswordMatches(9, nil), tr.SessionPasswordMatches(9, []byte{}):
+		t.Fatal("an adopted session matches an empty password")
+	}
+	if res, _ := tr.Apply(6, &Command{Session: id, Op: Op{Type: OpCloseSession}}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if tr.SessionPasswordMatches(id, pw) {
+		t.Fatal("a closed session's password still matches")
+	}
+}

@@ -2,6 +2,7 @@ package tree
 
 import (
 	"container/heap"
+	"crypto/subtle"
 	"math"
 	"sort"
 	"strings"
@@ -549,15 +550,12 @@ func (t *Tree) Sessions() []SessionInfo {
 // SessionCount is the number of live sessions.
 func (t *Tree) SessionCount() int { return len(t.sessions) }
 
-// SessionPassword is a live session's password, not copied: the caller
-// reads it only while it holds the tree (under the lock that guards it)
-// and never changes it.
-func (t *Tree) SessionPassword(id int64) ([]byte, bool) {
+// SessionPasswordMatches reports, in constant time, whether password is
+// the password of live session id. A session without one (adopted from
+// another group) matches none.
+func (t *Tree) SessionPasswordMatches(id int64, password []byte) bool {
 	s := t.sessions[id]
-	if s == nil {
-		return nil, false
-	}
-	return s.info.Password, true
+	return s != nil && len(s.info.Password) > 0 && subtle.ConstantTimeCompare(s.info.Password, password) == 1
 }
 
 // Session returns one live session.

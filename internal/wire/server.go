@@ -695,12 +695,12 @@ func (s *serverStream) SendMsg(m any) error {
 	return nil
 }
 
-// Memo holds what a server derives from a connection's unchanging facts
-// (its address, its certificate) and a key (what a call carries: its
-// credentials, its session's password): in each of MemoSlots slots, the
-// last key's value, so a client that sends the same credentials with
-// every call has them resolved once a connection. The slots are the
-// server's to assign (one a kind of fact).
+// Memo holds what a server derived from a connection and a key (what a
+// call carries: its credentials, its session's password): in each of
+// MemoSlots slots, the last key's value, so a client that sends the same
+// credentials with every call has them resolved once a connection. The
+// slots are the server's to assign, one a kind of fact; a value that can
+// go stale (a session that ends) carries what the server checks it by.
 type Memo struct {
 	mu    sync.Mutex
 	slots [MemoSlots]memoSlot
