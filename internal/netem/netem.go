@@ -427,10 +427,14 @@ type queue struct {
 // beyond these are allocated and collected.
 const maxFree = 2
 
-// maxPooled is the largest buffer a direction keeps; minChunk the smallest
-// it allocates (so a buffer fits the next small message too).
+// maxPooled is the largest buffer a direction keeps: a read's, so every
+// chunk's buffer can be kept (with a 16 KiB bound, a leader's batched
+// appends to a follower under load were allocated afresh chunk by chunk:
+// more than half the benchmark process's garbage). minChunk is the
+// smallest buffer it allocates (so a buffer fits the next small message
+// too).
 const (
-	maxPooled = 16 << 10
+	maxPooled = readSize
 	minChunk  = 4 << 10
 )
 
@@ -465,15 +469,41 @@ func (q *queue) push(data []byte, at time.Time) bool {
 // buffer is n bytes for a chunk: a kept buffer when one is large enough.
 // Caller holds q.mu.
 func (q *queue) buffer(n int) []byte {
+	best := -1 // the smallest kept buffer n fits in
 	for i, b := range q.free {
-		if cap(b) >= n {
-			last := len(q.free) - 1
-			q.free[i], q.free[last] = q.free[last], nil
-			q.free = q.free[:last]
-			return b[:n]
+		if cap(b) >= n && (best < 0 || cap(b) < cap(q.free[best])) {
+			best = i
 		}
 	}
-	return make([]byte, n, max(n, minChunk))
+	if best < 0 {
+		return make([]byte, n, max(n, minChunk))
+	}
+	b, last := q.free[best], len(q.free)-1
+	q.free[best], q.free[last] = q.free[last], nil
+	q.free = q.free[:last]
+	return b[:n]
+}
+
+// keep keeps a delivered chunk's buffer for a later chunk: with maxFree
+// kept already, in place of the smallest if it is larger (small buffers
+// would otherwise crowd out the one the next large chunk fits in).
+func (q *queue) keep(b []byte) {
+	if b == nil || cap(b) > maxPooled {
+		return
+	}
+	if len(q.free) < maxFree {
+		q.free = append(q.free, b)
+		return
+	}
+	small := 0
+	for i := range q.free {
+		if cap(q.free[i]) < cap(q.free[small]) {
+			small = i
+		}
+	}
+	if cap(q.free[small]) < cap(b) {
+		q.free[small] = b
+	}
 }
 
 // pop waits for the next chunk; done is the previous chunk's buffer, now
@@ -481,9 +511,7 @@ func (q *queue) buffer(n int) []byte {
 func (q *queue) pop(done []byte) (chunk, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if done != nil && cap(done) <= maxPooled && len(q.free) < maxFree {
-		q.free = append(q.free, done)
-	}
+	q.keep(done)
 	for !q.closed && q.head == len(q.q) {
 		q.cond.Wait()
 	}

@@ -460,6 +460,38 @@ func TestQueueReusesDeliveredBuffers(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("%.1f allocations a chunk in steady state, want 0", allocs)
 	}
+	// Chunks as large as a read (a leader's appends under load) too.
+	big := make([]byte, readSize)
+	allocs = testing.AllocsPerRun(1000, func() {
+		i++
+		big[0] = i
+		q.push(big, time.Time{})
+		ch, ok := q.pop(done)
+		if !ok || !bytes.Equal(ch.b, big) {
+			t.Fatalf("popped %v, %d bytes; want a chunk of %d", ok, len(ch.b), len(big))
+		}
+		done = ch.b
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations a %d-byte chunk in steady state, want 0", allocs, readSize)
+	}
+	// And small and large chunks in turn (a small one must not take, nor
+	// crowd out, the buffer the next large one fits in).
+	allocs = testing.AllocsPerRun(1000, func() {
+		for _, m := range [][]byte{msg, big} {
+			i++
+			m[0] = i
+			q.push(m, time.Time{})
+			ch, ok := q.pop(done)
+			if !ok || !bytes.Equal(ch.b, m) {
+				t.Fatalf("popped %v, %d bytes; want a chunk of %d", ok, len(ch.b), len(m))
+			}
+			done = ch.b
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations a pair of a small and a large chunk in steady state, want 0", allocs)
+	}
 	// Two in flight, one in one out: chunks keep their order and contents,
 	// each its own buffer, and the slice stays its size.
 	q.push([]byte("a"), time.Time{})
