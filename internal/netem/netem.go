@@ -428,8 +428,8 @@ type queue struct {
 const maxFree = 2
 
 // maxPooled is the largest buffer a direction keeps: a read's, so every
-// chunk's buffer can be kept (with a 16 KiB bound, a leader's batched
-// appends to a follower under load were allocated afresh chunk by chunk:
+// chunk's buffer can be kept (with a 16 KiB bound, the servers' batched
+// messages to each other under load were allocated afresh chunk by chunk:
 // more than half the benchmark process's garbage). minChunk is the
 // smallest buffer it allocates (so a buffer fits the next small message
 // too).
@@ -466,7 +466,8 @@ func (q *queue) push(data []byte, at time.Time) bool {
 	return true
 }
 
-// buffer is n bytes for a chunk: a kept buffer when one is large enough.
+// buffer is n bytes for a chunk: the smallest kept buffer large enough,
+// when there is one.
 // Caller holds q.mu.
 func (q *queue) buffer(n int) []byte {
 	best := -1 // the smallest kept buffer n fits in

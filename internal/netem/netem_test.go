@@ -445,51 +445,30 @@ func TestQueueReusesDeliveredBuffers(t *testing.T) {
 	q := &queue{max: 1 << 20}
 	q.cond.L = &q.mu
 	msg := make([]byte, 1000)
+	big := make([]byte, readSize) // as large as a read: a leader's appends under load
 	var done []byte
 	i := byte(0)
-	allocs := testing.AllocsPerRun(1000, func() {
+	// cycle sends m through the queue as the link does: pushed, popped
+	// and its buffer handed back with the next pop.
+	cycle := func(m []byte) {
 		i++
-		msg[0] = i
-		q.push(msg, time.Time{})
+		m[0] = i
+		q.push(m, time.Time{})
 		ch, ok := q.pop(done)
-		if !ok || !bytes.Equal(ch.b, msg) {
-			t.Fatalf("popped %v, %d bytes starting %d; want message %d", ok, len(ch.b), ch.b[0], i)
+		if !ok || !bytes.Equal(ch.b, m) {
+			t.Fatalf("popped %v, %d bytes; want a %d-byte chunk starting %d", ok, len(ch.b), len(m), i)
 		}
 		done = ch.b
-	})
-	if allocs != 0 {
+	}
+	if allocs := testing.AllocsPerRun(1000, func() { cycle(msg) }); allocs != 0 {
 		t.Errorf("%.1f allocations a chunk in steady state, want 0", allocs)
 	}
-	// Chunks as large as a read (a leader's appends under load) too.
-	big := make([]byte, readSize)
-	allocs = testing.AllocsPerRun(1000, func() {
-		i++
-		big[0] = i
-		q.push(big, time.Time{})
-		ch, ok := q.pop(done)
-		if !ok || !bytes.Equal(ch.b, big) {
-			t.Fatalf("popped %v, %d bytes; want a chunk of %d", ok, len(ch.b), len(big))
-		}
-		done = ch.b
-	})
-	if allocs != 0 {
+	if allocs := testing.AllocsPerRun(1000, func() { cycle(big) }); allocs != 0 {
 		t.Errorf("%.1f allocations a %d-byte chunk in steady state, want 0", allocs, readSize)
 	}
-	// And small and large chunks in turn (a small one must not take, nor
-	// crowd out, the buffer the next large one fits in).
-	allocs = testing.AllocsPerRun(1000, func() {
-		for _, m := range [][]byte{msg, big} {
-			i++
-			m[0] = i
-			q.push(m, time.Time{})
-			ch, ok := q.pop(done)
-			if !ok || !bytes.Equal(ch.b, m) {
-				t.Fatalf("popped %v, %d bytes; want a chunk of %d", ok, len(ch.b), len(m))
-			}
-			done = ch.b
-		}
-	})
-	if allocs != 0 {
+	// Small and large chunks in turn: the small ones' buffers must not
+	// crowd out the one the next large chunk fits in.
+	if allocs := testing.AllocsPerRun(1000, func() { cycle(msg); cycle(big) }); allocs != 0 {
 		t.Errorf("%.1f allocations a pair of a small and a large chunk in steady state, want 0", allocs)
 	}
 	// Two in flight, one in one out: chunks keep their order and contents,
