@@ -191,8 +191,8 @@ func (s *Server) grpcIdentity(ctx context.Context) ([]tree.ID, error) {
 // incoming is the values of the call's metadata key (lower case), for
 // reading only: the lean transport's own, else gRPC's (a copy).
 func incoming(ctx context.Context, key string) []string {
-	if md, ok := wire.IncomingMetadata(ctx); ok {
-		return md[key]
+	if vs, ok := wire.IncomingValues(ctx, key); ok {
+		return vs
 	}
 	return metadata.ValueFromIncomingContext(ctx, key)
 }

@@ -414,7 +414,7 @@ func (c *serverConn) startCall(id uint32, body []byte) (*serverCall, error) {
 	d := decoder{b: body}
 	name := d.take(d.u16())
 	timeout := time.Duration(d.u64())
-	md := d.metadata(&c.r.names)
+	md := d.callMetadata(&c.r.names)
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -583,10 +583,10 @@ func appendStatus(b []byte, st *spb.Status) []byte {
 }
 
 // transportStream carries a call's header metadata (grpc.SetHeader), and
-// its incoming metadata for IncomingMetadata.
+// its incoming metadata for IncomingMetadata and IncomingValues.
 type transportStream struct {
 	method   string
-	incoming metadata.MD
+	incoming *callMD
 	mu       sync.Mutex
 	header   metadata.MD
 }
@@ -600,7 +600,18 @@ func IncomingMetadata(ctx context.Context) (metadata.MD, bool) {
 	if !ok {
 		return nil, false
 	}
-	return ts.incoming, true
+	return ts.incoming.MD(), true
+}
+
+// IncomingValues is IncomingMetadata(ctx)[key] (key in lower case)
+// without making the map: a server's interceptors look up a few keys of
+// every call. The values must not be modified.
+func IncomingValues(ctx context.Context, key string) ([]string, bool) {
+	ts, ok := grpc.ServerTransportStreamFromContext(ctx).(*transportStream)
+	if !ok {
+		return nil, false
+	}
+	return ts.incoming.get(key), true
 }
 
 func (t *transportStream) Method() string { return t.method }

@@ -88,7 +88,7 @@ func (c *serverCtx) Value(key any) any {
 	}
 	switch key {
 	case incomingKey:
-		return c.call.ts.incoming
+		return c.call.ts.incoming.MD()
 	case streamKey:
 		return grpc.ServerTransportStream(&c.call.ts)
 	case callKey{}:

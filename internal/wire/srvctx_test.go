@@ -12,9 +12,12 @@ import (
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
 )
 
-// newServerCtx is a call's context as startCall makes it.
+// newServerCtx is a call's context as startCall makes it, md decoded as
+// a server connection decodes a call's metadata.
 func newServerCtx(parent context.Context, deadline time.Time, md metadata.MD) *serverCtx {
-	call := &serverCall{ctx: serverCtx{parent: parent, deadline: deadline}, ts: transportStream{method: "/m", incoming: md}}
+	d := decoder{b: appendMetadata(nil, md, nil)}
+	in := d.callMetadata(&interner{share: true})
+	call := &serverCall{ctx: serverCtx{parent: parent, deadline: deadline}, ts: transportStream{method: "/m", incoming: in}}
 	call.ctx.call = call
 	return &call.ctx
 }
@@ -31,6 +34,15 @@ func TestServerCtx(t *testing.T) {
 		}
 		if got, ok := IncomingMetadata(ctx); !ok || got.Get("k")[0] != "1" {
 			t.Fatalf("IncomingMetadata %v %v", got, ok)
+		}
+		if got, ok := IncomingValues(ctx, "k"); !ok || len(got) != 1 || got[0] != "1" {
+			t.Fatalf("IncomingValues %v %v", got, ok)
+		}
+		if got, ok := IncomingValues(ctx, "absent"); !ok || got != nil {
+			t.Fatalf("IncomingValues of an absent key: %v %v", got, ok)
+		}
+		if _, ok := IncomingValues(context.Background(), "k"); ok {
+			t.Fatal("IncomingValues of a context that is no call's: ok")
 		}
 		if m, ok := grpc.Method(ctx); !ok || m != "/m" {
 			t.Fatalf("method %q %v", m, ok)

@@ -57,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -221,6 +222,12 @@ func (d *decoder) u64() uint64 {
 // names when it has them: the keys and values a connection sends on
 // every call are made into strings once.
 func (d *decoder) metadata(names *interner) metadata.MD {
+	return d.callMetadata(names).MD()
+}
+
+// callMetadata is metadata as a call's pairs (nil: none), the map made of
+// them only when asked for (callMD).
+func (d *decoder) callMetadata(names *interner) *callMD {
 	n := d.u16()
 	if n > maxMetadataPairs {
 		d.err = errMalformed
@@ -245,9 +252,9 @@ func (d *decoder) metadata(names *interner) metadata.MD {
 		add(md, key, vals, i)
 	}
 	if names != nil {
-		names.prev, names.md = names.prev[:0], nil
+		names.prev, names.cur = names.prev[:0], nil
 	}
-	return md
+	return &callMD{md: md}
 }
 
 // add sets vals[i] as key's value in md, after the values it has.
@@ -259,16 +266,73 @@ func add(md metadata.MD, key string, vals []string, i int) {
 	}
 }
 
+// callMD is a call's incoming metadata. Decoded by a server connection
+// (sharedMetadata) it is the pairs as sent, keys lower-cased, and the
+// metadata.MD of them is made on the first MD: the interceptors look a
+// key up among a few pairs (get), and a call whose pairs differ from the
+// last call's only in a value (a client's zxid seen, after each write)
+// costs one allocation and its new values, not a map. Shared by the calls
+// that sent the same pairs; nobody may modify it, its slices or its map.
+type callMD struct {
+	keys, vals []string // nil keys: md is made already
+	once       sync.Once
+	md         metadata.MD
+	valArr     [maxSharedPairs]string // vals' array
+}
+
+// MD is the metadata as gRPC's map (nil for a nil callMD).
+func (m *callMD) MD() metadata.MD {
+	if m == nil {
+		return nil
+	}
+	if m.keys != nil {
+		m.once.Do(func() {
+			md := make(metadata.MD, len(m.keys))
+			for i, k := range m.keys {
+				add(md, k, m.vals, i)
+			}
+			m.md = md
+		})
+	}
+	return m.md
+}
+
+// get is MD()[key] (key in lower case), without making the map when key
+// was sent once.
+func (m *callMD) get(key string) []string {
+	if m == nil {
+		return nil
+	}
+	if m.keys == nil {
+		return m.md[key]
+	}
+	at := -1
+	for i, k := range m.keys {
+		if k == key {
+			if at >= 0 {
+				return m.MD()[key] // sent more than once
+			}
+			at = i
+		}
+	}
+	if at < 0 {
+		return nil
+	}
+	return m.vals[at : at+1 : at+1]
+}
+
 // sharedMetadata decodes the n pairs of a server connection's call
 // (names.share), comparing each with the pair the connection's last call
 // sent in its place: the same pairs again (a client's calls until its
-// credentials, view or last zxid seen change) give the map made of them
-// then, shared with the earlier calls, which read it and never change it;
-// a pair whose key is the one sent in its place before takes the strings
-// made of it then, without a lookup (a new zxid seen: one new string).
-func (d *decoder) sharedMetadata(names *interner, n int) metadata.MD {
+// credentials, view or last zxid seen change) give the callMD made of
+// them then, shared with the earlier calls, which read it and never
+// change it; a pair whose key is the one sent in its place before takes
+// the strings made of it then, without a lookup (a new zxid seen: one new
+// string), and when every key is, the new callMD shares the keys too.
+func (d *decoder) sharedMetadata(names *interner, n int) *callMD {
 	var raw [maxSharedPairs][2][]byte
-	same := names.md != nil && len(names.prev) == n
+	cur := names.cur
+	same := cur != nil && len(names.prev) == n
 	for i := 0; i < n; i++ {
 		k := d.take(d.u16())
 		v := d.take(int(d.u32()))
@@ -279,10 +343,10 @@ func (d *decoder) sharedMetadata(names *interner, n int) metadata.MD {
 		same = same && string(k) == names.prev[i].sent && string(v) == names.prev[i].val
 	}
 	if same {
-		return names.md
+		return cur
 	}
-	md := make(metadata.MD, n)
-	vals := make([]string, n)
+	m := &callMD{}
+	sameKeys := cur != nil && len(cur.keys) == n
 	keep := true // every key and value short enough to keep
 	for i := 0; i < n; i++ {
 		k, v := raw[i][0], raw[i][1]
@@ -293,23 +357,33 @@ func (d *decoder) sharedMetadata(names *interner, n int) metadata.MD {
 				p.val = string(v)
 			}
 		} else {
+			sameKeys = false
 			p.sent, p.key = string(k), names.key(k)
 			p.val = names.value(p.key, v)
 		}
 		keep = keep && len(k) <= maxInternedValue && len(v) <= maxInternedValue
-		vals[i] = p.val
-		add(md, p.key, vals, i)
+		m.valArr[i] = p.val
 		if i < len(names.prev) {
 			names.prev[i] = p
 		} else {
 			names.prev = append(names.prev, p)
 		}
 	}
-	names.prev, names.md = names.prev[:n], md
-	if !keep {
-		names.prev, names.md = names.prev[:0], nil
+	names.prev = names.prev[:n]
+	m.vals = m.valArr[:n:n]
+	if sameKeys {
+		m.keys = cur.keys
+	} else {
+		m.keys = make([]string, n)
+		for i := range m.keys {
+			m.keys[i] = names.prev[i].key
+		}
 	}
-	return md
+	names.cur = m
+	if !keep {
+		names.prev, names.cur = names.prev[:0], nil
+	}
+	return m
 }
 
 // maxSharedPairs bounds the pairs a server connection keeps of its last
@@ -329,14 +403,14 @@ const maxInternedValue = 256
 //
 // With share set (a server's connection), it also keeps the pairs of the
 // last call (at most maxSharedPairs, each key and value at most
-// maxInternedValue bytes) and the map made of them: a call that sends the
-// same pairs again gets that same map (sharedMetadata).
+// maxInternedValue bytes) and the callMD made of them: a call that sends
+// the same pairs again gets that same callMD (sharedMetadata).
 type interner struct {
 	keys  map[string]string // as sent → lower case
 	last  map[string]string // key → its last value
 	share bool
 	prev  []sentPair
-	md    metadata.MD
+	cur   *callMD
 }
 
 // sentPair is a metadata pair as a connection sent it: the key as sent,

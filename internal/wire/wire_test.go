@@ -508,28 +508,56 @@ func FuzzServeConn(f *testing.F) {
 }
 
 // TestSharedMetadataBlock: a server connection decodes a metadata block
-// sent again to the map it made of it before, and a changed block (or one
-// after a block too large to keep) to a new map with its own values.
+// sent again to the callMD it made of it before, and a changed block (or
+// one after a block too large to keep) to a new one with its own values;
+// a block whose keys are the last one's shares its keys, and costs one
+// allocation and its new value, not a map; looking up a key sent once
+// makes nothing.
 func TestSharedMetadataBlock(t *testing.T) {
 	in := &interner{share: true}
-	decode := func(b []byte) metadata.MD {
+	decode := func(b []byte) *callMD {
 		t.Helper()
 		d := decoder{b: append(b, 0xAA)} // a byte after the block stays unread
-		md := d.metadata(in)
+		m := d.callMetadata(in)
 		if d.err != nil || len(d.b) != 1 || d.b[0] != 0xAA {
 			t.Fatalf("decode: err %v, %d bytes left", d.err, len(d.b))
 		}
-		return md
+		return m
 	}
 	a := appendMetadata(nil, nil, []string{"user", "alice", "seen", "7"})
 	first := decode(slices.Clone(a))
 	again := decode(slices.Clone(a))
-	if reflect.ValueOf(first).Pointer() != reflect.ValueOf(again).Pointer() || again.Get("seen")[0] != "7" {
-		t.Fatalf("the same block decoded to another map: %v, %v", first, again)
+	if first != again || again.get("seen")[0] != "7" {
+		t.Fatalf("the same block decoded to another callMD: %v, %v", first.MD(), again.MD())
+	}
+	if reflect.ValueOf(first.MD()).Pointer() != reflect.ValueOf(again.MD()).Pointer() {
+		t.Fatal("the same block's map made twice")
 	}
 	b := appendMetadata(nil, nil, []string{"user", "alice", "seen", "8"})
-	if md := decode(slices.Clone(b)); md.Get("seen")[0] != "8" || first.Get("seen")[0] != "7" {
-		t.Fatalf("a changed block: %v (the first still %v)", md, first)
+	changed := decode(slices.Clone(b))
+	if changed.get("seen")[0] != "8" || first.get("seen")[0] != "7" || first.MD().Get("seen")[0] != "7" {
+		t.Fatalf("a changed block: %v (the first still %v)", changed.MD(), first.MD())
+	}
+	if &changed.keys[0] != &first.keys[0] {
+		t.Fatal("a block with the last one's keys did not share them")
+	}
+	blocks := [2][]byte{a, b}
+	i := 0
+	if n := testing.AllocsPerRun(100, func() {
+		i++
+		d := decoder{b: blocks[i%2]}
+		if m := d.callMetadata(in); d.err != nil || m.get("seen")[0] != string("78"[i%2]) {
+			t.Fatalf("block %d: %v %v", i, m.MD(), d.err)
+		}
+	}); n > 2 {
+		t.Errorf("%.1f allocations a block whose value changed, want 2 (the callMD, the value)", n)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if changed.get("user")[0] != "alice" || changed.get("nobody") != nil {
+			t.Fatal("get")
+		}
+	}); n != 0 {
+		t.Errorf("%.1f allocations a lookup, want 0", n)
 	}
 	// Pairs in other places, a key in upper case, a key sent twice.
 	for _, c := range []struct {
@@ -541,20 +569,26 @@ func TestSharedMetadataBlock(t *testing.T) {
 		{[]string{"user", "alice"}, metadata.MD{"user": {"alice"}}},
 		{[]string{"user", "alice", "seen", "8"}, metadata.MD{"user": {"alice"}, "seen": {"8"}}},
 	} {
-		if md := decode(appendMetadata(nil, nil, c.kv)); !reflect.DeepEqual(md, c.want) {
-			t.Fatalf("%q decoded to %v, want %v", c.kv, md, c.want)
+		m := decode(appendMetadata(nil, nil, c.kv))
+		if !reflect.DeepEqual(m.MD(), c.want) {
+			t.Fatalf("%q decoded to %v, want %v", c.kv, m.MD(), c.want)
+		}
+		for k, vs := range c.want {
+			if got := m.get(k); !slices.Equal(got, vs) {
+				t.Fatalf("%q: get(%q) = %q, want %q", c.kv, k, got, vs)
+			}
 		}
 	}
-	if first.Get("seen")[0] != "7" || len(first) != 2 {
-		t.Fatalf("the first map changed: %v", first)
+	if first.get("seen")[0] != "7" || len(first.MD()) != 2 {
+		t.Fatalf("the first block's metadata changed: %v", first.MD())
 	}
 	big := appendMetadata(nil, nil, []string{"user", strings.Repeat("x", maxInternedValue+1)})
 	decode(slices.Clone(big))
-	if in.md != nil || len(in.prev) != 0 {
+	if in.cur != nil || len(in.prev) != 0 {
 		t.Fatalf("kept the pairs of a block with a value of %d bytes", maxInternedValue+1)
 	}
-	if md := decode(slices.Clone(b)); md.Get("seen")[0] != "8" {
-		t.Fatalf("after a large block: %v", md)
+	if m := decode(slices.Clone(b)); m.get("seen")[0] != "8" {
+		t.Fatalf("after a large block: %v", m.MD())
 	}
 }
 
@@ -680,12 +714,20 @@ func FuzzMetadata(f *testing.F) {
 			plain := decoder{b: slices.Clone(blk)}
 			want := plain.metadata(nil)
 			shared := decoder{b: slices.Clone(blk)}
-			got := shared.metadata(in)
+			m := shared.callMetadata(in)
 			if (plain.err == nil) != (shared.err == nil) || len(plain.b) != len(shared.b) {
 				t.Fatalf("%x: err %v / %v, %d / %d bytes left", blk, plain.err, shared.err, len(plain.b), len(shared.b))
 			}
-			if plain.err == nil && !reflect.DeepEqual(got, want) {
+			if plain.err != nil {
+				continue
+			}
+			if got := m.MD(); !reflect.DeepEqual(got, want) {
 				t.Fatalf("%x: shared %v, alone %v", blk, got, want)
+			}
+			for k, vs := range want {
+				if got := m.get(k); !slices.Equal(got, vs) {
+					t.Fatalf("%x: get(%q) = %q, alone %q", blk, k, got, vs)
+				}
 			}
 		}
 	})
