@@ -3,6 +3,7 @@ package client
 import (
 	"slices"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/grpc/metadata"
 
@@ -54,5 +55,39 @@ func TestSentPairs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { c.sentLocked() }); n != 0 {
 		t.Errorf("%.1f allocations to send them again, want 0", n)
+	}
+}
+
+// A client without keyspaces sends the view a write's reply returned as
+// it came, without encoding it again; a second group, an older index or a
+// malformed pair are merged as before.
+func TestOneGroupViewSentAsReturned(t *testing.T) {
+	c := &Client{}
+	view := func() string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		h, ok := c.viewHeaderLocked(func(b []byte) string { return string(b) })
+		if !ok {
+			t.Fatal("view not sendable")
+		}
+		return h
+	}
+	for _, s := range []string{"1:7", "1:9"} {
+		c.mergeView(s)
+		if h := view(); h != s || unsafe.StringData(h) != unsafe.StringData(s) {
+			t.Fatalf("after %q: view %q, not the string returned", s, h)
+		}
+	}
+	for _, s := range []string{"1:8", "1:x", "1:0", ""} {
+		c.mergeView(s)
+		if h := view(); h != "1:9" {
+			t.Fatalf("after %q: view %q, want 1:9", s, h)
+		}
+	}
+	c.mergeView("2:3")
+	c.mergeView("2:4")
+	c.mergeView("1:10")
+	if h := view(); h != "1:10,2:4" {
+		t.Fatalf("two groups: view %q, want 1:10,2:4", h)
 	}
 }

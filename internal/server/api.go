@@ -25,19 +25,36 @@ type api struct {
 }
 
 func (a *api) header(zxid uint64) *pb.Header {
-	if zxid == 0 {
-		zxid = uint64(a.s.lastZxid())
-	}
-	return &pb.Header{Zxid: int64(zxid), MemberId: a.s.cfg.ID, LeaderId: a.s.rep.Leader(), Term: a.s.rep.Term()}
+	return a.fillHeader(&pb.Header{}, zxid, 0)
 }
 
 // headerFor is header plus the session's notified zxid (see Header).
 func (a *api) headerFor(zxid uint64, session int64) *pb.Header {
-	h := a.header(zxid)
-	if hb := a.s.hubs.lookup(session); hb != nil {
-		h.NotifiedZxid = hb.queuedZxid.Load()
+	return a.fillHeader(&pb.Header{}, zxid, session)
+}
+
+// fillHeader sets h as headerFor(zxid, session) makes it (session 0:
+// header's) and returns it.
+func (a *api) fillHeader(h *pb.Header, zxid uint64, session int64) *pb.Header {
+	if zxid == 0 {
+		zxid = uint64(a.s.lastZxid())
+	}
+	h.Zxid, h.MemberId, h.LeaderId, h.Term = int64(zxid), a.s.cfg.ID, a.s.rep.Leader(), a.s.rep.Term()
+	if session != 0 {
+		if hb := a.s.hubs.lookup(session); hb != nil {
+			h.NotifiedZxid = hb.queuedZxid.Load()
+		}
 	}
 	return h
+}
+
+// withHeaderStat is a reply of type R, its Header and its Stat made in
+// one allocation (the replies the API sends most carry both: every
+// write's and read's but Delete's and Exists' of a missing node).
+type withHeaderStat[R any] struct {
+	r  R
+	h  pb.Header
+	st pb.Stat
 }
 
 func (a *api) done(method string, err error) error {
@@ -60,12 +77,16 @@ func version(v *int32) int32 {
 }
 
 func toStat(st tree.Stat) *pb.Stat {
-	return &pb.Stat{
-		Czxid: st.Czxid, Mzxid: st.Mzxid, Ctime: st.Ctime, Mtime: st.Mtime,
-		Version: st.Version, Cversion: st.Cversion, Aversion: st.Aversion,
-		EphemeralOwner: st.EphemeralOwner, DataLength: st.DataLength,
-		NumChildren: st.NumChildren, Pzxid: st.Pzxid,
-	}
+	return fillStat(&pb.Stat{}, st)
+}
+
+// fillStat sets out to st and returns it.
+func fillStat(out *pb.Stat, st tree.Stat) *pb.Stat {
+	out.Czxid, out.Mzxid, out.Ctime, out.Mtime = st.Czxid, st.Mzxid, st.Ctime, st.Mtime
+	out.Version, out.Cversion, out.Aversion = st.Version, st.Cversion, st.Aversion
+	out.EphemeralOwner, out.DataLength = st.EphemeralOwner, st.DataLength
+	out.NumChildren, out.Pzxid = st.NumChildren, st.Pzxid
+	return out
 }
 
 func fromACL(in []*pb.ACL) []tree.ACL {
@@ -131,7 +152,9 @@ func (a *api) Create(ctx context.Context, r *pb.CreateRequest) (*pb.CreateRespon
 	if err != nil {
 		return nil, a.done("Create", err)
 	}
-	return &pb.CreateResponse{Header: a.headerFor(idx, r.GetSessionId()), Path: res.Op.Path, Stat: toStat(res.Op.Stat)}, a.done("Create", nil)
+	x := &withHeaderStat[pb.CreateResponse]{}
+	x.r.Header, x.r.Path, x.r.Stat = a.fillHeader(&x.h, idx, r.GetSessionId()), res.Op.Path, fillStat(&x.st, res.Op.Stat)
+	return &x.r, a.done("Create", nil)
 }
 
 func (a *api) Delete(ctx context.Context, r *pb.DeleteRequest) (*pb.DeleteResponse, error) {
@@ -147,7 +170,9 @@ func (a *api) SetData(ctx context.Context, r *pb.SetDataRequest) (*pb.SetDataRes
 	if err != nil {
 		return nil, a.done("SetData", err)
 	}
-	return &pb.SetDataResponse{Header: a.headerFor(idx, r.GetSessionId()), Stat: toStat(res.Op.Stat)}, a.done("SetData", nil)
+	x := &withHeaderStat[pb.SetDataResponse]{}
+	x.r.Header, x.r.Stat = a.fillHeader(&x.h, idx, r.GetSessionId()), fillStat(&x.st, res.Op.Stat)
+	return &x.r, a.done("SetData", nil)
 }
 
 func (a *api) SetACL(ctx context.Context, r *pb.SetACLRequest) (*pb.SetACLResponse, error) {
@@ -215,7 +240,9 @@ func (a *api) GetData(ctx context.Context, r *pb.ReadRequest) (*pb.GetDataRespon
 	if err != nil {
 		return nil, a.done("GetData", err)
 	}
-	return &pb.GetDataResponse{Header: a.headerFor(idx, r.GetSessionId()), Data: res.data, Stat: toStat(res.stat)}, a.done("GetData", nil)
+	x := &withHeaderStat[pb.GetDataResponse]{}
+	x.r.Header, x.r.Data, x.r.Stat = a.fillHeader(&x.h, idx, r.GetSessionId()), res.data, fillStat(&x.st, res.stat)
+	return &x.r, a.done("GetData", nil)
 }
 
 func (a *api) Exists(ctx context.Context, r *pb.ReadRequest) (*pb.ExistsResponse, error) {
@@ -226,7 +253,9 @@ func (a *api) Exists(ctx context.Context, r *pb.ReadRequest) (*pb.ExistsResponse
 	if err != nil {
 		return nil, a.done("Exists", err)
 	}
-	return &pb.ExistsResponse{Header: a.headerFor(idx, r.GetSessionId()), Exists: true, Stat: toStat(res.stat)}, a.done("Exists", nil)
+	x := &withHeaderStat[pb.ExistsResponse]{}
+	x.r.Header, x.r.Exists, x.r.Stat = a.fillHeader(&x.h, idx, r.GetSessionId()), true, fillStat(&x.st, res.stat)
+	return &x.r, a.done("Exists", nil)
 }
 
 func (a *api) GetChildren(ctx context.Context, r *pb.ReadRequest) (*pb.GetChildrenResponse, error) {
@@ -234,7 +263,9 @@ func (a *api) GetChildren(ctx context.Context, r *pb.ReadRequest) (*pb.GetChildr
 	if err != nil {
 		return nil, a.done("GetChildren", err)
 	}
-	return &pb.GetChildrenResponse{Header: a.headerFor(idx, r.GetSessionId()), Children: res.children, Stat: toStat(res.stat)}, a.done("GetChildren", nil)
+	x := &withHeaderStat[pb.GetChildrenResponse]{}
+	x.r.Header, x.r.Children, x.r.Stat = a.fillHeader(&x.h, idx, r.GetSessionId()), res.children, fillStat(&x.st, res.stat)
+	return &x.r, a.done("GetChildren", nil)
 }
 
 func (a *api) GetACL(ctx context.Context, r *pb.ReadRequest) (*pb.GetACLResponse, error) {
