@@ -197,22 +197,6 @@ func (c *Client) mergeView(s string) {
 	if c.mu.groups == nil {
 		c.mu.groups = map[uint64]uint64{}
 	}
-	if len(c.mu.groups) <= 1 && !strings.Contains(s, ",") {
-		// One pair of the client's one group (or its first), as every
-		// write's reply has without keyspaces: when it raises the view, s
-		// is the view's encoding, sent as it came.
-		g, i, ok := pb.ParseViewPair(s)
-		if !ok {
-			return
-		}
-		if old, had := c.mu.groups[g]; had || len(c.mu.groups) == 0 {
-			if i > old {
-				c.mu.groups[g] = i
-				c.mu.viewHeader, c.mu.viewSendable, c.mu.viewEncoded, c.mu.sent = s, true, true, nil
-			}
-			return
-		}
-	}
 	for pair := range strings.SplitSeq(s, ",") {
 		g, i, ok := pb.ParseViewPair(pair)
 		if ok && i > c.mu.groups[g] {

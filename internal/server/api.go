@@ -49,8 +49,8 @@ func (a *api) fillHeader(h *pb.Header, zxid uint64, session int64) *pb.Header {
 }
 
 // withHeaderStat is a reply of type R, its Header and its Stat made in
-// one allocation (the replies the API sends most carry both: every
-// write's and read's but Delete's and Exists' of a missing node).
+// one allocation, for the replies sent most that carry both: Create,
+// SetData, GetData, GetChildren and Exists of a node that exists.
 type withHeaderStat[R any] struct {
 	r  R
 	h  pb.Header

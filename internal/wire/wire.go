@@ -22,7 +22,8 @@
 // A client that sends the same few keys with every call passes them as
 // CallMetadata, not through the context; the server decodes a call's
 // metadata once (each connection's repeated keys and values made into
-// strings once) and hands it to the interceptors without copies
+// strings once) and hands it to the interceptors without copies, as the
+// pairs sent (IncomingValues) or a map made on the first request for it
 // (IncomingMetadata).
 //
 // What it must never do: interpret a request itself, skip the server's
@@ -222,23 +223,45 @@ func (d *decoder) u64() uint64 {
 // names when it has them: the keys and values a connection sends on
 // every call are made into strings once.
 func (d *decoder) metadata(names *interner) metadata.MD {
-	return d.callMetadata(names).MD()
-}
-
-// callMetadata is metadata as a call's pairs (nil: none), the map made of
-// them only when asked for (callMD).
-func (d *decoder) callMetadata(names *interner) *callMD {
-	n := d.u16()
-	if n > maxMetadataPairs {
-		d.err = errMalformed
+	n := d.pairs()
+	if n == 0 {
 		return nil
 	}
+	if names != nil && names.share && n <= maxSharedPairs {
+		return d.sharedMetadata(names, n).MD()
+	}
+	return d.mapMetadata(names, n)
+}
+
+// callMetadata is metadata as a server's call keeps it (nil: none): the
+// pairs, the map made of them only when asked for (callMD).
+func (d *decoder) callMetadata(names *interner) *callMD {
+	n := d.pairs()
 	if n == 0 {
 		return nil
 	}
 	if names != nil && names.share && n <= maxSharedPairs {
 		return d.sharedMetadata(names, n)
 	}
+	if md := d.mapMetadata(names, n); md != nil {
+		return &callMD{md: md}
+	}
+	return nil
+}
+
+// pairs reads how many metadata pairs follow (0 on a malformed count).
+func (d *decoder) pairs() int {
+	n := d.u16()
+	if n > maxMetadataPairs {
+		d.err = errMalformed
+		return 0
+	}
+	return n
+}
+
+// mapMetadata decodes n pairs into a map, nil when malformed; a sharing
+// interner forgets the last call's pairs.
+func (d *decoder) mapMetadata(names *interner, n int) metadata.MD {
 	md := make(metadata.MD, n)
 	vals := make([]string, n) // one array for the values of keys sent once
 	for i := 0; i < n && d.err == nil; i++ {
@@ -254,7 +277,7 @@ func (d *decoder) callMetadata(names *interner) *callMD {
 	if names != nil {
 		names.prev, names.cur = names.prev[:0], nil
 	}
-	return &callMD{md: md}
+	return md
 }
 
 // add sets vals[i] as key's value in md, after the values it has.
