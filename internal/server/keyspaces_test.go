@@ -935,3 +935,42 @@ func TestKeyspaceLeaderFollowsItsWrites(t *testing.T) {
 		})
 	}
 }
+
+// Once its keyspaces are removed the root's entries carry no clock again,
+// but their zxids stay above their log indexes (clock.go): a read that
+// must wait for a zxid this member has not applied yet waits for that
+// entry, not for the log index of that number, which would outlast the
+// request.
+func TestReadWaitsForZxidAfterKeyspacesRemoved(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	tc.leader()
+	s := tc.servers[0]
+	tc.keyspace("/eu", "local", fsm.SurvivalZone)
+	c := tc.client()
+	if _, _, err := c.Create(ctx(t), "/before", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.removeKeyspace(ctx(t), "/eu"); err != nil {
+		t.Fatal(err)
+	}
+	for s.clocked() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	last := s.root.lastZxid()
+	if uint64(last) <= s.root.rep.AppliedIndex()+1000 {
+		t.Fatalf("the root's zxid %d is not ahead of its index %d: nothing to test", last, s.root.rep.AppliedIndex())
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.readBarrier(context.Background(), s.root, false, last+1) }()
+	if _, _, err := c.Create(ctx(t), "/after", nil, client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the read's wait: %v", err)
+		}
+	case <-time.After(3 * time.Second): // the request timeout is 5 s
+		t.Fatal("a read waiting for the next zxid still waits after an entry past it applied")
+	}
+}

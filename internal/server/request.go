@@ -430,7 +430,7 @@ func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid
 			ctx, cancel := s.withTimeout(ctx)
 			defer cancel()
 			wire.Waits(ctx) // a wait: the connection reads on
-			return timedOut(s.rep.WaitApplied(ctx, uint64(minZxid)))
+			return timedOut(waitZxid(ctx, g, minZxid))
 		}
 		linear = true
 	}
@@ -446,6 +446,24 @@ func (s *Server) readBarrier(ctx context.Context, g *group, linear bool, minZxid
 		return timedOut(err)
 	}
 	return nil
+}
+
+// waitZxid waits until g has applied the entry of zxid (the client saw
+// it, so it is committed), entry by entry: a zxid is its entry's log
+// index only while the group's entries never carried a clock; once
+// keyspaces existed, and after they are removed, zxids run ahead of
+// indexes (clock.go), and a wait for index zxid would outlast the
+// request.
+func waitZxid(ctx context.Context, g *group, zxid int64) error {
+	for {
+		applied := g.rep.AppliedIndex() // before the zxid: no entry slips between
+		if g.lastZxid() >= zxid {
+			return nil
+		}
+		if err := g.rep.WaitApplied(ctx, applied+1); err != nil {
+			return err
+		}
+	}
 }
 
 // admitSession refuses a new session while the cluster holds MaxSessions
