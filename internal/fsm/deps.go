@@ -214,6 +214,7 @@ func (f *FSM) mergeDeps(deps []Dep) {
 			delete(f.deps, oldest)
 		}
 		f.deps[d.Group] = d.Index
+		f.hasDeps.Store(true)
 	}
 }
 
@@ -236,6 +237,13 @@ func (f *FSM) Deps() Deps {
 // HasDeps reports whether the group depends on any other. Call it under
 // RLock.
 func (f *FSM) HasDeps() bool { return len(f.deps) > 0 }
+
+// MayHaveDeps is HasDeps without the lock: false when the group depended
+// on no other as of the last entry applied before the call (a group's
+// dependencies only grow, so a state observed before it has none either).
+// A reader of a group that never had dependencies, a group of a cluster
+// without keyspaces, need not wait for the lock behind an Apply.
+func (f *FSM) MayHaveDeps() bool { return f.hasDeps.Load() }
 
 // DepsInto merges the group's dependencies into d. Call it under RLock.
 func (f *FSM) DepsInto(d Deps) {

@@ -19,6 +19,13 @@ func TestDepsMergedAtApply(t *testing.T) {
 	create := func(path string) []byte {
 		return treeEntry(t, &tree.Command{Op: tree.Op{Type: tree.OpCreate, Path: path, ACL: tree.OpenACL}})
 	}
+	// Without the lock, MayHaveDeps says what HasDeps says: none until an
+	// entry brings some (only the group's own id: still none).
+	own, _ := WrapClockDeps(1000, 0, []Dep{{7, 3}}, create("/eu/own"))
+	apply(t, f, own)
+	if f.MayHaveDeps() || f.HasDeps() {
+		t.Fatal("a group with no dependencies says it may have some")
+	}
 	for _, c := range []struct {
 		deps []Dep
 		want Deps
@@ -42,6 +49,9 @@ func TestDepsMergedAtApply(t *testing.T) {
 		if !maps.Equal(got, c.want) {
 			t.Fatalf("after %v: deps %v, want %v", c.deps, got, c.want)
 		}
+		if !f.MayHaveDeps() {
+			t.Fatalf("after %v: MayHaveDeps false with deps %v", c.deps, got)
+		}
 	}
 	// A version 4 snapshot carries them; a restore brings them back.
 	snap, err := f.Snapshot()
@@ -52,12 +62,18 @@ func TestDepsMergedAtApply(t *testing.T) {
 	if err := g.Restore(f.Applied(), snap); err != nil {
 		t.Fatal(err)
 	}
-	if !maps.Equal(g.Deps(), f.Deps()) || g.LastZxid() != f.LastZxid() {
-		t.Fatalf("restored deps %v zxid %d, want %v %d", g.Deps(), g.LastZxid(), f.Deps(), f.LastZxid())
+	if !maps.Equal(g.Deps(), f.Deps()) || g.LastZxid() != f.LastZxid() || !g.MayHaveDeps() {
+		t.Fatalf("restored deps %v (may have: %v) zxid %d, want %v %d", g.Deps(), g.MayHaveDeps(), g.LastZxid(), f.Deps(), f.LastZxid())
 	}
 	again, _ := g.Snapshot()
 	if !bytes.Equal(again, snap) {
 		t.Fatal("a restored state snapshots differently")
+	}
+	// A snapshot without dependencies restored over a state with some
+	// leaves none.
+	plain, _ := NewKeyspace(Hooks{}, ks).Snapshot()
+	if err := g.Restore(0, plain); err != nil || g.MayHaveDeps() {
+		t.Fatalf("restore of a state without dependencies: %v, may have some: %v", err, g.MayHaveDeps())
 	}
 	// A root group's version 4 snapshot (no sessions section) too.
 	root := New(Hooks{})

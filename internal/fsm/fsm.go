@@ -39,6 +39,7 @@ package fsm
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/meridian-coord/meridian/internal/coord"
 	"github.com/meridian-coord/meridian/internal/errs"
@@ -78,6 +79,8 @@ type FSM struct {
 	// which they are complete.
 	deps     Deps
 	depsFrom uint64
+	// hasDeps is len(deps) > 0, readable without the lock (MayHaveDeps).
+	hasDeps atomic.Bool
 	// res is the result of the entry Apply is applying, cmd its tree
 	// command (Apply only): a Result's TreeCommand is good until the next
 	// Apply.

@@ -218,6 +218,7 @@ func (f *FSM) Restore(index uint64, data []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tree, f.coord, f.keyspaces, f.applied, f.deps, f.depsFrom = t, c, ks, index, deps, depsFrom
+	f.hasDeps.Store(len(deps) > 0)
 	if f.sessions != nil {
 		f.sessions = sessions
 	}

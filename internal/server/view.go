@@ -154,7 +154,10 @@ func (s *Server) settle(v *view) {
 		}
 	}
 	for _, id := range fresh {
-		if g := s.groupByID(id); g != nil {
+		// A group without dependencies (every group of a cluster without
+		// keyspaces) has none to merge: its lock, which an Apply holds
+		// often under load, is not waited for.
+		if g := s.groupByID(id); g != nil && g.fsm.MayHaveDeps() {
 			g.fsm.RLock()
 			if g.fsm.HasDeps() {
 				if seen == nil {
