@@ -953,8 +953,10 @@ func TestReadWaitsForZxidAfterKeyspacesRemoved(t *testing.T) {
 	if _, err := s.removeKeyspace(ctx(t), "/eu"); err != nil {
 		t.Fatal(err)
 	}
-	for s.clocked() {
-		time.Sleep(10 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); s.clocked(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the member still has keyspaces 10 s after the last was removed")
+		}
 	}
 	last := s.root.lastZxid()
 	if uint64(last) <= s.root.rep.AppliedIndex()+1000 {
