@@ -112,7 +112,7 @@ func (c *Client) sentLocked() []string {
 		used += n
 		return s
 	}
-	view, sendable := c.viewHeaderLocked(keep)
+	view, sendable := c.viewHeaderLocked(keep, x.buf[:0]) // encoded in place when it fits
 	var digits [20]byte
 	zxid := keep(strconv.AppendInt(digits[:0], c.mu.lastZxid, 10))
 	base := c.basePairsLocked()
@@ -148,12 +148,12 @@ func (c *Client) basePairsLocked() []string {
 }
 
 // viewHeaderLocked is the view in SeenGroupsHeader's form, encoded again
-// after a change (keep makes the string of its bytes); false when it is
-// too large to send. Caller holds c.mu.
-func (c *Client) viewHeaderLocked(keep func([]byte) string) (string, bool) {
+// after a change into scratch (grown when it does not fit; keep makes the
+// string of its bytes); false when it is too large to send. Caller holds
+// c.mu.
+func (c *Client) viewHeaderLocked(keep func([]byte) string, scratch []byte) (string, bool) {
 	if !c.mu.viewEncoded {
-		var scratch [42]byte // one pair; more grow it
-		b, ok := c.appendViewLocked(scratch[:0])
+		b, ok := c.appendViewLocked(scratch)
 		c.mu.viewHeader, c.mu.viewSendable, c.mu.viewEncoded = keep(b), ok, true
 	}
 	return c.mu.viewHeader, c.mu.viewSendable
@@ -197,11 +197,20 @@ func (c *Client) mergeView(s string) {
 	if c.mu.groups == nil {
 		c.mu.groups = map[uint64]uint64{}
 	}
+	if !strings.Contains(s, ",") { // one group (no keyspaces): no splitting
+		c.raiseLocked(pb.ParseViewPair(s))
+		return
+	}
 	for pair := range strings.SplitSeq(s, ",") {
-		g, i, ok := pb.ParseViewPair(pair)
-		if ok && i > c.mu.groups[g] {
-			c.mu.groups[g] = i
-			c.mu.viewEncoded, c.mu.sent = false, nil // encoded again when next sent
-		}
+		c.raiseLocked(pb.ParseViewPair(pair))
+	}
+}
+
+// raiseLocked raises group g's index in the view to i when ok. Caller
+// holds c.mu.
+func (c *Client) raiseLocked(g, i uint64, ok bool) {
+	if ok && i > c.mu.groups[g] {
+		c.mu.groups[g] = i
+		c.mu.viewEncoded, c.mu.sent = false, nil // encoded again when next sent
 	}
 }

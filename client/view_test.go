@@ -2,6 +2,7 @@ package client
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	"google.golang.org/grpc/metadata"
@@ -19,7 +20,7 @@ func TestMergeReplyTakesTheViewFromEitherPlace(t *testing.T) {
 	c.mergeReply(nil, &pb.SetDataResponse{Header: &pb.Header{View: "1:5"}}) // older: kept at 7
 	c.mergeReply(nil, nil)
 	c.mu.Lock()
-	h, ok := c.viewHeaderLocked(func(b []byte) string { return string(b) })
+	h, ok := c.viewHeaderLocked(func(b []byte) string { return string(b) }, nil)
 	c.mu.Unlock()
 	if !ok || h != "1:7,2:3" {
 		t.Fatalf("view %q (%v); want 1:7,2:3", h, ok)
@@ -52,6 +53,19 @@ func TestSentPairs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { zxid++; c.mu.lastZxid = zxid; c.sentLocked() }); n != 1 {
 		t.Errorf("%.1f allocations to build the pairs again, want 1", n)
 	}
+	views := make([]string, 0, 200) // what a write's replies return
+	for i := range cap(views) {
+		views = append(views, "0:"+strconv.Itoa(1000+i))
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		zxid++
+		c.mu.lastZxid = zxid
+		c.mergeView(views[0])
+		views = views[1:]
+		c.sentLocked()
+	}); n != 1 {
+		t.Errorf("%.1f allocations to merge a write's view and build the pairs again, want 1", n)
+	}
 	if n := testing.AllocsPerRun(100, func() { c.sentLocked() }); n != 0 {
 		t.Errorf("%.1f allocations to send them again, want 0", n)
 	}
@@ -64,7 +78,7 @@ func TestMergeViewRaisesOnly(t *testing.T) {
 	view := func() string {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		h, ok := c.viewHeaderLocked(func(b []byte) string { return string(b) })
+		h, ok := c.viewHeaderLocked(func(b []byte) string { return string(b) }, nil)
 		if !ok {
 			t.Fatal("view not sendable")
 		}

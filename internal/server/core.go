@@ -207,6 +207,7 @@ type callInfo struct {
 	ids  []tree.ID
 	seen int64
 	view *view
+	own  view // what view points to when the call carries one
 }
 
 func callOf(ctx context.Context) *callInfo {
@@ -394,8 +395,12 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		s.metrics.countNative(methodName(info.FullMethod), codeLabel(err))
 		return nil, err
 	}
-	v := viewFromMetadata(ctx)
-	resp, err := handler(wire.WithCallValue(ctx, callKey{}, &callInfo{ids: ids, seen: seenFromMetadata(ctx), view: v}), req)
+	ci := &callInfo{ids: ids, seen: seenFromMetadata(ctx)}
+	if viewFromMetadata(ctx, &ci.own) {
+		ci.view = &ci.own
+	}
+	v := ci.view
+	resp, err := handler(wire.WithCallValue(ctx, callKey{}, ci), req)
 	if v != nil {
 		// The client's view with what this call observed, in the reply's
 		// Header (in the header metadata when the reply has none: an
@@ -414,18 +419,12 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 	return resp, err
 }
 
-// viewFromMetadata is the calling client's view (seenGroupsHeader), nil
-// when absent or malformed (the call then reads by its min_zxid).
-func viewFromMetadata(ctx context.Context) *view {
+// viewFromMetadata reads the calling client's view (seenGroupsHeader)
+// into v; false when absent or malformed (the call then has no view and
+// reads by its min_zxid).
+func viewFromMetadata(ctx context.Context, v *view) bool {
 	vs := incoming(ctx, seenGroupsHeader)
-	if len(vs) != 1 {
-		return nil
-	}
-	v, ok := parseView(vs[0])
-	if !ok {
-		return nil
-	}
-	return v
+	return len(vs) == 1 && parseView(vs[0], v)
 }
 
 // seenFromMetadata is the highest zxid the calling client says it has

@@ -306,7 +306,7 @@ func (s *Server) markDeps(g *group, now time.Time, electionTimeout time.Duration
 			s.log.Debug("dependency marker not proposed", "group", g.id, "err", err)
 			return
 		}
-		s.log.Info("proposed the dependency marker", "group", g.id, "deps", len(v.at))
+		s.log.Info("proposed the dependency marker", "group", g.id, "deps", v.groups())
 	}()
 }
 

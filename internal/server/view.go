@@ -33,13 +33,17 @@ import (
 // A ZooKeeper connection keeps one view for its life; a native call
 // carries its client's view in SeenGroupsHeader both ways.
 //
-// A native call's view lives for the call: its maps are made when first
-// written (nil until then), so a call in a cluster without keyspaces
-// allocates little for it.
+// A native call's view lives for the call, inside its callInfo: the
+// root's index is a field and the maps are made when first written (nil
+// until then), so a call in a cluster without keyspaces allocates nothing
+// for it.
 type view struct {
 	mu    sync.Mutex
 	floor int64
-	at    fsm.Deps
+	// root is the root group's index (0: none), at every other group's:
+	// the whole view is at with root added (allAt).
+	root uint64
+	at   fsm.Deps
 	// fresh are the groups observed since their dependencies were last
 	// merged (each once; a request observes a few), events the paths of
 	// the watch events delivered since then (settle): merging is left to
@@ -72,6 +76,12 @@ func newView(floor int64) *view {
 // raise sets g's index in at to index if that is higher. Caller holds
 // v.mu.
 func (v *view) raise(g, index uint64) {
+	if g == 0 {
+		if index > v.root {
+			v.root, v.grown = index, true
+		}
+		return
+	}
 	if index > v.at[g] {
 		if v.at == nil {
 			v.at = fsm.Deps{}
@@ -182,7 +192,31 @@ func (s *Server) settle(v *view) {
 func (v *view) need(g uint64) uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if g == 0 {
+		return v.root
+	}
 	return v.at[g]
+}
+
+// sortedLocked is the whole view by group (the root first). Caller
+// holds v.mu.
+func (v *view) sortedLocked() []fsm.Dep {
+	out := make([]fsm.Dep, 0, len(v.at)+1)
+	if v.root > 0 {
+		out = append(out, fsm.Dep{Group: 0, Index: v.root})
+	}
+	return append(out, v.at.Sorted()...)
+}
+
+// groups is how many groups the view names.
+func (v *view) groups() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := len(v.at)
+	if v.root > 0 {
+		n++
+	}
+	return n
 }
 
 // newestGroup is the highest keyspace group id in the view: the root has
@@ -211,7 +245,7 @@ func (s *Server) depsFor(ctx context.Context, v *view, g *group) ([]fsm.Dep, err
 	}
 	s.settle(v)
 	v.mu.Lock()
-	want := v.at.Sorted()
+	want := v.sortedLocked()
 	v.mu.Unlock()
 	g.fsm.RLock()
 	have := g.fsm.Deps()
@@ -299,6 +333,9 @@ func (s *Server) viewBarrier(ctx context.Context, g *group, linear bool, v *view
 func (s *Server) depsComplete(v *view, g uint64) bool {
 	v.mu.Lock()
 	var check []fsm.Dep
+	if g != 0 && v.root > 0 && !v.complete[0] {
+		check = append(check, fsm.Dep{Group: 0, Index: v.root})
+	}
 	for h, index := range v.at {
 		if h != g && !v.complete[h] {
 			check = append(check, fsm.Dep{Group: h, Index: index})
@@ -382,18 +419,15 @@ const seenGroupsHeader = "meridian-seen-groups"
 func encodeView(v *view) string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if len(v.at) == 0 {
-		return "-"
-	}
 	var buf [64]byte
 	b := buf[:0]
-	if len(v.at) == 1 { // the root alone: no sorting
-		for g, index := range v.at {
-			b = pb.AppendViewPair(b, g, index)
-		}
-		return string(b)
+	switch {
+	case len(v.at) == 0 && v.root == 0:
+		return "-"
+	case len(v.at) == 0: // the root alone: no sorting
+		return string(pb.AppendViewPair(b, 0, v.root))
 	}
-	for i, d := range v.at.Sorted() {
+	for i, d := range v.sortedLocked() {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -410,24 +444,23 @@ func (v *view) grownSinceParse() bool {
 	return v.grown
 }
 
-// parseView reads seenGroupsHeader's form; false when it is malformed or
-// longer than fsm.MaxDeps pairs (the call then has no view: coarse
-// min_zxid reads).
-func parseView(s string) (*view, bool) {
-	v := newView(0)
+// parseView reads seenGroupsHeader's form into v, a view nobody else
+// holds yet; false when it is malformed or longer than fsm.MaxDeps pairs
+// (the call then has no view: coarse min_zxid reads).
+func parseView(s string, v *view) bool {
 	if s == "-" {
-		return v, true
+		return true
 	}
 	if strings.Count(s, ",") >= fsm.MaxDeps {
-		return nil, false
+		return false
 	}
 	for pair := range strings.SplitSeq(s, ",") {
 		g, i, ok := pb.ParseViewPair(pair)
 		if !ok {
-			return nil, false
+			return false
 		}
 		v.raise(g, i)
 	}
 	v.grown = false
-	return v, true
+	return true
 }

@@ -75,3 +75,54 @@ func TestNativeReplyCarriesView(t *testing.T) {
 		t.Fatalf("an error's view %q; want the root group at what the member applied", vs[0])
 	}
 }
+
+// A view keeps the root's index out of its map: a root-only view is read,
+// raised and encoded as any other, and reading and raising it inside a
+// call's callInfo allocates nothing but the callInfo every call has.
+func TestRootViewWithoutMap(t *testing.T) {
+	for _, tc := range []struct {
+		in, raised string
+		seven      uint64 // group 7's index
+	}{
+		{"-", "0:9", 0},
+		{"0:5", "0:9", 0},
+		{"0:12", "0:12", 0},
+		{"0:5,7:3", "0:9,7:3", 3},
+		{"3:4,7:3", "0:9,3:4,7:3", 3},
+	} {
+		ci := &callInfo{}
+		if !parseView(tc.in, &ci.own) {
+			t.Fatalf("parseView(%q) refused", tc.in)
+		}
+		v := &ci.own
+		if got := encodeView(v); got != tc.in || v.grownSinceParse() {
+			t.Fatalf("parseView(%q) encodes as %q (grown %v)", tc.in, got, v.grownSinceParse())
+		}
+		v.observe(0, 9)
+		if got := encodeView(v); got != tc.raised {
+			t.Fatalf("%q after the root at 9: %q, want %q", tc.in, got, tc.raised)
+		}
+		if got, want := v.grownSinceParse(), tc.in != tc.raised; got != want {
+			t.Fatalf("%q raised to %q: grown %v", tc.in, tc.raised, got)
+		}
+		if v.need(0) < 9 || v.need(7) != tc.seven {
+			t.Fatalf("%q: need root %d, group 7 %d", tc.raised, v.need(0), v.need(7))
+		}
+	}
+	for _, bad := range []string{"", "0:", "x:1", "0:0", "0:5,"} {
+		if parseView(bad, &view{}) {
+			t.Fatalf("parseView(%q) accepted", bad)
+		}
+	}
+	index := uint64(100)
+	if n := testing.AllocsPerRun(100, func() {
+		ci := &callInfo{}
+		if !parseView("0:99", &ci.own) {
+			t.Fatal("refused")
+		}
+		index++
+		ci.own.observe(0, index)
+	}); n != 1 {
+		t.Fatalf("%.1f allocations to read and raise a root-only view in its callInfo, want 1", n)
+	}
+}
