@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -201,6 +202,15 @@ type pendingCall struct {
 	msgs   [][]byte      // a stream's messages not yet received
 	queued int           // their bytes
 	more   chan struct{} // signalled when msgs grows (streams)
+
+	// A unary call waited for under a deadline (await): its connection
+	// and id, and the timer that ends it at the deadline or on cancel
+	// (made once, kept with p in the pool); kept: the timer fired, so p
+	// may still be in use by expire and goes back to no pool.
+	cc     *clientConn
+	id     uint32
+	expiry *time.Timer
+	kept   bool
 }
 
 // finish signals that the call's reply or error is set. Caller took p
@@ -217,8 +227,73 @@ func (p *pendingCall) finish() {
 var pendingPool = sync.Pool{New: func() any { return &pendingCall{done: make(chan struct{}, 1)} }}
 
 func putPending(p *pendingCall) {
-	*p = pendingCall{done: p.done}
+	if p.kept {
+		return
+	}
+	*p = pendingCall{done: p.done, expiry: p.expiry}
 	pendingPool.Put(p)
+}
+
+// errExpired is a pendingCall's err when its deadline or cancel ended it
+// (expire): the caller reports its context's error instead.
+var errExpired = errors.New("wire: the call's context ended")
+
+// expire ends p, if its call is still pending, with errExpired: the
+// timer await armed fired (the deadline, or the context's cancel).
+func (p *pendingCall) expire() {
+	cc := p.cc
+	cc.mu.Lock()
+	if cc.pending[p.id] != p {
+		cc.mu.Unlock()
+		return // answered, or failed with the connection
+	}
+	delete(cc.pending, p.id)
+	p.err = errExpired
+	cc.mu.Unlock()
+	p.finish()
+}
+
+// await waits for p's reply, or for ctx's end: nil when the reply (or the
+// connection's failure, in p.err) came first, ctx's error otherwise. A
+// callCtx over a parent that never ends (the client's calls without a
+// deadline of their own) is waited on with p's own timer ending the call
+// (cancel fires it at once), so the waiter receives on one channel
+// instead of selecting on two, and makes no timer a call.
+func (cc *clientConn) await(ctx context.Context, id uint32, p *pendingCall) error {
+	c, ok := ctx.(*callCtx)
+	if ok {
+		c.mu.Lock()
+		ok = c.live.Load() == nil && !c.cancelled && c.timer == nil && !c.deadline.IsZero() && c.parent.Done() == nil
+		if ok {
+			p.cc, p.id = cc, id
+			if p.expiry == nil {
+				p.expiry = time.AfterFunc(time.Until(c.deadline), p.expire)
+			} else {
+				p.expiry.Reset(time.Until(c.deadline))
+			}
+			c.timer = p.expiry
+		}
+		c.mu.Unlock()
+	}
+	if !ok {
+		return wait(ctx, p.done)
+	}
+	<-p.done
+	c.mu.Lock()
+	c.timer = nil
+	c.mu.Unlock()
+	if !p.expiry.Stop() {
+		p.kept = true // expire ran, or runs still
+	}
+	if p.err != errExpired {
+		return nil
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	// Only cancel or the deadline fire the timer; the deadline is past
+	// now (Err says so from here on).
+	return context.DeadlineExceeded
 }
 
 func (cc *clientConn) broken() bool {
@@ -480,7 +555,7 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	if err != nil {
 		return err
 	}
-	if err := wait(ctx, p.done); err != nil {
+	if err := cc.await(ctx, id, p); err != nil {
 		cc.cancel(id)
 		return status.FromContextError(err).Err()
 	}

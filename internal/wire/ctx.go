@@ -14,7 +14,8 @@ import (
 // something asks for Done, or for Err past the deadline: most reads never
 // wait for anything, so never do. A caller waiting for a reply on a
 // callCtx over a parent that never ends (the client's calls without a
-// deadline of their own) waits with a pooled timer instead (wait).
+// deadline of their own) waits with its call's own timer instead
+// (clientConn.await).
 type callCtx struct {
 	parent   context.Context
 	deadline time.Time // zero: none
@@ -22,7 +23,7 @@ type callCtx struct {
 
 	mu        sync.Mutex
 	cancelled bool        // cancel came before live was made
-	timer     *time.Timer // wait's pooled timer, while it waits
+	timer     *time.Timer // await's timer, while it waits: cancel fires it
 }
 
 // liveCtx is the context a callCtx hands out once asked for Done.
@@ -150,42 +151,13 @@ func unpoolTimer(t *time.Timer) {
 }
 
 // wait waits for done, or for ctx's end: nil when done came first, ctx's
-// error otherwise. A callCtx whose parent never ends is waited on with a
-// pooled timer for its deadline (cancel wakes it), so a reply that comes
-// in time costs no timer of its own.
+// error otherwise (a call's context the client made is waited on by
+// await, without Done).
 func wait(ctx context.Context, done <-chan struct{}) error {
-	c, ok := ctx.(*callCtx)
-	if ok {
-		c.mu.Lock()
-		ok = c.live.Load() == nil && !c.cancelled && c.timer == nil && !c.deadline.IsZero() && c.parent.Done() == nil
-		if ok {
-			c.timer = pooledTimer(time.Until(c.deadline))
-		}
-		c.mu.Unlock()
-	}
-	if !ok {
-		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	var err error
 	select {
 	case <-done:
-	case <-c.timer.C:
-		err = c.Err()
-		if err == nil {
-			// Only cancel or the deadline reset the timer; the deadline
-			// is past now (Err says so from here on).
-			err = context.DeadlineExceeded
-		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	c.mu.Lock()
-	t := c.timer
-	c.timer = nil
-	c.mu.Unlock()
-	unpoolTimer(t)
-	return err
 }

@@ -117,43 +117,83 @@ func testDeadlineContext(t *testing.T, mk func(d time.Duration) (context.Context
 
 type ctxKey struct{}
 
-// wait returns when the reply comes, at the deadline, or at once when the
-// context is cancelled while it waits on its pooled timer.
-func TestWait(t *testing.T) {
-	done := make(chan struct{})
-	close(done)
+// await returns when the reply comes, at the deadline, or at once when
+// the context is cancelled while it waits; a call it ended is no longer
+// pending, and a pendingCall used again carries nothing over.
+func TestAwait(t *testing.T) {
+	cc := &clientConn{pending: map[uint32]*pendingCall{}}
+	call := func() (uint32, *pendingCall) {
+		p := pendingPool.Get().(*pendingCall)
+		cc.mu.Lock()
+		cc.next++
+		id := cc.next
+		cc.pending[id] = p
+		cc.mu.Unlock()
+		return id, p
+	}
+	answer := func(id uint32) { // as readLoop does
+		cc.mu.Lock()
+		p := cc.pending[id]
+		delete(cc.pending, id)
+		cc.mu.Unlock()
+		if p != nil {
+			p.finish()
+		}
+	}
+	pending := func(id uint32) bool {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		return cc.pending[id] != nil
+	}
+
+	id, p := call()
+	answer(id)
 	ctx, cancel := WithTimeout(context.Background(), time.Hour)
-	if err := wait(ctx, done); err != nil {
-		t.Fatalf("reply in time: %v", err)
+	if err := cc.await(ctx, id, p); err != nil || p.kept {
+		t.Fatalf("reply in time: %v (kept %v)", err, p.kept)
 	}
 	cancel()
+	putPending(p)
 
+	id, p = call()
 	ctx, cancel = WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := wait(ctx, make(chan struct{})); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("no reply: %v, want the deadline", err)
+	if err := cc.await(ctx, id, p); !errors.Is(err, context.DeadlineExceeded) || pending(id) {
+		t.Fatalf("no reply: %v (still pending: %v), want the deadline", err, pending(id))
 	}
 
+	id, p = call()
 	ctx, cancel = WithTimeout(context.Background(), 30*time.Second)
 	time.AfterFunc(20*time.Millisecond, cancel)
 	start := time.Now()
-	if err := wait(ctx, make(chan struct{})); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled while waiting: %v after %v, want Canceled", err, time.Since(start))
+	if err := cc.await(ctx, id, p); !errors.Is(err, context.Canceled) || pending(id) {
+		t.Fatalf("cancelled while waiting: %v after %v (still pending: %v), want Canceled", err, time.Since(start), pending(id))
 	}
-	// A reused timer carries nothing over to the next wait.
+	// A context that has a channel already is waited on through it.
+	id, p = call()
+	ctx, cancel = WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_ = ctx.Done()
+	if err := cc.await(ctx, id, p); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no reply on a context with its channel: %v, want the deadline", err)
+	}
+	// A pooled call's timer carries nothing over to the next wait.
 	for i := 0; i < 50; i++ {
 		ctx, cancel := WithTimeout(context.Background(), time.Hour)
-		ch := make(chan struct{})
+		id, p := call()
 		if i%2 == 0 {
-			time.AfterFunc(time.Millisecond, func() { close(ch) })
+			time.AfterFunc(time.Millisecond, func() { answer(id) })
 		} else {
 			time.AfterFunc(time.Millisecond, cancel)
 		}
-		err := wait(ctx, ch)
+		err := cc.await(ctx, id, p)
 		if (i%2 == 0) != (err == nil) {
 			t.Fatalf("wait %d: %v", i, err)
 		}
 		cancel()
+		if err == nil {
+			putPending(p)
+		}
 	}
 }
 
