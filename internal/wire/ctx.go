@@ -132,24 +132,6 @@ func (c *callCtx) cancel() {
 	}
 }
 
-var timerPool sync.Pool
-
-// pooledTimer is a timer from timerPool set to fire after d.
-func pooledTimer(d time.Duration) *time.Timer {
-	t, _ := timerPool.Get().(*time.Timer)
-	if t == nil {
-		return time.NewTimer(d)
-	}
-	t.Reset(d)
-	return t
-}
-
-// unpoolTimer stops t and returns it to timerPool.
-func unpoolTimer(t *time.Timer) {
-	t.Stop() // no value arrives on t.C after Stop (Go 1.23 timers)
-	timerPool.Put(t)
-}
-
 // wait waits for done, or for ctx's end: nil when done came first, ctx's
 // error otherwise (a call's context the client made is waited on by
 // await, without Done).

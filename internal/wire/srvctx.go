@@ -193,8 +193,8 @@ var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 // WaitDone waits for done, stop or ctx's end. On a server call's context
 // (a handler waiting for its write to be applied) it makes neither the
 // context's channel nor its deadline's timer, as Done would: it waits on a
-// pooled channel that the context's end signals and a pooled timer for
-// the deadline. Other contexts are waited on through Done.
+// pooled channel that the context's end signals, and a pooled timer ends
+// the context at its deadline. Other contexts are waited on through Done.
 func WaitDone(ctx context.Context, done, stop <-chan struct{}) Waited {
 	if c, ok := ctx.(*serverCtx); ok {
 		c.mu.Lock()
@@ -217,13 +217,15 @@ func WaitDone(ctx context.Context, done, stop <-chan struct{}) Waited {
 	}
 }
 
-// waitWoken is WaitDone on c, whose waker the caller set.
+// waitWoken is WaitDone on c, whose waker the caller set. The deadline
+// ends c through a pooled timer's function, which signals the waker as
+// every end does: the select has no timer channel of its own.
 func (c *serverCtx) waitWoken(done, stop <-chan struct{}) Waited {
-	var t *time.Timer
-	var expired <-chan time.Time
+	var w *deadlineTimer
 	if !c.deadline.IsZero() {
-		t = pooledTimer(time.Until(c.deadline))
-		expired = t.C
+		w = deadlinePool.Get().(*deadlineTimer)
+		w.c.Store(c)
+		w.t.Reset(time.Until(c.deadline))
 	}
 	var r Waited
 	select {
@@ -233,24 +235,40 @@ func (c *serverCtx) waitWoken(done, stop <-chan struct{}) Waited {
 		r = WaitedStop
 	case <-c.waker:
 		r = WaitedEnded
-	case <-expired:
-		c.end(context.DeadlineExceeded)
-		r = WaitedEnded
 	}
 	c.mu.Lock()
-	w := c.waker
+	wk := c.waker
 	c.waker = nil
 	c.mu.Unlock()
 	select {
-	case <-w: // the end came after the wake-up: not for the next user
+	case <-wk: // the end came after the wake-up: not for the next user
 	default:
 	}
-	wakePool.Put(w)
-	if t != nil {
-		unpoolTimer(t)
-	}
+	wakePool.Put(wk)
+	if w != nil && w.t.Stop() {
+		w.c.Store(nil)
+		deadlinePool.Put(w)
+	} // else it fired: its function may still run, so it is not reused
 	return r
 }
+
+// deadlineTimer ends the context it holds at its deadline (waitWoken).
+type deadlineTimer struct {
+	t *time.Timer
+	c atomic.Pointer[serverCtx]
+}
+
+// deadlinePool recycles waitWoken's timers.
+var deadlinePool = sync.Pool{New: func() any {
+	w := &deadlineTimer{}
+	w.t = time.AfterFunc(time.Hour, func() {
+		if c := w.c.Load(); c != nil {
+			c.expire()
+		}
+	})
+	w.t.Stop()
+	return w
+}}
 
 // cancel ends the call's context (the call's end, the client's cancel,
 // the connection's close).
