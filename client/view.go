@@ -197,20 +197,11 @@ func (c *Client) mergeView(s string) {
 	if c.mu.groups == nil {
 		c.mu.groups = map[uint64]uint64{}
 	}
-	if !strings.Contains(s, ",") { // one group (no keyspaces): no splitting
-		c.raiseLocked(pb.ParseViewPair(s))
-		return
-	}
 	for pair := range strings.SplitSeq(s, ",") {
-		c.raiseLocked(pb.ParseViewPair(pair))
-	}
-}
-
-// raiseLocked raises group g's index in the view to i when ok. Caller
-// holds c.mu.
-func (c *Client) raiseLocked(g, i uint64, ok bool) {
-	if ok && i > c.mu.groups[g] {
-		c.mu.groups[g] = i
-		c.mu.viewEncoded, c.mu.sent = false, nil // encoded again when next sent
+		g, i, ok := pb.ParseViewPair(pair)
+		if ok && i > c.mu.groups[g] {
+			c.mu.groups[g] = i
+			c.mu.viewEncoded, c.mu.sent = false, nil // encoded again when next sent
+		}
 	}
 }

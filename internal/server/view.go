@@ -41,7 +41,7 @@ type view struct {
 	mu    sync.Mutex
 	floor int64
 	// root is the root group's index (0: none), at every other group's:
-	// the whole view is at with root added (allAt).
+	// the whole view is at with root added (sortedLocked).
 	root uint64
 	at   fsm.Deps
 	// fresh are the groups observed since their dependencies were last
@@ -73,8 +73,8 @@ func newView(floor int64) *view {
 	return &view{floor: max(floor, 0)}
 }
 
-// raise sets g's index in at to index if that is higher. Caller holds
-// v.mu.
+// raise sets g's index (root's or in at) to index if that is higher.
+// Caller holds v.mu.
 func (v *view) raise(g, index uint64) {
 	if g == 0 {
 		if index > v.root {
