@@ -323,7 +323,7 @@ func (c *Client) connectNext(ctx context.Context) (pb.MeridianClient, uint64, er
 	// FailFast a refused connection fails the probe at once.
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
-	api := pb.NewMeridianClient(conn)
+	api := c.newAPI(conn)
 	if _, err := api.Status(pctx, &pb.StatusRequest{}, grpc.WaitForReady(!c.cfg.FailFast)); err != nil {
 		conn.Close()
 		if c.cfg.FailFast {

@@ -148,7 +148,7 @@ func (c *Client) hedgeAPI() pb.MeridianClient {
 		c.mu.hedge, c.mu.hedgeAPI = nil, nil
 	}
 	conn := c.dial(c.cfg.Endpoints[target])
-	c.mu.hedge, c.mu.hedgeAPI, c.mu.hedgeTo = conn, pb.NewMeridianClient(conn), target
+	c.mu.hedge, c.mu.hedgeAPI, c.mu.hedgeTo = conn, c.newAPI(conn), target
 	return c.mu.hedgeAPI
 }
 

@@ -266,7 +266,7 @@ func (c *Client) decideRoute(ctx context.Context, api pb.MeridianClient, old *ro
 	}
 	for _, i := range order {
 		conn := c.dial(c.cfg.Endpoints[i])
-		lapi := pb.NewMeridianClient(conn)
+		lapi := c.newAPI(conn)
 		sctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 		ls, err := lapi.Status(sctx, &pb.StatusRequest{})
 		cancel()

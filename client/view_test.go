@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/binary"
 	"slices"
 	"strconv"
 	"testing"
@@ -101,5 +102,75 @@ func TestMergeViewRaisesOnly(t *testing.T) {
 	c.mergeView("1:10")
 	if h := view(); h != "1:10,2:4" {
 		t.Fatalf("two groups: view %q, want 1:10,2:4", h)
+	}
+}
+
+// decodePairs reads the metadata pairs a lean call's frame carries, in the
+// transport's encoding (a 2-byte key length, the key, a 4-byte value
+// length, the value).
+func decodePairs(t *testing.T, b []byte) []string {
+	t.Helper()
+	var kv []string
+	for len(b) > 0 {
+		if len(b) < 2 || len(b) < 2+int(binary.BigEndian.Uint16(b)) {
+			t.Fatalf("truncated key in %q", b)
+		}
+		k := int(binary.BigEndian.Uint16(b))
+		kv, b = append(kv, string(b[2:2+k])), b[2+k:]
+		if len(b) < 4 || len(b) < 4+int(binary.BigEndian.Uint32(b)) {
+			t.Fatalf("truncated value in %q", b)
+		}
+		v := int(binary.BigEndian.Uint32(b))
+		kv, b = append(kv, string(b[4:4+v])), b[4+v:]
+	}
+	return kv
+}
+
+// TestCallPairs: a lean call appends the very pairs carry sends (the
+// credentials, the session's password, the zxid seen and the view: none
+// yet, one group, several sorted, too many to send), no more than the
+// frame has room for, without an allocation when the view has one group.
+func TestCallPairs(t *testing.T) {
+	c := &Client{auth: []string{pb.MetadataAuth, "digest u:p"}}
+	c.mu.password = []byte("pw")
+	c.mu.lastZxid = 41
+	check := func(what string) {
+		t.Helper()
+		b, n := (*callPairs)(c).AppendPairs([]byte("head"), 64)
+		if string(b[:4]) != "head" {
+			t.Fatalf("%s: the frame before the pairs changed: %q", what, b[:4])
+		}
+		got := decodePairs(t, b[4:])
+		c.mu.Lock()
+		want := c.sentLocked()
+		c.mu.Unlock()
+		if !slices.Equal(got, want) || n != len(want)/2 {
+			t.Fatalf("%s: appended %d pairs %q, want carry's %q", what, n, got, want)
+		}
+	}
+	check("no view yet")
+	c.mergeView("1:7")
+	check("one group")
+	c.observe(&pb.Header{Zxid: 42})
+	c.mergeView("3:9,2:3")
+	check("three groups")
+	for g := range maxSeenGroups {
+		c.mergeView(strconv.Itoa(10+g) + ":1")
+	}
+	check("more groups than are sent")
+	for max := range 4 {
+		b, n := (*callPairs)(c).AppendPairs(nil, max)
+		if got := decodePairs(t, b); n != max || len(got) != 2*max {
+			t.Errorf("room for %d pairs: appended %d (%q)", max, n, got)
+		}
+	}
+	one := &Client{}
+	one.mergeView("1:7")
+	buf := make([]byte, 0, 512)
+	if n := testing.AllocsPerRun(100, func() {
+		one.mu.lastZxid++
+		(*callPairs)(one).AppendPairs(buf, 64)
+	}); n != 0 {
+		t.Errorf("%.1f allocations to append a one-group client's pairs, want 0", n)
 	}
 }

@@ -379,8 +379,8 @@ func (cc *clientConn) readLoop() {
 }
 
 // start registers a call and sends its frame, with the context's outgoing
-// metadata and out's pairs.
-func (cc *clientConn) start(ctx context.Context, method string, req any, stream bool, out []string) (uint32, *pendingCall, error) {
+// metadata, out's pairs and more's.
+func (cc *clientConn) start(ctx context.Context, method string, req any, stream bool, out []string, more Pairs) (uint32, *pendingCall, error) {
 	var p *pendingCall
 	if stream {
 		p = &pendingCall{done: make(chan struct{}), stream: true, more: make(chan struct{}, 1)}
@@ -415,7 +415,7 @@ func (cc *clientConn) start(ctx context.Context, method string, req any, stream 
 	b = append(b, byte(timeout>>56), byte(timeout>>48), byte(timeout>>40), byte(timeout>>32),
 		byte(timeout>>24), byte(timeout>>16), byte(timeout>>8), byte(timeout))
 	md, _ := metadata.FromOutgoingContext(ctx)
-	b = appendMetadata(b, md, out)
+	b = appendPairs(b, md, out, more)
 	b, err := marshalAppend(b, req.(proto.Message))
 	if err != nil {
 		cc.forget(id)
@@ -543,6 +543,23 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	if err != nil {
 		return err
 	}
+	return c.invokeWith(ctx, method, args, reply, &co, nil)
+}
+
+// Call runs a unary call as Invoke does, without the interceptors or call
+// options: pairs (nil: none) append the metadata sent with it besides the
+// context's, and header, if not nil, receives the reply's header metadata.
+// For a caller that is its own interceptor (the client's credentials, zxid
+// and view), spared the chain, the options and the strings of its pairs.
+func (c *ClientConn) Call(ctx context.Context, method string, args, reply any, pairs Pairs, header *metadata.MD) error {
+	co := callOptions{maxRecv: MaxFrameBytes, header: header}
+	return c.invokeWith(ctx, method, args, reply, &co, pairs)
+}
+
+// invokeWith runs a unary call under co, with pairs' metadata (apart from
+// co: what an interface's method is given escapes, and a header that Call
+// is given would with it).
+func (c *ClientConn) invokeWith(ctx context.Context, method string, args, reply any, co *callOptions, pairs Pairs) error {
 	if err := c.acquire(ctx); err != nil {
 		return err
 	}
@@ -551,7 +568,7 @@ func (c *ClientConn) invoke(ctx context.Context, method string, args, reply any,
 	if err != nil {
 		return err
 	}
-	id, p, err := cc.start(ctx, method, args, false, co.out)
+	id, p, err := cc.start(ctx, method, args, false, co.out, pairs)
 	if err != nil {
 		return err
 	}
@@ -679,7 +696,7 @@ func (s *clientStream) SendMsg(m any) error {
 		return status.Error(codes.Internal, "wire: a server stream takes one request")
 	}
 	s.sent = true
-	id, p, err := s.cc.start(s.ctx, s.method, m, true, s.opts.out)
+	id, p, err := s.cc.start(s.ctx, s.method, m, true, s.opts.out, nil)
 	if err != nil {
 		s.finish(err)
 		return err

@@ -264,6 +264,10 @@ type serverCall struct {
 	ts      transportStream
 	pbuf    *[]byte // holds payload; back to the pool when the call ends
 	payload []byte
+	// md is the call's metadata when it was decoded anew (not the last
+	// call's shared): made with the call, kept by the connection's
+	// interner for the next call to share (and the call with it).
+	md callMD
 	// A stream's send credit (bytes), and the signal that it grew.
 	credit   int64
 	creditCh chan struct{}
@@ -414,7 +418,8 @@ func (c *serverConn) startCall(id uint32, body []byte) (*serverCall, error) {
 	d := decoder{b: body}
 	name := d.take(d.u16())
 	timeout := time.Duration(d.u64())
-	md := d.callMetadata(&c.r.names)
+	call := &serverCall{c: c, id: id}
+	md := d.callMetadata(&c.r.names, &call.md)
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -423,7 +428,7 @@ func (c *serverConn) startCall(id uint32, body []byte) (*serverCall, error) {
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	call := &serverCall{c: c, id: id, m: m, ctx: serverCtx{parent: c.ctx, deadline: deadline}} // its timer only if a handler waits
+	call.m, call.ctx = m, serverCtx{parent: c.ctx, deadline: deadline} // its timer only if a handler waits
 	call.ctx.call = call
 	if m != nil && m.stream != nil {
 		call.credit, call.creditCh = StreamWindowBytes, make(chan struct{}, 1)

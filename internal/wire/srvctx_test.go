@@ -16,7 +16,7 @@ import (
 // a server connection decodes a call's metadata.
 func newServerCtx(parent context.Context, deadline time.Time, md metadata.MD) *serverCtx {
 	d := decoder{b: appendMetadata(nil, md, nil)}
-	in := d.callMetadata(&interner{share: true})
+	in := d.callMetadata(&interner{share: true}, nil)
 	call := &serverCall{ctx: serverCtx{parent: parent, deadline: deadline}, ts: transportStream{method: "/m", incoming: in}}
 	call.ctx.call = call
 	return &call.ctx

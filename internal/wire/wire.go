@@ -178,6 +178,46 @@ func appendMetadata(b []byte, md metadata.MD, kv []string) []byte {
 	return b
 }
 
+// Pairs are metadata pairs a caller appends to its call's frame itself
+// (ClientConn.Call): AppendPairs appends at most max pairs, each begun by
+// BeginPair and ended by EndPair, and returns the frame and how many it
+// appended. For pairs whose values change with nearly every call (a
+// client's last zxid seen), made in the frame instead of in strings first.
+type Pairs interface {
+	AppendPairs(b []byte, max int) ([]byte, int)
+}
+
+// BeginPair appends a pair's key (in lower case) and room for its value's
+// length; the value follows, then EndPair(b, at).
+func BeginPair(b []byte, key string) (out []byte, at int) {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(key)))
+	b = append(b, key...)
+	return append(b, 0, 0, 0, 0), len(b)
+}
+
+// EndPair sets the length of the value appended since BeginPair.
+func EndPair(b []byte, at int) []byte {
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return b
+}
+
+// appendPairs appends the metadata pairs of md, kv and then more (nil:
+// none), at most maxMetadataPairs in all.
+func appendPairs(b []byte, md metadata.MD, kv []string, more Pairs) []byte {
+	if more == nil {
+		return appendMetadata(b, md, kv)
+	}
+	at := len(b)
+	b = appendMetadata(b, md, kv)
+	n := int(binary.BigEndian.Uint16(b[at:]))
+	if n >= maxMetadataPairs {
+		return b
+	}
+	b, added := more.AppendPairs(b, maxMetadataPairs-n)
+	binary.BigEndian.PutUint16(b[at:], uint16(n+min(added, maxMetadataPairs-n)))
+	return b
+}
+
 // decoder reads a frame's body; the first failure sticks.
 type decoder struct {
 	b   []byte
@@ -228,20 +268,22 @@ func (d *decoder) metadata(names *interner) metadata.MD {
 		return nil
 	}
 	if names != nil && names.share && n <= maxSharedPairs {
-		return d.sharedMetadata(names, n).MD()
+		return d.sharedMetadata(names, n, nil).MD()
 	}
 	return d.mapMetadata(names, n)
 }
 
 // callMetadata is metadata as a server's call keeps it (nil: none): the
-// pairs, the map made of them only when asked for (callMD).
-func (d *decoder) callMetadata(names *interner) *callMD {
+// pairs, the map made of them only when asked for (callMD); into, if not
+// nil, is the callMD to fill when pairs are decoded anew (the call's own,
+// allocated with it).
+func (d *decoder) callMetadata(names *interner, into *callMD) *callMD {
 	n := d.pairs()
 	if n == 0 {
 		return nil
 	}
 	if names != nil && names.share && n <= maxSharedPairs {
-		return d.sharedMetadata(names, n)
+		return d.sharedMetadata(names, n, into)
 	}
 	if md := d.mapMetadata(names, n); md != nil {
 		return &callMD{md: md}
@@ -352,7 +394,7 @@ func (m *callMD) get(key string) []string {
 // change it; a pair whose key is the one sent in its place before takes
 // the strings made of it then, without a lookup (a new zxid seen: one new
 // string), and when every key is, the new callMD shares the keys too.
-func (d *decoder) sharedMetadata(names *interner, n int) *callMD {
+func (d *decoder) sharedMetadata(names *interner, n int, into *callMD) *callMD {
 	var raw [maxSharedPairs][2][]byte
 	cur := names.cur
 	same := cur != nil && len(names.prev) == n
@@ -368,7 +410,10 @@ func (d *decoder) sharedMetadata(names *interner, n int) *callMD {
 	if same {
 		return cur
 	}
-	m := &callMD{}
+	m := into
+	if m == nil {
+		m = &callMD{}
+	}
 	sameKeys := cur != nil && len(cur.keys) == n
 	keep := true // every key and value short enough to keep
 	for i := 0; i < n; i++ {

@@ -237,6 +237,72 @@ func TestCallMetadata(t *testing.T) {
 	}
 }
 
+// counterPairs appends "counter" with its value and then "k<i>"="v" pairs
+// up to n in all, as many as the frame has room for.
+type counterPairs struct {
+	value int
+	n     int
+}
+
+func (c counterPairs) AppendPairs(b []byte, max int) ([]byte, int) {
+	added, at := 0, 0
+	for ; added < c.n && added < max; added++ {
+		key := "k" + strconv.Itoa(added)
+		if added == 0 {
+			key = "counter"
+		}
+		b, at = BeginPair(b, key)
+		if added == 0 {
+			b = strconv.AppendInt(b, int64(c.value), 10)
+		} else {
+			b = append(b, 'v')
+		}
+		b = EndPair(b, at)
+	}
+	return b, added
+}
+
+// TestCallPairs: Call sends the context's metadata and then the pairs its
+// Pairs append, which the handler sees as sent (a value that changes from
+// call to call included); the reply's header comes back; pairs beyond
+// maxMetadataPairs in all are not sent, and the frame stays well formed.
+func TestCallPairs(t *testing.T) {
+	addr := serve(t, newService(), Options{})
+	conn := Dial(addr, ClientOptions{})
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "X-Test", "a")
+	var header metadata.MD
+	r := &pb.GetDataResponse{}
+	if err := conn.Call(ctx, pb.Meridian_GetData_FullMethodName, &pb.ReadRequest{Path: "/n"}, r, nil, &header); err != nil {
+		t.Fatal(err)
+	}
+	if got := header.Get("echo"); len(got) != 1 || got[0] != "a" || string(r.GetData()) != "/n plaintext" {
+		t.Errorf("header echo = %q, reply %q: want [a] and \"/n plaintext\"", got, r.GetData())
+	}
+	for i := 0; i < 3; i++ {
+		if err := conn.Call(ctx, pb.Meridian_GetData_FullMethodName, &pb.ReadRequest{Path: "/incoming"}, r, counterPairs{value: 1000 + i, n: 2}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(r.GetData()), "counter="+strconv.Itoa(1000+i)+" k1=v x-test=a"; got != want {
+			t.Errorf("call %d: the handler saw %q, want %q", i, got, want)
+		}
+	}
+	if err := conn.Call(context.Background(), pb.Meridian_GetData_FullMethodName, &pb.ReadRequest{Path: "/incoming"}, r, counterPairs{value: 7, n: maxMetadataPairs + 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(r.GetData()), "="); got != maxMetadataPairs {
+		t.Errorf("%d pairs arrived of %d appended, want the first %d", got, maxMetadataPairs+5, maxMetadataPairs)
+	}
+	ctx = metadata.AppendToOutgoingContext(context.Background(), "x-test", "a", "x-test", "b")
+	if err := conn.Call(ctx, pb.Meridian_GetData_FullMethodName, &pb.ReadRequest{Path: "/incoming"}, r, counterPairs{value: 7, n: maxMetadataPairs}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(r.GetData()), "="); got != maxMetadataPairs || !strings.Contains(string(r.GetData()), "x-test=b") {
+		t.Errorf("the context's 2 pairs and %d appended: the handler saw %d pairs (%q), want the context's and the first %d appended",
+			maxMetadataPairs, got, r.GetData(), maxMetadataPairs-2)
+	}
+}
+
 func TestTLSRequiredWhenServerIsSecure(t *testing.T) {
 	serverTLS, _ := testPKI(t)
 	addr := serve(t, newService(), Options{TLS: serverTLS})
@@ -518,7 +584,7 @@ func TestSharedMetadataBlock(t *testing.T) {
 	decode := func(b []byte) *callMD {
 		t.Helper()
 		d := decoder{b: append(b, 0xAA)} // a byte after the block stays unread
-		m := d.callMetadata(in)
+		m := d.callMetadata(in, nil)
 		if d.err != nil || len(d.b) != 1 || d.b[0] != 0xAA {
 			t.Fatalf("decode: err %v, %d bytes left", d.err, len(d.b))
 		}
@@ -546,7 +612,7 @@ func TestSharedMetadataBlock(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() {
 		i++
 		d := decoder{b: blocks[i%2]}
-		if m := d.callMetadata(in); d.err != nil || m.get("seen")[0] != string("78"[i%2]) {
+		if m := d.callMetadata(in, nil); d.err != nil || m.get("seen")[0] != string("78"[i%2]) {
 			t.Fatalf("block %d: %v %v", i, m.MD(), d.err)
 		}
 	}); n > 2 {
@@ -714,7 +780,7 @@ func FuzzMetadata(f *testing.F) {
 			plain := decoder{b: slices.Clone(blk)}
 			want := plain.metadata(nil)
 			shared := decoder{b: slices.Clone(blk)}
-			m := shared.callMetadata(in)
+			m := shared.callMetadata(in, nil)
 			if (plain.err == nil) != (shared.err == nil) || len(plain.b) != len(shared.b) {
 				t.Fatalf("%x: err %v / %v, %d / %d bytes left", blk, plain.err, shared.err, len(plain.b), len(shared.b))
 			}
