@@ -17,7 +17,9 @@ import (
 // (wire.ClientConn.Call) with what carry would add, instead of through the
 // generated code's options slice, the interceptor chain and carry's call
 // option: two allocations and three layers fewer a call, same bytes on the
-// wire. A call given options of its own takes the generated path.
+// wire; a set's or a getData's reply is made with its Header and Stat
+// (pb.SetDataReply, pb.GetDataReply): one fewer again. A call given
+// options of its own takes the generated path.
 type leanAPI struct {
 	pb.MeridianClient
 	cc *wire.ClientConn
@@ -96,7 +98,11 @@ func (a *leanAPI) Create(ctx context.Context, in *pb.CreateRequest, opts ...grpc
 }
 
 func (a *leanAPI) SetData(ctx context.Context, in *pb.SetDataRequest, opts ...grpc.CallOption) (*pb.SetDataResponse, error) {
-	return leanCall[pb.SetDataResponse](a, ctx, pb.Meridian_SetData_FullMethodName, in, opts)
+	out, err := leanCall[pb.SetDataReply](a, ctx, pb.Meridian_SetData_FullMethodName, in, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &out.SetDataResponse, nil
 }
 
 func (a *leanAPI) Delete(ctx context.Context, in *pb.DeleteRequest, opts ...grpc.CallOption) (*pb.DeleteResponse, error) {
@@ -104,7 +110,11 @@ func (a *leanAPI) Delete(ctx context.Context, in *pb.DeleteRequest, opts ...grpc
 }
 
 func (a *leanAPI) GetData(ctx context.Context, in *pb.ReadRequest, opts ...grpc.CallOption) (*pb.GetDataResponse, error) {
-	return leanCall[pb.GetDataResponse](a, ctx, pb.Meridian_GetData_FullMethodName, in, opts)
+	out, err := leanCall[pb.GetDataReply](a, ctx, pb.Meridian_GetData_FullMethodName, in, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &out.GetDataResponse, nil
 }
 
 func (a *leanAPI) Exists(ctx context.Context, in *pb.ReadRequest, opts ...grpc.CallOption) (*pb.ExistsResponse, error) {

@@ -367,10 +367,13 @@ func (x *GetDataResponse) AppendWire(b []byte) ([]byte, bool) {
 }
 
 // UnmarshalWire decodes b into x (reset first); false: use proto.Unmarshal.
-func (x *GetDataResponse) UnmarshalWire(b []byte) bool {
+func (x *GetDataResponse) UnmarshalWire(b []byte) bool { return x.unmarshalWire(b, nil) }
+
+// unmarshalWire is UnmarshalWire, the Header and Stat decoded into hs
+// (nil: allocated here).
+func (x *GetDataResponse) unmarshalWire(b []byte, hs *headerStat) bool {
 	x.Reset()
 	r := reader{b: b}
-	var hs *headerStat
 	for {
 		num, typ, ok := r.next()
 		if !ok {
@@ -458,10 +461,13 @@ func (x *SetDataResponse) AppendWire(b []byte) ([]byte, bool) {
 }
 
 // UnmarshalWire decodes b into x (reset first); false: use proto.Unmarshal.
-func (x *SetDataResponse) UnmarshalWire(b []byte) bool {
+func (x *SetDataResponse) UnmarshalWire(b []byte) bool { return x.unmarshalWire(b, nil) }
+
+// unmarshalWire is UnmarshalWire, the Header and Stat decoded into hs
+// (nil: allocated here).
+func (x *SetDataResponse) unmarshalWire(b []byte, hs *headerStat) bool {
 	x.Reset()
 	r := reader{b: b}
-	var hs *headerStat
 	for {
 		num, typ, ok := r.next()
 		if !ok {
@@ -481,4 +487,33 @@ func (x *SetDataResponse) UnmarshalWire(b []byte) bool {
 		}
 	}
 	return !r.bad
+}
+
+// SetDataReply is a SetDataResponse allocated with its Header and Stat:
+// one allocation for a reply that has both, where decoding makes them
+// apart. The response is &x.SetDataResponse.
+type SetDataReply struct {
+	SetDataResponse
+	hs headerStat
+}
+
+// UnmarshalWire decodes b into x's response (reset first), its Header and
+// Stat into x; false: use proto.Unmarshal.
+func (x *SetDataReply) UnmarshalWire(b []byte) bool {
+	x.hs = headerStat{}
+	return x.SetDataResponse.unmarshalWire(b, &x.hs)
+}
+
+// GetDataReply is a GetDataResponse allocated with its Header and Stat,
+// as SetDataReply.
+type GetDataReply struct {
+	GetDataResponse
+	hs headerStat
+}
+
+// UnmarshalWire decodes b into x's response (reset first), its Header and
+// Stat into x; false: use proto.Unmarshal.
+func (x *GetDataReply) UnmarshalWire(b []byte) bool {
+	x.hs = headerStat{}
+	return x.GetDataResponse.unmarshalWire(b, &x.hs)
 }

@@ -231,3 +231,50 @@ func TestReplyHeaderAndStatOneAllocation(t *testing.T) {
 		}
 	}
 }
+
+// A SetDataReply or GetDataReply decodes as its response does through
+// proto.Unmarshal, into its own Header and Stat (no allocation but the
+// data's copy), again and again, and falls back to proto for what the
+// hand decoder does not take.
+func TestRepliesDecodeIntoThemselves(t *testing.T) {
+	h := &Header{Zxid: 7, MemberId: 2, LeaderId: 3, Term: 4, View: "1:7"}
+	st := &Stat{Czxid: 5, Mzxid: 7, Version: 2, DataLength: 3}
+	set, get := &SetDataReply{}, &GetDataReply{}
+	for _, tc := range []struct {
+		m     proto.Message
+		into  interface{ UnmarshalWire([]byte) bool }
+		got   func() proto.Message
+		inner func() (*Header, *Stat)
+		want  float64
+	}{
+		{&SetDataResponse{Header: h, Stat: st}, set, func() proto.Message { return &set.SetDataResponse },
+			func() (*Header, *Stat) { return &set.hs.h, &set.hs.s }, 1}, // the view's string
+		{&GetDataResponse{Header: h, Data: []byte("abc"), Stat: st}, get, func() proto.Message { return &get.GetDataResponse },
+			func() (*Header, *Stat) { return &get.hs.h, &get.hs.s }, 2}, // and the data's copy
+	} {
+		b, err := proto.Marshal(tc.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if !tc.into.UnmarshalWire(b) || !proto.Equal(tc.got(), tc.m) {
+				t.Fatalf("%T decoded as %v, want %v", tc.into, tc.got(), tc.m)
+			}
+		}
+		ih, is := tc.inner()
+		if HeaderOf(tc.got()) != ih || tc.got().(interface{ GetStat() *Stat }).GetStat() != is {
+			t.Errorf("%T: Header and Stat not its own", tc.into)
+		}
+		if n := testing.AllocsPerRun(100, func() { tc.into.UnmarshalWire(b) }); n != tc.want {
+			t.Errorf("%T: %.0f allocations a decode, want %.0f", tc.into, n, tc.want)
+		}
+		unknown := protowire.AppendTag(append([]byte{}, b...), 99, protowire.VarintType)
+		unknown = protowire.AppendVarint(unknown, 1)
+		if tc.into.UnmarshalWire(unknown) {
+			t.Errorf("%T: decoded an unknown field by hand", tc.into)
+		}
+		if err := proto.Unmarshal(unknown, tc.into.(proto.Message)); err != nil || !proto.Equal(HeaderOf(tc.got()), h) {
+			t.Errorf("%T through proto: %v, header %v", tc.into, err, HeaderOf(tc.got()))
+		}
+	}
+}
