@@ -50,7 +50,9 @@ func (a *leanAPI) call(ctx context.Context, method string, in, out any, opts []g
 // callPairs appends what sentLocked makes into a lean call's frame: the
 // base pairs, the zxid seen and the view, in that order, the values
 // written straight into the frame. A write raises the zxid and the view,
-// so the next call's strings would be made anew anyway.
+// so the next call's strings would be made anew anyway. The two make the
+// same pairs (TestCallPairs holds them to it): sentLocked serves the
+// calls that go through carry (gRPC, calls with options).
 type callPairs Client
 
 func (p *callPairs) AppendPairs(b []byte, max int) ([]byte, int) {
