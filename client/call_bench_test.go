@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
 	pb "github.com/meridian-coord/meridian/api/meridianpb"
+	"github.com/meridian-coord/meridian/internal/testutil"
 	"github.com/meridian-coord/meridian/internal/wire"
 )
 
@@ -89,7 +89,7 @@ func benchCallPath(b *testing.B, clients int) {
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := testutil.ProcessCPU()
 	for _, c := range cls {
 		wg.Add(1)
 		go func() {
@@ -104,12 +104,5 @@ func benchCallPath(b *testing.B, clients int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/1e3/float64(per*clients), "cpu-µs/op")
-}
-
-// processCPU is the CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Nanoseconds())/1e3/float64(per*clients), "cpu-µs/op")
 }

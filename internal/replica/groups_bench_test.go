@@ -5,9 +5,10 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meridian-coord/meridian/internal/testutil"
 )
 
 // BenchmarkIdleGroups measures what idle groups cost: members (9 by
@@ -69,17 +70,11 @@ func newBenchCluster(b *testing.B, n int) *cluster {
 // idle returns the process's CPU seconds per second over d and the heap in
 // use after it (after a GC).
 func idle(d time.Duration) (cpu, heap float64) {
-	before := cpuSeconds()
+	before := testutil.ProcessCPU().Seconds()
 	time.Sleep(d)
-	cpu = (cpuSeconds() - before) / d.Seconds()
+	cpu = (testutil.ProcessCPU().Seconds() - before) / d.Seconds()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return cpu, float64(ms.HeapAlloc)
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/meridian-coord/meridian/client"
 	"github.com/meridian-coord/meridian/internal/netem"
+	"github.com/meridian-coord/meridian/internal/testutil"
 )
 
 // Benchmarks of a 3-replica cluster on loopback with real Pebble (fsync on).
@@ -415,7 +415,7 @@ func BenchmarkZKFill(b *testing.B) {
 	data := make([]byte, 100)
 	var cpu0 time.Duration
 	b.ResetTimer()
-	cpu0 = processCPU()
+	cpu0 = testutil.ProcessCPU()
 	var wg sync.WaitGroup
 	errc := make(chan error, clients)
 	per := b.N/clients + 1
@@ -441,14 +441,7 @@ func BenchmarkZKFill(b *testing.B) {
 	}
 	n := float64(per * clients)
 	b.ReportMetric(n/el.Seconds(), "creates/s")
-	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "cpu-µs/create")
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/n, "cpu-µs/create")
 }
 
 // BenchmarkPorts runs the suite's loopback throughput rows in-process, the
@@ -491,7 +484,7 @@ func BenchmarkPorts(b *testing.B) {
 					cls[i] = tc.client(tc.endpoints()[member(i)])
 					defer cls[i].Close() // a member admits 60 connections from one address
 				}
-				cpu0 := processCPU()
+				cpu0 := testutil.ProcessCPU()
 				runLoad(b, clients, func(c *client.Client, i int) (time.Duration, error) {
 					var err error
 					if op == "read" {
@@ -501,7 +494,7 @@ func BenchmarkPorts(b *testing.B) {
 					}
 					return 0, err
 				}, cls)
-				b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+				b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 			})
 			b.Run("zk", func(b *testing.B) {
 				conns := make([]*gozk.Conn, clients)
@@ -509,7 +502,7 @@ func BenchmarkPorts(b *testing.B) {
 					conns[i], _ = zkConnect(b, []string{tc.zkAddrs()[member(i)]})
 					defer conns[i].Close()
 				}
-				cpu0 := processCPU()
+				cpu0 := testutil.ProcessCPU()
 				runLoad(b, clients, func(_ *client.Client, i int) (time.Duration, error) {
 					var err error
 					c := conns[(i/(b.N/clients+1))%clients] // each client goroutine its own connection
@@ -520,7 +513,7 @@ func BenchmarkPorts(b *testing.B) {
 					}
 					return 0, err
 				}, []*client.Client{nil})
-				b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+				b.ReportMetric(float64((testutil.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 			})
 		})
 	}

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/meridian-coord/meridian/internal/testutil"
 )
 
 // fillScale applies n creates of 100 zero bytes under /scale, the shape of
@@ -35,16 +35,6 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// cpuTime is the process's user and system CPU time so far: unlike wall
-// time it is not inflated by other processes on a shared machine.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkTreeMillionZnodes reports the live heap per znode of a tree of
 // a million 100-byte znodes under one parent (heapB/znode), the figure the
 // scale benchmark's RSS per znode is mostly made of, and the CPU time of
@@ -64,11 +54,11 @@ func BenchmarkTreeMillionZnodes(b *testing.B) {
 			b.Fatalf("%d nodes", tr.NodeCount())
 		}
 		const cycles = 5
-		start := cpuTime()
+		start := testutil.ProcessCPU()
 		for range cycles {
 			runtime.GC()
 		}
-		b.ReportMetric(float64(cpuTime()-start)/cycles/1e6, "gcCPU-ms")
+		b.ReportMetric(float64(testutil.ProcessCPU()-start)/cycles/1e6, "gcCPU-ms")
 		b.ReportMetric(float64(after-before)/n, "heapB/znode")
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/create")
 		runtime.KeepAlive(tr)
