@@ -72,15 +72,21 @@ func (p *callPairs) AppendPairs(b []byte, max int) ([]byte, int) {
 	b, at = wire.BeginPair(b, SeenZxidHeader)
 	b = wire.EndPair(strconv.AppendInt(b, c.mu.lastZxid, 10), at)
 	n++
-	if n == max || len(c.mu.groups) > maxSeenGroups {
+	if n == max {
 		return b, n
 	}
+	mark := len(b)
 	b, at = wire.BeginPair(b, SeenGroupsHeader)
+	sendable := false
 	if len(c.mu.groups) > 1 { // encoded once a change: it sorts
-		view, _ := c.viewHeaderLocked(func(v []byte) string { return string(v) }, nil)
+		var view string
+		view, sendable = c.viewHeaderLocked(func(v []byte) string { return string(v) }, nil)
 		b = append(b, view...)
 	} else {
-		b, _ = c.appendViewLocked(b)
+		b, sendable = c.appendViewLocked(b)
+	}
+	if !sendable { // too many groups: as sentLocked, no view
+		return b[:mark], n
 	}
 	return wire.EndPair(b, at), n + 1
 }

@@ -556,9 +556,10 @@ func (c *ClientConn) Call(ctx context.Context, method string, args, reply any, p
 	return c.invokeWith(ctx, method, args, reply, &co, pairs)
 }
 
-// invokeWith runs a unary call under co, with pairs' metadata (apart from
-// co: what an interface's method is given escapes, and a header that Call
-// is given would with it).
+// invokeWith runs a unary call under co, with pairs' metadata. pairs is a
+// parameter of its own, not a field of co: it is passed to an interface
+// method, so it escapes, and as a field it would take co's header (Call's
+// caller's variable) to the heap with it.
 func (c *ClientConn) invokeWith(ctx context.Context, method string, args, reply any, co *callOptions, pairs Pairs) error {
 	if err := c.acquire(ctx); err != nil {
 		return err
